@@ -1,0 +1,152 @@
+"""Record steps: create_record, update_record, delete_record, fetch_records.
+
+They act inside the writing token's workspace with its grants (a step cannot reach
+another workspace: table ids resolve only within ``inp.table.workspace_id``). Records a
+step writes get their own pipelines, run by the workflow as child workflows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import activity
+
+from activities.snap import caller_can, table_snap
+from activities.steps import column_for_step
+from activities.templates import TemplateFailure, render, render_value
+from activities.types import StepInput, StepResult
+from storage import meta
+from storage import records as rec
+from storage.access import Action
+from storage.db import Database
+from storage.errors import ServiceError
+from storage.pipelines import dependants, plan_steps
+from storage.query import Query, list_records, parse_filter_object, plan_query
+from storage.schema import TableMeta, WorkspaceSchema
+
+MAX_FETCH = 100
+
+
+class StepFailure(Exception):
+    """A step error for one record (stored as the cell's error)."""
+
+
+def _child(table: TableMeta, record_ids: list[int], mode: str, changed: list[str]) -> dict[str, Any] | None:
+    levels = plan_steps(table, mode=mode, changed=changed)
+    if not levels or not record_ids:
+        return None
+    deps = {
+        str(c.id): [table.column(n).id for n in dependants(table, [c.name]) if table.column(n)]  # type: ignore[union-attr]
+        for c in table.columns if c.computed
+    }
+    snap = table_snap(table)
+    return {
+        "table": {"id": snap.id, "workspace_id": snap.workspace_id, "name": snap.name,
+                  "columns": [c.__dict__ for c in snap.columns]},
+        "record_ids": record_ids, "mode": mode, "levels": [[c.id for c in lvl] for lvl in levels],
+        "dependants": deps,
+    }
+
+
+class RecordSteps:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def _schema(self, workspace_id: int) -> WorkspaceSchema:
+        async with self.db.connection() as conn:
+            return await meta.load_schema(conn, workspace_id=workspace_id)
+
+    @activity.defn(name="record_step")
+    async def record_step(self, inp: StepInput) -> StepResult:
+        col = column_for_step(inp)
+        schema = await self._schema(inp.table.workspace_id)
+        result = StepResult()
+        for rid, fields in inp.records.items():
+            extra = {"record_id": int(rid)}
+            if inp.items is not None:
+                extra["item"] = inp.items.get(rid)
+            try:
+                value, child = await self._one(col.type, col.config, schema, inp, fields, extra)
+            except (StepFailure, TemplateFailure) as exc:
+                result.errors[rid] = str(exc)
+                continue
+            except ServiceError as exc:
+                result.errors[rid] = f"{exc.code}: {exc.message}"
+                continue
+            result.values[rid] = value
+            if child:
+                result.children.append(child)
+        return result
+
+    def _target(self, schema: WorkspaceSchema, config: dict[str, Any], fields: dict[str, Any],
+                extra: dict[str, Any], inp: StepInput, action: Action) -> TableMeta:
+        ref = config.get("table_id")
+        if isinstance(ref, str):
+            ref = render(ref, fields, **extra)
+        table = schema.table(ref) if ref is not None else None
+        if table is None:
+            raise StepFailure(f"table {ref!r} not found in this workspace")
+        if not caller_can(inp.caller, table.id, action):
+            raise StepFailure(f"the writing token has no {action.value} permission on table {table.name!r}")
+        return table
+
+    def _record_id(self, config: dict[str, Any], fields: dict[str, Any], extra: dict[str, Any]) -> int:
+        raw = config.get("record_id")
+        text = render(raw, fields, **extra) if isinstance(raw, str) else raw
+        try:
+            rid = int(str(text).strip())
+        except (TypeError, ValueError):
+            raise StepFailure(f"record_id {text!r} is not a record id") from None
+        if rid <= 0:
+            raise StepFailure(f"record_id {rid} is not a record id")
+        return rid
+
+    async def _one(
+        self, kind: str, config: dict[str, Any], schema: WorkspaceSchema, inp: StepInput,
+        fields: dict[str, Any], extra: dict[str, Any],
+    ) -> tuple[Any, dict[str, Any] | None]:
+        if kind == "create_record":
+            table = self._target(schema, config, fields, extra, inp, Action.CREATE)
+            values = render_value(config.get("fields") or {}, fields, **extra)
+            prepared = rec.prepare_fields(table, values, creating=True)
+            async with self.db.transaction() as conn:
+                row = await rec.insert_record(conn, table=table, row=prepared)
+            return row["id"], _child(table, [row["id"]], "create", [])
+        if kind == "update_record":
+            table = self._target(schema, config, fields, extra, inp, Action.UPDATE)
+            record_id = self._record_id(config, fields, extra)
+            values = render_value(config.get("fields") or {}, fields, **extra)
+            prepared = rec.prepare_fields(table, values, creating=False)
+            async with self.db.transaction() as conn:
+                row = await rec.update_record(conn, table=table, record_id=record_id, row=prepared)
+            if row is None:
+                raise StepFailure(f"record {record_id} not found in table {table.name!r}")
+            # a record updating itself would loop; its own pipeline is this one
+            same = table.id == inp.table.id and record_id == extra["record_id"]
+            return row["id"], None if same else _child(table, [row["id"]], "edit", list(values))
+        if kind == "delete_record":
+            table = self._target(schema, config, fields, extra, inp, Action.DELETE)
+            record_id = self._record_id(config, fields, extra)
+            async with self.db.transaction() as conn:
+                row = await rec.delete_record(conn, table=table, record_id=record_id)
+            if row is None:
+                raise StepFailure(f"record {record_id} not found in table {table.name!r}")
+            return row["id"], None
+        if kind == "fetch_records":
+            table = self._target(schema, config, fields, extra, inp, Action.READ)
+            filters_cfg = render_value(config.get("filters") or {}, fields, **extra)
+            if not isinstance(filters_cfg, dict):
+                raise StepFailure("fetch_records filters must be an object {column: 'op.value'}")
+            limit = config.get("limit", 10)
+            if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_FETCH:
+                raise StepFailure(f"fetch_records limit must be between 1 and {MAX_FETCH}")
+            query = Query(filters=parse_filter_object(filters_cfg), limit=limit)
+            plan = plan_query(
+                query, table,
+                can_read=lambda t: caller_can(inp.caller, t, Action.READ),
+                get_table=schema.tables.get,
+            )
+            async with self.db.connection() as conn:
+                records, _ = await list_records(conn, plan, count=False)
+            return [{"id": r["id"], **r["fields"]} for r in records], None
+        raise StepFailure(f"{kind} is not a record step")

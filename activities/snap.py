@@ -1,0 +1,71 @@
+"""Conversions between storage metadata and the snapshots carried in workflow inputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from activities.types import Caller, ColumnSnap, TableSnap
+from storage.access import Action, Perms, Principal
+from storage.schema import ColumnMeta, ColumnType, Option, TableMeta
+from storage.values import decode_value
+
+
+def table_snap(table: TableMeta) -> TableSnap:
+    return TableSnap(
+        id=table.id,
+        workspace_id=table.workspace_id,
+        name=table.name,
+        columns=[
+            ColumnSnap(
+                id=c.id, name=c.name, type=c.type.value, config=dict(c.config), formula=c.formula,
+                options=[o.as_dict() for o in c.options], relation_table_id=c.relation_table_id,
+                required=c.required, position=c.position,
+            )
+            for c in table.columns
+        ],
+    )
+
+
+def table_meta(snap: TableSnap) -> TableMeta:
+    return TableMeta(
+        id=snap.id,
+        workspace_id=snap.workspace_id,
+        name=snap.name,
+        icon=None,
+        columns=tuple(
+            ColumnMeta(
+                id=c.id, table_id=snap.id, name=c.name, type=ColumnType(c.type), required=c.required,
+                position=c.position, options=tuple(Option(o["id"], o["label"], o["color"]) for o in c.options),
+                config=c.config, formula=c.formula, relation_table_id=c.relation_table_id,
+            )
+            for c in snap.columns
+        ),
+    )
+
+
+def caller_of(principal: Principal) -> Caller:
+    return Caller(
+        token_id=principal.token_id,
+        token_type=principal.type.value,
+        plan=principal.plan,
+        grants={str(t): [p.read, p.create, p.update, p.delete] for t, p in principal.grants.items()},
+    )
+
+
+def caller_can(caller: Caller, table_id: int, action: Action) -> bool:
+    if caller.token_type == "vibe_mcp":
+        return True
+    g = caller.grants.get(str(table_id))
+    if g is None:
+        return False
+    return Perms(*g).allows(action)
+
+
+def step_value(col: ColumnMeta, raw: Any) -> Any:
+    """A stored value as pipeline steps see it: like the API, but selects as labels."""
+    if col.type is ColumnType.SINGLE_SELECT and raw is not None:
+        opt = col.option_by_id_or_label(raw)
+        return opt.label if opt else raw
+    if col.type is ColumnType.MULTI_SELECT and raw is not None:
+        return [(col.option_by_id_or_label(v).label if col.option_by_id_or_label(v) else v) for v in raw]
+    return decode_value(col, raw)

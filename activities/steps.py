@@ -1,0 +1,34 @@
+"""The ``pure_step`` local activity: formula and json_parser over a batch of records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from temporalio import activity
+
+from activities import formula, json_parser
+from activities.types import ColumnSnap, StepInput, StepResult
+
+
+def column_for_step(inp: StepInput) -> ColumnSnap:
+    col = next(c for c in inp.table.columns if c.id == inp.column_id)
+    if inp.override:
+        # a loop's sub-step: same column identity, the sub-step's kind and config
+        col = ColumnSnap(id=col.id, name=col.name, type=inp.override["type"],
+                         config=inp.override.get("config") or {}, formula=(inp.override.get("config") or {}).get("formula"))
+    return col
+
+
+@activity.defn(name="pure_step")
+async def pure_step(inp: StepInput) -> StepResult:
+    col = column_for_step(inp)
+    records = inp.records
+    if inp.items is not None:
+        records = {rid: {**f, "item": inp.items.get(rid)} for rid, f in records.items()}
+    if col.type == "formula":
+        values, errors = formula.evaluate_batch(col, records, datetime.fromisoformat(inp.now))
+    elif col.type == "json_parser":
+        values, errors = json_parser.evaluate_batch(col, records)
+    else:
+        return StepResult(errors={rid: f"{col.type} is not a pure step" for rid in records})
+    return StepResult(values=values, errors=errors)

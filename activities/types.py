@@ -1,0 +1,106 @@
+"""Inputs and outputs of the pipeline workflow and its activities.
+
+Plain dataclasses of JSON-able values only: workflows import this module (and activity
+names) and nothing else of ours. Fields added later get defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ColumnSnap:
+    """A column as it was when the write happened (what the steps run against)."""
+
+    id: int
+    name: str
+    type: str
+    config: dict[str, Any] = field(default_factory=dict)
+    formula: str | None = None
+    options: list[dict[str, str]] = field(default_factory=list)
+    relation_table_id: int | None = None
+    required: bool = False
+    position: int = 0
+
+
+@dataclass
+class TableSnap:
+    id: int
+    workspace_id: int
+    name: str
+    columns: list[ColumnSnap]
+
+
+@dataclass
+class Caller:
+    """Whose rights record steps use: the writing token's grants."""
+
+    token_id: int
+    token_type: str
+    plan: str
+    grants: dict[str, list[bool]] = field(default_factory=dict)  # table id → [r, c, u, d]
+
+
+@dataclass
+class PipelineInput:
+    table: TableSnap
+    record_ids: list[int]
+    mode: str  # "create" | "edit"
+    levels: list[list[int]]  # computed column ids, level by level
+    caller: Caller
+    time_budget_s: float
+    step_budget: int
+    depth: int = 0
+    write: bool = True
+    # column id → ids of the computed columns that read it, transitively (skipped on failure)
+    dependants: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass
+class RecordOutcome:
+    status: str  # "ok" | "error"
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class PipelineResult:
+    run_id: str
+    status: str  # "ok" | "error"
+    records: dict[str, RecordOutcome] = field(default_factory=dict)
+    values: dict[str, dict[str, Any]] = field(default_factory=dict)  # record id → column id → value
+
+
+@dataclass
+class LoadInput:
+    table: TableSnap
+    record_ids: list[int]
+
+
+@dataclass
+class StepInput:
+    """One computed column over many records."""
+
+    table: TableSnap
+    column_id: int
+    records: dict[str, dict[str, Any]]  # record id → fields by column name (API values, select labels)
+    now: str  # workflow time, ISO-8601
+    caller: Caller
+    step_key: str = ""  # workflow id + column: the idempotency key base for side effects
+    depth: int = 0
+    override: dict[str, Any] | None = None  # loop: the sub-step's {type, config}
+    items: dict[str, Any] | None = None  # loop: record id → the current item
+
+
+@dataclass
+class StepResult:
+    values: dict[str, Any] = field(default_factory=dict)  # record id → value
+    errors: dict[str, str] = field(default_factory=dict)  # record id → message
+    children: list[dict[str, Any]] = field(default_factory=list)  # pipelines to run for written records
+
+
+@dataclass
+class WriteInput:
+    table: TableSnap
+    updates: list[dict[str, Any]]  # {id, values: {column id: value}, outcome}

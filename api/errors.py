@@ -1,0 +1,76 @@
+"""One place that renders every failure as ``{"error", "code"}`` (DESIGN §4).
+
+Never FastAPI's ``{"detail": ...}``, never a traceback: validation errors become 400
+``VALIDATION_ERROR`` with the offending location named, unknown routes 404
+``NOT_FOUND``, and an unexpected exception a logged 500 ``INTERNAL`` with no detail.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from storage.errors import ServiceError
+
+log = logging.getLogger("wds.api")
+
+_HTTP_CODES = {
+    400: "VALIDATION_ERROR",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    409: "CONFLICT",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    422: "VALIDATION_ERROR",
+}
+
+
+def error_response(status: int, message: str, code: str, headers: dict[str, str] | None = None, **extra: Any) -> Response:
+    return Response(
+        orjson.dumps({"error": message, "code": code, **extra}),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def _describe(errors: list[dict[str, Any]]) -> str:
+    parts = []
+    for err in errors[:5]:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body",))
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "json_invalid":
+            return "the request body is not valid JSON"
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts) or "invalid request"
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ServiceError)
+    async def _service(_: Request, exc: ServiceError) -> Response:
+        return error_response(exc.status, exc.message, exc.code, exc.headers or None, **exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> Response:
+        return error_response(400, _describe(list(exc.errors())), "VALIDATION_ERROR")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> Response:
+        code = _HTTP_CODES.get(exc.status_code, "ERROR")
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        if exc.status_code == 404 and message == "Not Found":
+            message = "no such endpoint"
+        return error_response(exc.status_code, message, code, dict(exc.headers or {}) or None)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal error; the request was not completed", "INTERNAL")

@@ -1,0 +1,15 @@
+"""A fast JSON response (orjson) used by every route."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import JSONResponse
+
+
+class JSON(JSONResponse):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS)

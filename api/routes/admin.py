@@ -1,0 +1,297 @@
+"""The operator admin API (what "the app" does, DESIGN §4), under ``/functions/v1/admin``.
+
+Authorised by ``Authorization: Bearer <WDS_ADMIN_KEY>``. Creates workspaces, access
+profiles with grants, and tokens (the secret is returned once, only at creation or
+rotation).
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.deps import StateDep, bearer
+from api.responses import JSON
+from api.schemas import ErrorOut
+from api.state import AppState
+from storage import access, meta
+from storage.access import Perms, TokenType
+from storage.errors import Conflict, NotFound, Unauthorized, ValidationError
+from storage.plans import PLANS
+from storage.values import iso
+
+
+def require_admin(request: Request) -> None:
+    key = request.app.state.wds.settings.admin_key
+    secret = bearer(request)
+    if not key or not hmac.compare_digest(secret.encode(), key.encode()):
+        raise Unauthorized("invalid admin key")
+
+
+router = APIRouter(
+    prefix="/functions/v1/admin",
+    tags=["admin"],
+    dependencies=[Depends(require_admin)],
+    responses={s: {"model": ErrorOut} for s in (400, 401, 404, 409)},
+)
+Strict = ConfigDict(extra="forbid")
+PlanName = Literal["free", "starter", "pro", "business", "enterprise"]
+
+
+class WorkspaceIn(BaseModel):
+    model_config = Strict
+    name: str = Field(min_length=1, max_length=255)
+    plan: PlanName = "free"
+
+
+class WorkspacePatch(BaseModel):
+    model_config = Strict
+    name: str | None = Field(default=None, min_length=1, max_length=255)
+    plan: PlanName | None = None
+    read_only: bool | None = None
+    auto_recharge: bool | None = None
+    relay_profile_id: int | None = None
+
+
+class WorkspaceOut(BaseModel):
+    id: int
+    name: str
+    plan: str
+    read_only: bool
+    auto_recharge: bool
+    relay_profile_id: int | None
+    created_at: str
+
+
+class GrantIn(BaseModel):
+    model_config = Strict
+    table_id: int
+    read: bool = True
+    create: bool = False
+    update: bool = False
+    delete: bool = False
+
+
+class ProfileIn(BaseModel):
+    model_config = Strict
+    name: str = Field(min_length=1, max_length=255)
+    grants: list[GrantIn] = Field(default_factory=list)
+
+
+class ProfileOut(BaseModel):
+    id: int
+    name: str
+    grants: list[GrantIn]
+
+
+class TokenIn(BaseModel):
+    model_config = Strict
+    type: Literal["rest_api", "user_mcp", "vibe_mcp"]
+    name: str = Field(min_length=1, max_length=255)
+    profile_id: int | None = None
+    expires_in_seconds: int | None = Field(default=None, gt=0, le=10 * 365 * 86400)
+
+
+class TokenOut(BaseModel):
+    id: int
+    token: str = Field(description="the secret; shown only in this response")
+    type: str
+    name: str
+    expires_at: str | None
+
+
+class TokenInfo(BaseModel):
+    id: int
+    type: str
+    name: str
+    prefix: str
+    profile_id: int | None
+    expires_at: str | None
+    revoked_at: str | None
+    last_used_at: str | None
+    created_at: str
+
+
+def _ws_out(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"], "name": row["name"], "plan": row["plan"], "read_only": row["read_only"],
+        "auto_recharge": row["auto_recharge"], "relay_profile_id": row["relay_profile_id"],
+        "created_at": iso(row["created_at"]),
+    }
+
+
+async def _workspace(state: AppState, workspace_id: int) -> dict[str, Any]:
+    async with state.db.connection() as conn:
+        row = await meta.get_workspace(conn, workspace_id=workspace_id)
+    if row is None:
+        raise NotFound(f"workspace {workspace_id} not found")
+    return row
+
+
+async def _profile_out(state: AppState, row: dict[str, Any]) -> dict[str, Any]:
+    async with state.db.connection() as conn:
+        grants = await access.profile_grants(conn, profile_id=row["id"])
+    return {"id": row["id"], "name": row["name"], "grants": grants}
+
+
+async def _check_tables(state: AppState, workspace_id: int, grants: list[GrantIn]) -> list[tuple[int, Perms]]:
+    schema = await state.schema(workspace_id)
+    seen: set[int] = set()
+    out = []
+    for g in grants:
+        if g.table_id not in schema.tables:
+            raise ValidationError(f"table {g.table_id} is not a table of workspace {workspace_id}")
+        if g.table_id in seen:
+            raise ValidationError(f"table {g.table_id} is granted twice")
+        seen.add(g.table_id)
+        out.append((g.table_id, Perms(g.read, g.create, g.update, g.delete)))
+    return out
+
+
+# --------------------------------------------------------------------------- workspaces
+
+
+@router.post("/workspaces", status_code=201, response_model=WorkspaceOut)
+async def create_workspace(body: WorkspaceIn, state: StateDep) -> JSON:
+    async with state.db.transaction() as conn:
+        row = await meta.create_workspace(conn, name=body.name, plan=body.plan)
+    return JSON(_ws_out(row), status_code=201)
+
+
+@router.get("/workspaces", response_model=list[WorkspaceOut])
+async def list_workspaces(state: StateDep) -> JSON:
+    async with state.db.connection() as conn:
+        rows = await meta.list_workspaces(conn)
+    return JSON([_ws_out(r) for r in rows])
+
+
+@router.get("/workspaces/{workspace_id}", response_model=WorkspaceOut)
+async def get_workspace(workspace_id: int, state: StateDep) -> JSON:
+    return JSON(_ws_out(await _workspace(state, workspace_id)))
+
+
+@router.patch("/workspaces/{workspace_id}", response_model=WorkspaceOut)
+async def patch_workspace(workspace_id: int, body: WorkspacePatch, state: StateDep) -> JSON:
+    """Change plan, read-only state, auto-recharge or the app-user relay profile."""
+    await _workspace(state, workspace_id)
+    changes = body.model_dump(exclude_unset=True)
+    if changes.get("plan") is None:
+        changes.pop("plan", None)
+    if changes.get("relay_profile_id") is not None:
+        async with state.db.connection() as conn:
+            if await access.get_profile(conn, workspace_id=workspace_id, profile_id=changes["relay_profile_id"]) is None:
+                raise ValidationError(f"profile {changes['relay_profile_id']} is not a profile of this workspace")
+    async with state.db.transaction() as conn:
+        row = await meta.update_workspace(conn, workspace_id=workspace_id, changes=changes)
+        await state.caches.notify(conn, tokens=True)
+    state.caches.drop_tokens()
+    assert row is not None
+    return JSON(_ws_out(row))
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+@router.post("/workspaces/{workspace_id}/profiles", status_code=201, response_model=ProfileOut)
+async def create_profile(workspace_id: int, body: ProfileIn, state: StateDep) -> JSON:
+    await _workspace(state, workspace_id)
+    grants = await _check_tables(state, workspace_id, body.grants)
+    try:
+        async with state.db.transaction() as conn:
+            row = await access.create_profile(conn, workspace_id=workspace_id, name=body.name)
+            await access.set_grants(conn, profile_id=row["id"], grants=grants)
+    except Exception as exc:
+        if "unique" in str(exc).lower():
+            raise Conflict(f"a profile named {body.name!r} already exists") from None
+        raise
+    return JSON(await _profile_out(state, row), status_code=201)
+
+
+@router.get("/workspaces/{workspace_id}/profiles", response_model=list[ProfileOut])
+async def list_profiles(workspace_id: int, state: StateDep) -> JSON:
+    await _workspace(state, workspace_id)
+    async with state.db.connection() as conn:
+        rows = await access.list_profiles(conn, workspace_id=workspace_id)
+    return JSON([await _profile_out(state, r) for r in rows])
+
+
+@router.put("/workspaces/{workspace_id}/profiles/{profile_id}/grants", response_model=ProfileOut)
+async def put_grants(workspace_id: int, profile_id: int, body: list[GrantIn], state: StateDep) -> JSON:
+    """Replace a profile's grants."""
+    async with state.db.connection() as conn:
+        row = await access.get_profile(conn, workspace_id=workspace_id, profile_id=profile_id)
+    if row is None:
+        raise NotFound(f"profile {profile_id} not found")
+    grants = await _check_tables(state, workspace_id, body)
+    async with state.db.transaction() as conn:
+        await access.set_grants(conn, profile_id=profile_id, grants=grants)
+        await state.caches.notify(conn, tokens=True)
+    state.caches.drop_tokens()
+    return JSON(await _profile_out(state, row))
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+def _token_out(row: dict[str, Any], secret: str) -> dict[str, Any]:
+    return {"id": row["id"], "token": secret, "type": row["type"], "name": row["name"],
+            "expires_at": iso(row["expires_at"])}
+
+
+@router.post("/workspaces/{workspace_id}/tokens", status_code=201, response_model=TokenOut)
+async def create_token(workspace_id: int, body: TokenIn, state: StateDep) -> JSON:
+    """Create a token. The secret is in this response only; store it now."""
+    await _workspace(state, workspace_id)
+    if body.profile_id is not None:
+        if body.type == "vibe_mcp":
+            raise ValidationError("vibe_mcp tokens see every table and take no profile")
+        async with state.db.connection() as conn:
+            if await access.get_profile(conn, workspace_id=workspace_id, profile_id=body.profile_id) is None:
+                raise ValidationError(f"profile {body.profile_id} is not a profile of this workspace")
+    async with state.db.transaction() as conn:
+        row, secret = await access.create_token(
+            conn, workspace_id=workspace_id, token_type=TokenType(body.type), name=body.name,
+            profile_id=body.profile_id, expires_in_seconds=body.expires_in_seconds,
+        )
+    return JSON(_token_out(row, secret), status_code=201)
+
+
+@router.get("/workspaces/{workspace_id}/tokens", response_model=list[TokenInfo])
+async def list_tokens(workspace_id: int, state: StateDep) -> JSON:
+    """Token metadata; secrets are never listed."""
+    await _workspace(state, workspace_id)
+    async with state.db.connection() as conn:
+        rows = await access.list_tokens(conn, workspace_id=workspace_id)
+    return JSON([
+        {**r, **{k: iso(r[k]) for k in ("expires_at", "revoked_at", "last_used_at", "created_at")}}
+        for r in rows
+    ])
+
+
+@router.post("/workspaces/{workspace_id}/tokens/{token_id}/rotate", response_model=TokenOut)
+async def rotate_token(workspace_id: int, token_id: int, state: StateDep) -> JSON:
+    """New secret with the same rights; the old secret stops working at once."""
+    async with state.db.transaction() as conn:
+        result = await access.rotate_token(conn, workspace_id=workspace_id, token_id=token_id)
+        await state.caches.notify(conn, tokens=True)
+    state.caches.drop_tokens()
+    if result is None:
+        raise NotFound(f"active token {token_id} not found")
+    return JSON(_token_out(*result))
+
+
+@router.delete("/workspaces/{workspace_id}/tokens/{token_id}")
+async def revoke_token(workspace_id: int, token_id: int, state: StateDep) -> JSON:
+    async with state.db.transaction() as conn:
+        row = await access.revoke_token(conn, workspace_id=workspace_id, token_id=token_id)
+        await state.caches.notify(conn, tokens=True)
+    state.caches.drop_tokens()
+    if row is None:
+        raise NotFound(f"token {token_id} not found")
+    return JSON({"id": token_id, "revoked": True, "deleted": True})
+
+
+__all__ = ["router", "PLANS"]

@@ -1,0 +1,83 @@
+"""Columns: list, get, create, patch (rename, options, formula, type), delete."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
+from api.responses import JSON
+from api.routes.tables import ERRORS, require_manage, schema_change
+from api.schemas import ColumnIn, ColumnOut, Deleted
+from api.serialize import column_out
+from storage import meta
+from storage.access import Action
+from storage.columnspec import parse_column_patch, parse_new_column
+from storage.errors import NotFound, ValidationError
+from storage.pipelines import check_computed_columns
+from storage.schema import ColumnMeta, TableMeta
+
+router = APIRouter(prefix="/functions/v1/rest-api/tables/{table_id}/columns", tags=["columns"])
+
+
+def column_or_404(table: TableMeta, column_id: int) -> ColumnMeta:
+    col = table.column_by_id(column_id)
+    if col is None:
+        raise NotFound(f"column {column_id} not found in table {table.id}")
+    return col
+
+
+@router.get("", response_model=list[ColumnOut], responses=ERRORS)
+async def list_columns(table_id: int, principal: RestPrincipal, state: StateDep) -> JSON:
+    table = table_or_404(await state.schema(principal.workspace_id), table_id)
+    require(principal, table, Action.READ)
+    return JSON([column_out(c) for c in table.columns])
+
+
+@router.get("/{column_id}", response_model=ColumnOut, responses=ERRORS)
+async def get_column(table_id: int, column_id: int, principal: RestPrincipal, state: StateDep) -> JSON:
+    table = table_or_404(await state.schema(principal.workspace_id), table_id)
+    require(principal, table, Action.READ)
+    return JSON(column_out(column_or_404(table, column_id)))
+
+
+@router.post("", status_code=201, response_model=ColumnOut, responses=ERRORS)
+async def create_column(table_id: int, body: ColumnIn, principal: RestPrincipal, state: StateDep) -> JSON:
+    require_writable(principal)
+    schema = await state.schema(principal.workspace_id)
+    table = table_or_404(schema, table_id)
+    require_manage(principal, table)
+    spec = parse_new_column(body.model_dump(exclude_unset=True), schema, table)
+    check_computed_columns([spec], table)
+    async with schema_change(state, principal.workspace_id) as conn:
+        col = await meta.create_column(conn, workspace_id=principal.workspace_id, table_id=table.id, spec=spec)
+    return JSON(column_out(col), status_code=201)
+
+
+@router.patch("/{column_id}", response_model=ColumnOut, responses=ERRORS)
+async def patch_column(
+    table_id: int, column_id: int, body: ColumnIn, principal: RestPrincipal, state: StateDep
+) -> JSON:
+    require_writable(principal)
+    schema = await state.schema(principal.workspace_id)
+    table = table_or_404(schema, table_id)
+    require_manage(principal, table)
+    current = column_or_404(table, column_id)
+    data = body.model_dump(exclude_unset=True)
+    if not data:
+        raise ValidationError("nothing to change: send name, type, required, options, formula or config")
+    spec = parse_column_patch(data, meta.spec_of(current), schema, table)
+    check_computed_columns([spec], table, replacing=current.id)
+    async with schema_change(state, principal.workspace_id) as conn:
+        col = await meta.update_column(conn, workspace_id=principal.workspace_id, current=current, spec=spec)
+    return JSON(column_out(col))
+
+
+@router.delete("/{column_id}", response_model=Deleted, responses=ERRORS)
+async def delete_column(table_id: int, column_id: int, principal: RestPrincipal, state: StateDep) -> JSON:
+    require_writable(principal)
+    table = table_or_404(await state.schema(principal.workspace_id), table_id)
+    require_manage(principal, table)
+    col = column_or_404(table, column_id)
+    async with schema_change(state, principal.workspace_id) as conn:
+        await meta.delete_column(conn, workspace_id=principal.workspace_id, col=col)
+    return JSON({"id": col.id, "deleted": True})

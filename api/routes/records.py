@@ -1,0 +1,202 @@
+"""Records: list (filters, order, paging, select/expand, counts), get, create, patch,
+delete and batch create. Writes run the table's computed columns before answering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+
+from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
+from api.pipelines import run_after_write
+from api.responses import JSON
+from api.routes.tables import ERRORS
+from api.schemas import BatchIn, BatchOut, Deleted, RecordIn, RecordList, RecordOut
+from api.state import AppState
+from storage import records as rec
+from storage.access import Action, Principal
+from storage.errors import NotFound, ServiceError
+from storage.query import list_records, parse_params, plan_query
+from storage.schema import TableMeta
+
+router = APIRouter(prefix="/functions/v1/rest-api/tables/{table_id}/records", tags=["records"])
+MAX_BATCH = 500
+
+
+async def _table(state: AppState, principal: Principal, table_id: int, action: Action) -> TableMeta:
+    schema = await state.schema(principal.workspace_id)
+    table = table_or_404(schema, table_id)
+    require(principal, table, action)
+    return table
+
+
+def _fields_of(body: RecordIn) -> dict[str, Any]:
+    if body.fields is not None and body.row_data is not None:
+        raise ServiceError("send either fields or row_data, not both")
+    fields = body.fields if body.fields is not None else body.row_data
+    if fields is None:
+        raise ServiceError("the body needs a fields object keyed by column name")
+    return fields
+
+
+def _with_pipeline(record: dict[str, Any], outcome: dict[str, Any] | None) -> dict[str, Any]:
+    if outcome is not None:
+        record["pipeline"] = outcome
+    return record
+
+
+def _record_id(record_id: str) -> int:
+    # ids are bigints; anything else cannot name a record (404, like an unknown id)
+    if not record_id.isdigit() or len(record_id) > 18:
+        raise NotFound(f"record {record_id} not found")
+    return int(record_id)
+
+
+@router.get("", response_model=RecordList, responses=ERRORS)
+async def list_(
+    table_id: int,
+    request: Request,
+    principal: RestPrincipal,
+    state: StateDep,
+    limit: int | None = Query(None, description="page size, default 100, at most 1000"),
+    offset: int | None = Query(None, description="rows to skip"),
+    order: str | None = Query(None, description="`Col.asc,Col.desc`; any column incl. id, created_at"),
+    select: str | None = Query(None, description="`a,b` or `Rel(Name,Score)` to embed"),
+    expand: str | None = Query(None, description="relation column(s) to embed whole"),
+) -> JSON:
+    """List records. Filters are query parameters `<Column>=<op>.<value>` (eq, neq, gt, gte,
+    lt, lte, like, ilike, in, cs, is, and `not.<op>`), or `filter[<Column>][<op>]=<value>`.
+    `Prefer: count=exact` adds `X-Total-Count` and `Content-Range`."""
+    schema = await state.schema(principal.workspace_id)
+    table = table_or_404(schema, table_id)
+    require(principal, table, Action.READ)
+    query = parse_params(list(request.query_params.multi_items()))
+    plan = plan_query(query, table, can_read=principal.can_read, get_table=schema.tables.get)
+    want_count = "count=exact" in request.headers.get("prefer", "")
+    async with state.db.connection() as conn:
+        records, total = await list_records(conn, plan, count=want_count)
+    headers: dict[str, str] = {}
+    if total is not None:
+        headers["X-Total-Count"] = str(total)
+        if records:
+            headers["Content-Range"] = f"{plan.offset}-{plan.offset + len(records) - 1}/{total}"
+        else:
+            headers["Content-Range"] = f"*/{total}"
+    return JSON({"records": records, "limit": plan.limit, "offset": plan.offset}, headers=headers)
+
+
+@router.get("/{record_id}", response_model=RecordOut, responses=ERRORS)
+async def get_(table_id: int, record_id: str, principal: RestPrincipal, state: StateDep) -> JSON:
+    """One record, with its last pipeline outcome when computed columns ran."""
+    table = await _table(state, principal, table_id, Action.READ)
+    async with state.db.connection() as conn:
+        row = await rec.get_record_row(conn, table=table, record_id=_record_id(record_id))
+    if row is None:
+        raise NotFound(f"record {record_id} not found")
+    return JSON(_with_pipeline(rec.row_to_record(table, row), rec.pipeline_of(row)))
+
+
+@router.post("", status_code=201, response_model=RecordOut, responses=ERRORS)
+async def create(
+    table_id: int,
+    body: RecordIn,
+    principal: RestPrincipal,
+    state: StateDep,
+    run_pipeline: bool = Query(True, description="false skips computed columns"),
+) -> JSON:
+    """Create a record (`fields` or `row_data`); computed columns run before the answer."""
+    require_writable(principal)
+    table = await _table(state, principal, table_id, Action.CREATE)
+    prepared = rec.prepare_fields(table, _fields_of(body), creating=True)
+    async with state.db.connection() as conn:
+        row = await rec.insert_record(conn, table=table, row=prepared)
+    rows, outcome = await run_after_write(
+        state, principal, table, [row], mode="create", changed=None, enabled=run_pipeline
+    )
+    return JSON(_with_pipeline(rec.row_to_record(table, rows[0]), outcome), status_code=201)
+
+
+@router.patch("/{record_id}", response_model=RecordOut, responses=ERRORS)
+async def update(
+    table_id: int,
+    record_id: str,
+    body: RecordIn,
+    principal: RestPrincipal,
+    state: StateDep,
+    run_pipeline: bool = Query(True, description="false skips computed columns"),
+) -> JSON:
+    """Change only the sent fields; computed columns depending on them run."""
+    require_writable(principal)
+    table = await _table(state, principal, table_id, Action.UPDATE)
+    fields = _fields_of(body)
+    prepared = rec.prepare_fields(table, fields, creating=False)
+    async with state.db.connection() as conn:
+        row = await rec.update_record(conn, table=table, record_id=_record_id(record_id), row=prepared)
+    if row is None:
+        raise NotFound(f"record {record_id} not found")
+    rows, outcome = await run_after_write(
+        state, principal, table, [row], mode="edit", changed=list(fields), enabled=run_pipeline
+    )
+    return JSON(_with_pipeline(rec.row_to_record(table, rows[0]), outcome))
+
+
+@router.delete("/{record_id}", response_model=Deleted, responses=ERRORS)
+async def delete(table_id: int, record_id: str, principal: RestPrincipal, state: StateDep) -> JSON:
+    require_writable(principal)
+    table = await _table(state, principal, table_id, Action.DELETE)
+    async with state.db.connection() as conn:
+        row = await rec.delete_record(conn, table=table, record_id=_record_id(record_id))
+    if row is None:
+        raise NotFound(f"record {record_id} not found")
+    return JSON({"id": row["id"], "deleted": True})
+
+
+@router.post("/batch", response_model=BatchOut, responses=ERRORS)
+async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: StateDep) -> JSON:
+    """Create up to 500 records; one result per row in input order. A failing row does
+    not abort the others; valid rows are inserted together in one statement."""
+    require_writable(principal)
+    if len(body.rows) > MAX_BATCH:
+        raise ServiceError(f"a batch holds at most {MAX_BATCH} rows, got {len(body.rows)}", code="BATCH_TOO_LARGE")
+    table = await _table(state, principal, table_id, Action.CREATE)
+    results: list[dict[str, Any]] = [{} for _ in body.rows]
+    valid: list[tuple[int, rec.PreparedRow]] = []
+    for i, raw in enumerate(body.rows):
+        fields = raw.get("fields", raw.get("row_data", raw)) if isinstance(raw, dict) else raw
+        if isinstance(raw, dict) and ("fields" in raw or "row_data" in raw) and len(raw) != 1:
+            results[i] = {"index": i, "error": "a row is {fields: {...}} or a plain object of fields", "code": "VALIDATION_ERROR"}
+            continue
+        try:
+            valid.append((i, rec.prepare_fields(table, fields, creating=True)))
+        except ServiceError as exc:
+            results[i] = {"index": i, "error": exc.message, "code": exc.code}
+    inserted: list[tuple[int, dict[str, Any]]] = []
+    if valid:
+        try:
+            async with state.db.transaction() as conn:
+                rows = await rec.insert_records(conn, table=table, rows=[p for _, p in valid])
+            inserted = list(zip([i for i, _ in valid], rows))
+        except ServiceError:
+            # a row failed in the database (e.g. a relation to a missing record):
+            # isolate it by inserting row by row
+            for i, prepared in valid:
+                try:
+                    async with state.db.transaction() as conn:
+                        row = await rec.insert_record(conn, table=table, row=prepared)
+                    inserted.append((i, row))
+                except ServiceError as exc:
+                    results[i] = {"index": i, "error": exc.message, "code": exc.code}
+    rows_after, outcome = await run_after_write(
+        state, principal, table, [r for _, r in inserted], mode="create", changed=None,
+        enabled=body.run_pipeline,
+    )
+    per_row = (outcome or {}).get("per_record", {})
+    for (i, _), row in zip(inserted, rows_after):
+        record = rec.row_to_record(table, row)
+        if per_row.get(str(row["id"])) is not None:
+            record["pipeline"] = per_row[str(row["id"])]
+        results[i] = {"index": i, "record": record}
+    out: dict[str, Any] = {"results": results}
+    if outcome is not None:
+        out["pipeline"] = {k: v for k, v in outcome.items() if k != "per_record"}
+    return JSON(out)

@@ -1,0 +1,157 @@
+"""Tables: list, create (with columns), get, patch, delete."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from fastapi import APIRouter
+
+from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
+from api.responses import JSON
+from api.schemas import Deleted, ErrorOut, TableIn, TableOut, TablePatch, TableSummary
+from api.serialize import table_out, table_summary
+from api.state import AppState
+from storage import access, meta
+from storage.access import Action, Principal, TokenType
+from storage.columnspec import parse_new_column
+from storage.errors import Conflict, Forbidden, ValidationError
+from storage.pipelines import check_computed_columns
+from storage.schema import TableMeta, WorkspaceSchema
+
+router = APIRouter(prefix="/functions/v1/rest-api", tags=["tables"])
+ERRORS: dict[int | str, dict[str, Any]] = {
+    s: {"model": ErrorOut} for s in (400, 401, 402, 403, 404, 409, 429)
+}
+MAX_TABLE_NAME = 255
+
+
+@asynccontextmanager
+async def schema_change(state: AppState, workspace_id: int) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A transaction that changes a workspace's schema; all caches drop it on commit."""
+    try:
+        async with state.db.transaction() as conn:
+            # serialise schema changes per workspace (names, positions, DDL)
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (workspace_id,))
+            yield conn
+            await state.caches.notify(conn, workspace_id=workspace_id)
+    except psycopg.errors.UniqueViolation as exc:
+        raise Conflict("a table or column with that name already exists") from exc
+    finally:
+        state.caches.drop_schema(workspace_id)
+
+
+def require_manage(principal: Principal, table: TableMeta) -> None:
+    """Schema changes need every right on the table (its creator, a full grant, or the builder)."""
+    perms = principal.perms(table.id)
+    if not (perms.read and perms.create and perms.update and perms.delete):
+        raise Forbidden(f"changing table {table.name!r} needs full access to it")
+
+
+def _table_name(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError("table name must be a non-empty string")
+    name = value.strip()
+    if len(name) > MAX_TABLE_NAME or any(ord(c) < 32 for c in name):
+        raise ValidationError("table name is too long or has control characters")
+    return name
+
+
+def _semantic(value: Any, table: TableMeta | None, column_names: set[str]) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    cols = list(dict.fromkeys(value.columns))
+    missing = [c for c in cols if c not in column_names]
+    if missing:
+        raise ValidationError(f"semantic_search names unknown column(s): {', '.join(missing)}")
+    return {"columns": cols}
+
+
+async def _created_table(state: AppState, principal: Principal, table_id: int) -> TableMeta:
+    schema = await state.schema(principal.workspace_id)
+    return table_or_404(schema, table_id)
+
+
+@router.get("/tables", response_model=list[TableSummary], responses=ERRORS)
+async def list_tables(principal: RestPrincipal, state: StateDep) -> JSON:
+    """Tables the token can read."""
+    schema = await state.schema(principal.workspace_id)
+    return JSON([table_summary(t) for t in schema.tables.values() if principal.can_read(t.id)])
+
+
+@router.post("/tables", status_code=201, response_model=TableOut, responses=ERRORS)
+async def create_table(body: TableIn, principal: RestPrincipal, state: StateDep) -> JSON:
+    """Create a table with its columns; the creating token gets full access to it."""
+    require_writable(principal)
+    name = _table_name(body.name)
+    schema: WorkspaceSchema = await state.schema(principal.workspace_id)
+    specs = []
+    seen: set[str] = set()
+    for raw in body.columns:
+        spec = parse_new_column(raw.model_dump(exclude_unset=True), schema, None)
+        if spec.name in seen:
+            raise ValidationError(f"duplicate column name {spec.name!r}")
+        seen.add(spec.name)
+        specs.append(spec)
+    check_computed_columns(specs)
+    semantic = _semantic(body.semantic_search, None, seen)
+    async with schema_change(state, principal.workspace_id) as conn:
+        if await meta.table_name_taken(conn, workspace_id=principal.workspace_id, name=name):
+            raise Conflict(f"a table named {name!r} already exists")
+        row = await meta.create_table(
+            conn, workspace_id=principal.workspace_id, name=name, icon=body.icon, token_id=principal.token_id
+        )
+        for spec in specs:
+            await meta.create_column(conn, workspace_id=principal.workspace_id, table_id=row["id"], spec=spec)
+        if semantic is not None:
+            await meta.update_table(conn, table_id=row["id"], changes={"semantic": semantic})
+        if principal.type is TokenType.REST_API:
+            await access.grant_created_table(conn, token_id=principal.token_id, table_id=row["id"])
+        await state.caches.notify(conn, tokens=True)
+    state.caches.drop_tokens()
+    return JSON(table_out(await _created_table(state, principal, row["id"])), status_code=201)
+
+
+@router.get("/tables/{table_id}", response_model=TableOut, responses=ERRORS)
+async def get_table(table_id: int, principal: RestPrincipal, state: StateDep) -> JSON:
+    table = table_or_404(await state.schema(principal.workspace_id), table_id)
+    require(principal, table, Action.READ)
+    return JSON(table_out(table))
+
+
+@router.patch("/tables/{table_id}", response_model=TableOut, responses=ERRORS)
+async def patch_table(table_id: int, body: TablePatch, principal: RestPrincipal, state: StateDep) -> JSON:
+    """Rename a table, change its icon, or set its semantic-search columns."""
+    require_writable(principal)
+    table = table_or_404(await state.schema(principal.workspace_id), table_id)
+    require_manage(principal, table)
+    changes: dict[str, Any] = {}
+    fields = body.model_dump(exclude_unset=True)
+    if "name" in fields:
+        changes["name"] = _table_name(body.name)
+    if "icon" in fields:
+        changes["icon"] = body.icon
+    if "semantic_search" in fields:
+        changes["semantic"] = _semantic(body.semantic_search, table, {c.name for c in table.columns})
+    async with schema_change(state, principal.workspace_id) as conn:
+        if "name" in changes and await meta.table_name_taken(
+            conn, workspace_id=principal.workspace_id, name=changes["name"], exclude_id=table.id
+        ):
+            raise Conflict(f"a table named {changes['name']!r} already exists")
+        await meta.update_table(conn, table_id=table.id, changes=changes)
+    return JSON(table_out(await _created_table(state, principal, table.id)))
+
+
+@router.delete("/tables/{table_id}", response_model=Deleted, responses=ERRORS)
+async def delete_table(table_id: int, principal: RestPrincipal, state: StateDep) -> JSON:
+    """Drop the table and all its records (irreversible)."""
+    require_writable(principal)
+    table = table_or_404(await state.schema(principal.workspace_id), table_id)
+    require_manage(principal, table)
+    async with schema_change(state, principal.workspace_id) as conn:
+        await meta.delete_table(conn, workspace_id=principal.workspace_id, table_id=table.id)
+        await state.caches.notify(conn, tokens=True)
+    state.caches.drop_tokens()
+    return JSON({"id": table.id, "deleted": True})

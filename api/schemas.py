@@ -1,0 +1,147 @@
+"""Request and response models of the REST API (they make ``/openapi.json``).
+
+Request models check shapes; the domain rules (types, options, relations, formulas)
+are checked by ``storage`` so that REST, MCP and the SDK share them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Strict = ConfigDict(extra="forbid")
+
+
+class ErrorOut(BaseModel):
+    error: str
+    code: str
+    upgrade: bool | None = None
+
+
+class OptionIn(BaseModel):
+    model_config = Strict
+    id: str | None = None
+    label: str
+    color: str | None = None
+
+
+class OptionOut(BaseModel):
+    id: str
+    label: str
+    color: str
+
+
+class ColumnIn(BaseModel):
+    """A column definition; ``column_type`` is accepted as an alias of ``type``."""
+
+    model_config = Strict
+    name: str | None = None
+    type: str | None = None
+    column_type: str | None = None
+    required: bool | None = None
+    options: list[OptionIn | str] | None = None
+    formula: str | None = None
+    config: dict[str, Any] | None = None
+    relation_table_id: int | None = None
+    relation_source_column_id: int | None = None
+    position: int | None = None
+
+
+class ColumnOut(BaseModel):
+    id: int
+    table_id: int
+    name: str
+    type: str
+    required: bool
+    options: list[OptionOut]
+    position: int
+    computed: bool
+    formula: str | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    relation_table: int | None = None
+    relation_label_column: int | None = None
+
+
+class SemanticIn(BaseModel):
+    model_config = Strict
+    columns: list[str]
+
+
+class TableIn(BaseModel):
+    model_config = Strict
+    name: str
+    icon: str | None = None
+    columns: list[ColumnIn] = Field(default_factory=list)
+    semantic_search: SemanticIn | None = None
+
+
+class TablePatch(BaseModel):
+    model_config = Strict
+    name: str | None = None
+    icon: str | None = None
+    semantic_search: SemanticIn | None = None
+
+
+class TableSummary(BaseModel):
+    id: int
+    name: str
+    icon: str | None
+    created_at: str
+    updated_at: str
+
+
+class TableOut(TableSummary):
+    columns: list[ColumnOut]
+    semantic_search: dict[str, Any] | None = None
+
+
+class Deleted(BaseModel):
+    id: int | str
+    deleted: Literal[True] = True
+
+
+class PipelineOut(BaseModel):
+    status: str
+    run_id: str | None = None
+    errors: dict[str, str] = Field(default_factory=dict)
+
+
+class RecordOut(BaseModel):
+    id: int
+    fields: dict[str, Any]
+    created_at: str
+    updated_at: str
+    pipeline: PipelineOut | None = None
+
+
+class RecordList(BaseModel):
+    records: list[RecordOut]
+    limit: int
+    offset: int
+
+
+class RecordIn(BaseModel):
+    """``fields`` (or its alias ``row_data``) keyed by column name."""
+
+    model_config = Strict
+    fields: dict[str, Any] | None = None
+    row_data: dict[str, Any] | None = None
+
+
+class BatchIn(BaseModel):
+    model_config = Strict
+    rows: list[dict[str, Any]]
+    run_pipeline: bool = True
+
+
+class BatchResult(BaseModel):
+    index: int
+    record: RecordOut | None = None
+    error: str | None = None
+    code: str | None = None
+
+
+class BatchOut(BaseModel):
+    results: list[BatchResult]
+    pipeline: PipelineOut | None = None

@@ -1,0 +1,29 @@
+"""Process-wide state of an API process: settings, pool, caches, Temporal client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from api.cache import Caches
+from storage import meta
+from storage.db import Database
+from storage.schema import WorkspaceSchema
+from wds.config import Settings
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    db: Database
+    caches: Caches = field(default_factory=Caches)
+    temporal: Any = None  # temporalio.client.Client once connected
+    worker: Any = None  # in-process temporalio.worker.Worker
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    async def schema(self, workspace_id: int) -> WorkspaceSchema:
+        async def load() -> WorkspaceSchema:
+            async with self.db.connection() as conn:
+                return await meta.load_schema(conn, workspace_id=workspace_id)
+
+        return await self.caches.schema(workspace_id, load)

@@ -1,0 +1,81 @@
+"""The PostgreSQL connection pool and the few helpers every storage module uses."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from storage.errors import Unavailable
+
+META = "wds"  # schema of our own metadata tables
+
+
+class Database:
+    """An async connection pool with autocommit connections.
+
+    Transactions are explicit (``async with db.transaction() as conn``); single statements
+    run in autocommit so a read costs exactly one round trip. A database outage surfaces
+    as :class:`Unavailable` (503) after ``timeout_s`` instead of a hang.
+    """
+
+    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 20, timeout_s: float = 5.0) -> None:
+        self.dsn = dsn
+        self.timeout_s = timeout_s
+        self.pool = AsyncConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout_s,
+            open=False,
+            kwargs={
+                "autocommit": True,
+                "row_factory": dict_row,
+                "connect_timeout": max(1, int(timeout_s)),
+                # timestamps render in UTC whatever the server's default
+                "options": "-c timezone=UTC",
+            },
+            check=AsyncConnectionPool.check_connection,
+            reconnect_timeout=3600,
+        )
+
+    async def open(self) -> None:
+        await self.pool.open(wait=True, timeout=30)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
+        try:
+            async with self.pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise Unavailable("the database is not reachable right now") from exc
+        except psycopg.OperationalError as exc:
+            # connection lost mid-request: the pool discards it; the client may retry
+            raise Unavailable("the database connection was lost; retry the request") from exc
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
+        async with self.connection() as conn:
+            async with conn.transaction():
+                yield conn
+
+    async def fetchrow(self, query: Any, params: Any = None) -> dict[str, Any] | None:
+        async with self.connection() as conn:
+            cur = await conn.execute(query, params)
+            return await cur.fetchone()
+
+    async def fetch(self, query: Any, params: Any = None) -> list[dict[str, Any]]:
+        async with self.connection() as conn:
+            cur = await conn.execute(query, params)
+            return await cur.fetchall()
+
+    async def execute(self, query: Any, params: Any = None) -> None:
+        async with self.connection() as conn:
+            await conn.execute(query, params)

@@ -1,0 +1,127 @@
+"""Domain errors with stable codes.
+
+Every client-facing failure is a :class:`ServiceError` carrying a stable ``code`` and the
+HTTP status the API answers with. Storage, activities and the API raise these; one
+exception handler in ``api/errors.py`` renders them as ``{"error", "code"}``. A retired
+code is never reused.
+
+Hierarchy::
+
+    ServiceError (400 VALIDATION_ERROR)
+    ├── InvalidValue        400 INVALID_VALUE / INVALID_OPTION / REQUIRED_FIELD / READ_ONLY_COLUMN
+    ├── UnknownColumn       400 UNKNOWN_COLUMN
+    ├── UnknownOperator     400 UNKNOWN_OPERATOR
+    ├── InvalidSQL          400 INVALID_SQL
+    ├── InvalidFormula      400 INVALID_FORMULA
+    ├── Unauthorized        401 UNAUTHORIZED
+    ├── Forbidden           403 FORBIDDEN / WRONG_PROTOCOL / PLAN_READ_ONLY
+    ├── NotFound            404 NOT_FOUND
+    ├── Conflict            409 CONFLICT
+    ├── PlanLimit           402 PLAN_LIMIT_*           (adds "upgrade": true)
+    ├── RateLimited         429 PLAN_RATE_LIMIT_API / TOKEN_RATE_LIMIT
+    └── Unavailable         503 UNAVAILABLE
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ServiceError(Exception):
+    """A failure the client caused or must be told about, rendered as ``{error, code}``."""
+
+    status: int = 400
+    code: str = "VALIDATION_ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status: int | None = None,
+        extra: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.extra = extra or {}
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.message, "code": self.code, **self.extra}
+
+
+class ValidationError(ServiceError):
+    code = "VALIDATION_ERROR"
+
+
+class InvalidValue(ServiceError):
+    code = "INVALID_VALUE"
+
+
+class UnknownColumn(ServiceError):
+    code = "UNKNOWN_COLUMN"
+
+
+class UnknownOperator(ServiceError):
+    code = "UNKNOWN_OPERATOR"
+
+
+class InvalidSQL(ServiceError):
+    code = "INVALID_SQL"
+
+
+class InvalidFormula(ServiceError):
+    code = "INVALID_FORMULA"
+
+
+class Unauthorized(ServiceError):
+    status = 401
+    code = "UNAUTHORIZED"
+
+
+class Forbidden(ServiceError):
+    status = 403
+    code = "FORBIDDEN"
+
+
+class NotFound(ServiceError):
+    status = 404
+    code = "NOT_FOUND"
+
+
+class Conflict(ServiceError):
+    status = 409
+    code = "CONFLICT"
+
+
+class PayloadTooLarge(ServiceError):
+    status = 413
+    code = "PAYLOAD_TOO_LARGE"
+
+
+class SQLTimeout(ServiceError):
+    status = 408
+    code = "SQL_TIMEOUT"
+
+
+class PlanLimit(ServiceError):
+    status = 402
+
+    def __init__(self, message: str, *, kind: str, **kw: Any) -> None:
+        super().__init__(message, code=f"PLAN_LIMIT_{kind.upper()}", **kw)
+        self.extra["upgrade"] = True
+
+
+class RateLimited(ServiceError):
+    status = 429
+    code = "PLAN_RATE_LIMIT_API"
+
+
+class Unavailable(ServiceError):
+    status = 503
+    code = "UNAVAILABLE"

@@ -1,0 +1,240 @@
+"""Stage 3 of the record query compiler: a :class:`QueryPlan` → SQL.
+
+Every name is a ``psycopg.sql.Identifier`` built from ids (``ws_<w>.t_<t>``, ``c_<c>``)
+and every value — including human column names used as JSON keys — is a bound
+parameter, so nothing a client sends is ever part of the SQL text.
+
+Rows of :func:`build_list` have the columns, in this order:
+
+1. ``id``, ``created_at``, ``updated_at``;
+2. one raw column per entry of ``plan.fields`` (``c_<id>``, in plan order);
+3. one jsonb column per entry of ``plan.embeds``: the related record as
+   ``{"id", "created_at", "updated_at", "fields": {<human name>: <to_jsonb(value)>}}``,
+   or NULL when the relation is empty or dangling.
+
+:func:`build_count` counts with the same WHERE clause; :mod:`storage.query.listing`
+sends both statements in one pipeline (one round trip).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from storage.query.parse import Op
+from storage.query.plan import Embed, JsonOperand, Kind, PlannedFilter, PlannedOrder, QueryPlan
+
+TABLE_ALIAS = "t"
+_EMBED_ALIAS = "r"
+# jsonb_build_object takes at most 100 arguments; build wide objects in chunks and merge
+_PAIRS_PER_CALL = 40
+
+_COMPARE = {Op.EQ: "=", Op.GT: ">", Op.GTE: ">=", Op.LT: "<", Op.LTE: "<="}
+_PG_TYPE = {
+    Kind.TEXT: "text",
+    Kind.SELECT: "text",
+    Kind.NUMBER: "float8",
+    Kind.DATE: "timestamptz",
+    Kind.INT: "bigint",
+    Kind.BOOL: "boolean",
+}
+# Guards the text → numeric cast of JSON strings: bounded digits and exponent can never
+# overflow numeric, so a filter can never raise a run-time cast error (a 500).
+_NUMERIC_TEXT_RE = r"^\s*[-+]?([0-9]{1,100}(\.[0-9]{0,100})?|\.[0-9]{1,100})([eE][-+]?[0-9]{1,3})?\s*$"
+
+Fragment = tuple[sql.Composable, list[Any]]
+
+
+def build_where(filters: Sequence[PlannedFilter], alias: str = TABLE_ALIAS) -> Fragment:
+    """The AND of ``filters`` as a boolean SQL expression over ``alias``, and its params.
+
+    No filters give ``TRUE``. Negated filters match where the condition is false or NULL.
+    """
+    if not filters:
+        return sql.SQL("TRUE"), []
+    parts: list[sql.Composable] = []
+    params: list[Any] = []
+    for f in filters:
+        cond, p = _condition(f, sql.Identifier(alias, f.target.physical))
+        if f.negate:
+            cond = sql.SQL("({}) IS NOT TRUE").format(cond)
+        else:
+            cond = sql.SQL("({})").format(cond)
+        parts.append(cond)
+        params.extend(p)
+    return sql.SQL(" AND ").join(parts), params
+
+
+def build_list(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
+    """The page query for ``plan`` (row layout in the module docstring)."""
+    params: list[Any] = []
+    columns: list[sql.Composable] = [
+        sql.Identifier(TABLE_ALIAS, name) for name in ("id", "created_at", "updated_at")
+    ]
+    columns.extend(sql.Identifier(TABLE_ALIAS, col.physical) for col in plan.fields)
+    for i, embed in enumerate(plan.embeds):
+        expr, p = _embed_expr(embed)
+        columns.append(sql.SQL("{} AS {}").format(expr, sql.Identifier(f"e_{i}")))
+        params.extend(p)
+    where, where_params = build_where(plan.filters)
+    params.extend(where_params)
+    order, order_params = _order_by(plan.order)
+    params.extend(order_params)
+    params.extend([plan.limit, plan.offset])
+    query = sql.SQL("SELECT {} FROM {} AS {} WHERE {} ORDER BY {} LIMIT %s OFFSET %s").format(
+        sql.SQL(", ").join(columns),
+        _table(plan.table.workspace_id, plan.table.id),
+        sql.Identifier(TABLE_ALIAS),
+        where,
+        order,
+    )
+    return query, params
+
+
+def build_count(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
+    """``SELECT count(*)`` over the same WHERE clause as :func:`build_list`."""
+    where, params = build_where(plan.filters)
+    query = sql.SQL("SELECT count(*) FROM {} AS {} WHERE {}").format(
+        _table(plan.table.workspace_id, plan.table.id), sql.Identifier(TABLE_ALIAS), where
+    )
+    return query, params
+
+
+def _table(workspace_id: int, table_id: int) -> sql.Composable:
+    return sql.Identifier(f"ws_{int(workspace_id)}", f"t_{int(table_id)}")
+
+
+def _typed_param(kind: Kind, array: bool = False) -> sql.Composable:
+    return sql.SQL("%s::" + _PG_TYPE[kind] + ("[]" if array else ""))
+
+
+def _json_text(c: sql.Composable) -> sql.Composable:
+    return sql.SQL("({} #>> '{{}}')").format(c)
+
+
+def _json_number(c: sql.Composable) -> sql.Composable:
+    """The numeric value of a JSON number or numeric-looking string, else NULL."""
+    return sql.SQL(
+        "(CASE WHEN jsonb_typeof({c}) = 'number' THEN ({c})::numeric"
+        " WHEN jsonb_typeof({c}) = 'string' AND {t} ~ {re} THEN {t}::numeric END)"
+    ).format(c=c, t=_json_text(c), re=sql.Literal(_NUMERIC_TEXT_RE))
+
+
+def _condition(f: PlannedFilter, c: sql.Composable) -> Fragment:
+    """The positive condition of one filter (may evaluate to NULL)."""
+    kind, op, value = f.target.kind, f.op, f.value
+    if op is Op.IS:
+        return _is(kind, value, c), []
+    if kind is Kind.JSON:
+        return _json_condition(op, value, c)
+    if kind is Kind.MULTI:
+        # eq and cs: contains (all of) the option ids; in: overlaps any of them
+        template = "{} && %s::text[]" if op is Op.IN else "{} @> %s::text[]"
+        return sql.SQL(template).format(c), [list(value)]
+    if kind is Kind.BOOL:
+        # a checkbox never set reads as false
+        c = sql.SQL("coalesce({}, false)").format(c)
+    if op in (Op.LIKE, Op.ILIKE):
+        return sql.SQL("{} " + op.value.upper() + " %s::text").format(c), [value]
+    if op is Op.IN:
+        return sql.SQL("{} = ANY({})").format(c, _typed_param(kind, array=True)), [list(value)]
+    return sql.SQL("{} " + _COMPARE[op] + " {}").format(c, _typed_param(kind)), [value]
+
+
+def _is(kind: Kind, value: str, c: sql.Composable) -> sql.Composable:
+    if value == "null":
+        empty = {
+            Kind.FILE: "({c} IS NULL OR {c} = '[]'::jsonb)",
+            Kind.MULTI: "({c} IS NULL OR cardinality({c}) = 0)",
+            Kind.JSON: "({c} IS NULL OR {c} = 'null'::jsonb)",
+        }.get(kind, "{c} IS NULL")
+        return sql.SQL(empty).format(c=c)
+    if kind is Kind.BOOL:
+        return sql.SQL("{} IS TRUE" if value == "true" else "{} IS NOT TRUE").format(c)
+    return sql.SQL("{} = {}::jsonb").format(c, sql.Literal(value))  # JSON true/false
+
+
+def _json_condition(op: Op, value: Any, c: sql.Composable) -> Fragment:
+    text = _json_text(c)
+    if op in (Op.LIKE, Op.ILIKE):
+        return sql.SQL("{} " + op.value.upper() + " %s::text").format(text), [value]
+    if op is Op.IN:
+        operands: tuple[JsonOperand, ...] = value
+        numbers = [o.number for o in operands if o.number is not None]
+        return (
+            sql.SQL("(coalesce({} = ANY(%s::numeric[]), false) OR {} = ANY(%s::text[]))").format(
+                _json_number(c), text
+            ),
+            [numbers, [o.text for o in operands]],
+        )
+    if op is Op.CS:
+        # a JSON array contains each value, as a number or as a string
+        parts: list[sql.Composable] = []
+        params: list[Any] = []
+        for o in value:
+            candidates = [Jsonb([o.text])] + ([Jsonb([float(o.number)])] if o.number is not None else [])
+            parts.append(
+                sql.SQL("({})").format(
+                    sql.SQL(" OR ").join(sql.SQL("{} @> %s::jsonb").format(c) for _ in candidates)
+                )
+            )
+            params.extend(candidates)
+        if not parts:
+            return sql.SQL("jsonb_typeof({}) = 'array'").format(c), []
+        return sql.SQL(" AND ").join(parts), params
+    operand: JsonOperand = value
+    symbol = _COMPARE[op]
+    if operand.number is None:
+        return sql.SQL("{} " + symbol + " %s::text").format(text), [operand.text]
+    if op is Op.EQ:
+        return (
+            sql.SQL("(coalesce({} = %s::numeric, false) OR {} = %s::text)").format(_json_number(c), text),
+            [operand.number, operand.text],
+        )
+    return sql.SQL("{} " + symbol + " %s::numeric").format(_json_number(c)), [operand.number]
+
+
+def _order_by(order: Sequence[PlannedOrder]) -> Fragment:
+    parts: list[sql.Composable] = []
+    params: list[Any] = []
+    for term in order:
+        expr: sql.Composable = sql.Identifier(TABLE_ALIAS, term.target.physical)
+        if term.option_ids is not None:
+            # single_select sorts by the options' order, not by their random ids
+            expr = sql.SQL("array_position(%s::text[], {})").format(expr)
+            params.append(list(term.option_ids))
+        suffix = " DESC" if term.desc else " ASC"
+        if term.nulls is not None:
+            suffix += " NULLS FIRST" if term.nulls == "first" else " NULLS LAST"
+        parts.append(sql.SQL("{}" + suffix).format(expr))
+    return sql.SQL(", ").join(parts), params
+
+
+def _embed_expr(embed: Embed) -> Fragment:
+    """A scalar subquery yielding the related record as jsonb (NULL when absent)."""
+    r = _EMBED_ALIAS
+    params: list[Any] = []
+    chunks: list[sql.Composable] = []
+    for start in range(0, len(embed.fields), _PAIRS_PER_CALL):
+        pairs: list[sql.Composable] = []
+        for col in embed.fields[start : start + _PAIRS_PER_CALL]:
+            pairs.append(sql.SQL("%s::text, to_jsonb({})").format(sql.Identifier(r, col.physical)))
+            params.append(col.name)
+        chunks.append(sql.SQL("jsonb_build_object({})").format(sql.SQL(", ").join(pairs)))
+    fields = sql.SQL(" || ").join(chunks) if chunks else sql.SQL("'{}'::jsonb")
+    expr = sql.SQL(
+        "(SELECT jsonb_build_object('id', {rid}, 'created_at', {rc}, 'updated_at', {ru}, 'fields', {f})"
+        " FROM {tbl} AS {ra} WHERE {rid} = {link})"
+    ).format(
+        rid=sql.Identifier(r, "id"),
+        rc=sql.Identifier(r, "created_at"),
+        ru=sql.Identifier(r, "updated_at"),
+        f=fields,
+        tbl=_table(embed.table.workspace_id, embed.table.id),
+        ra=sql.Identifier(r),
+        link=sql.Identifier(TABLE_ALIAS, embed.column.physical),
+    )
+    return expr, params

@@ -1,0 +1,196 @@
+"""In-memory description of a workspace's tables and columns.
+
+These frozen dataclasses are what every layer plans against: the query compiler, the SQL
+translator, value coercion, the pipeline graph. They are built from the metadata tables
+(``storage/meta.py``) and cached per workspace by the API.
+
+Physical naming (DESIGN §3): workspace ``W`` lives in schema ``ws_W``; table ``T`` is
+``ws_W.t_T``; column ``C`` is ``c_C``. Renames therefore never touch data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class ColumnType(StrEnum):
+    TEXT = "text"
+    NUMBER = "number"
+    DATE = "date"
+    CHECKBOX = "checkbox"
+    SINGLE_SELECT = "single_select"
+    MULTI_SELECT = "multi_select"
+    RELATION = "relation"
+    FILE = "file"
+    # computed kinds
+    FORMULA = "formula"
+    HTTP_REQUEST = "http_request"
+    ACTION = "action"
+    JSON_PARSER = "json_parser"
+    AI_AGENT = "ai_agent"
+    CREATE_RECORD = "create_record"
+    UPDATE_RECORD = "update_record"
+    DELETE_RECORD = "delete_record"
+    FETCH_RECORDS = "fetch_records"
+    LOOP = "loop"
+    DELAY = "delay"
+
+    @property
+    def computed(self) -> bool:
+        return self not in DATA_TYPES
+
+
+DATA_TYPES = frozenset(
+    {
+        ColumnType.TEXT,
+        ColumnType.NUMBER,
+        ColumnType.DATE,
+        ColumnType.CHECKBOX,
+        ColumnType.SINGLE_SELECT,
+        ColumnType.MULTI_SELECT,
+        ColumnType.RELATION,
+        ColumnType.FILE,
+    }
+)
+COMPUTED_TYPES = frozenset(t for t in ColumnType if t not in DATA_TYPES)
+SELECT_TYPES = frozenset({ColumnType.SINGLE_SELECT, ColumnType.MULTI_SELECT})
+OPTION_COLORS = (
+    "red", "orange", "amber", "green", "teal", "blue", "indigo", "purple", "pink", "gray",
+)
+
+# PostgreSQL storage type per data column type (DESIGN §3). Computed columns store jsonb.
+PG_TYPES: dict[ColumnType, str] = {
+    ColumnType.TEXT: "text",
+    ColumnType.NUMBER: "double precision",
+    ColumnType.DATE: "timestamptz",
+    ColumnType.CHECKBOX: "boolean",
+    ColumnType.SINGLE_SELECT: "text",
+    ColumnType.MULTI_SELECT: "text[]",
+    ColumnType.RELATION: "bigint",
+    ColumnType.FILE: "jsonb",
+}
+COMPUTED_PG_TYPE = "jsonb"
+
+# System columns visible as record attributes (not inside ``fields``).
+SYSTEM_COLUMNS = ("id", "created_at", "updated_at")
+
+
+def schema_name(workspace_id: int) -> str:
+    return f"ws_{int(workspace_id)}"
+
+
+def table_name(table_id: int) -> str:
+    return f"t_{int(table_id)}"
+
+
+def column_name(column_id: int) -> str:
+    return f"c_{int(column_id)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    id: str
+    label: str
+    color: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"id": self.id, "label": self.label, "color": self.color}
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnMeta:
+    id: int
+    table_id: int
+    name: str
+    type: ColumnType
+    required: bool = False
+    position: int = 0
+    options: tuple[Option, ...] = ()
+    config: dict[str, Any] = field(default_factory=dict)
+    formula: str | None = None
+    relation_table_id: int | None = None
+    relation_label_column_id: int | None = None
+
+    @property
+    def computed(self) -> bool:
+        return self.type.computed
+
+    @property
+    def physical(self) -> str:
+        """Physical column name, ``c_<id>``."""
+        return column_name(self.id)
+
+    def option_by_id_or_label(self, value: str) -> Option | None:
+        """Resolve a select value given as option id or label (ids win on a tie)."""
+        for opt in self.options:
+            if opt.id == value:
+                return opt
+        for opt in self.options:
+            if opt.label == value:
+                return opt
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class TableMeta:
+    id: int
+    workspace_id: int
+    name: str
+    icon: str | None
+    columns: tuple[ColumnMeta, ...]
+    created_at: Any = None
+    updated_at: Any = None
+    semantic: dict[str, Any] | None = None
+
+    @property
+    def schema(self) -> str:
+        return schema_name(self.workspace_id)
+
+    @property
+    def physical(self) -> str:
+        return table_name(self.id)
+
+    def column(self, name: str) -> ColumnMeta | None:
+        """Column by its human name (exact match)."""
+        for col in self.columns:
+            if col.name == name:
+                return col
+        return None
+
+    def column_by_id(self, column_id: int) -> ColumnMeta | None:
+        for col in self.columns:
+            if col.id == column_id:
+                return col
+        return None
+
+    def column_ref(self, ref: str | int) -> ColumnMeta | None:
+        """Column by name, or by id when ``ref`` is an int or all digits and no name matches."""
+        if isinstance(ref, str):
+            col = self.column(ref)
+            if col is not None:
+                return col
+            if not ref.isdigit():
+                return None
+        return self.column_by_id(int(ref))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceSchema:
+    """All tables of one workspace, as cached by the API."""
+
+    workspace_id: int
+    tables: dict[int, TableMeta]
+
+    def table(self, ref: str | int) -> TableMeta | None:
+        """Table by id (int or digit string) or by exact name."""
+        if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+            t = self.tables.get(int(ref))
+            if t is not None:
+                return t
+        if isinstance(ref, str):
+            for t in self.tables.values():
+                if t.name == ref:
+                    return t
+        return None

@@ -1,0 +1,298 @@
+"""Stage 2 of the SQL endpoint: resolve human names, type literals, build the plan.
+
+Name resolution (tables and columns alike): an exact match first, then a
+case-insensitive match if exactly one name fits; quoting only matters to the parser
+(names with spaces or keywords need double quotes). The system columns ``id``,
+``created_at`` and ``updated_at`` are reserved: written in lower case they always mean the
+system columns, as in the flat row shape.
+
+Literals are typed by the column they are compared with (see ``_typed``); select columns
+accept an option id or label and compare by option id, an unknown option is
+``INVALID_OPTION`` exactly as in REST filters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import sql
+
+from storage.errors import InvalidSQL, ServiceError, ValidationError
+from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
+from storage.sqlquery.build import (
+    KIND_COMPUTED,
+    KIND_ID,
+    KIND_TIMESTAMP,
+    Field,
+    Fragment,
+    JsonOperand,
+    build_queries,
+    condition,
+    order_item,
+)
+from storage.sqlquery.parse import ColumnRef, Cond, Lit, Name, Op, parse_query
+from storage.values import invalid_option, parse_datetime
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+MAX_IN_VALUES = 200
+_MAX_BIGINT = 2**63 - 1
+
+_COMPARE = frozenset({Op.EQ, Op.NEQ, Op.GT, Op.GTE, Op.LT, Op.LTE, Op.IN, Op.IS_NULL})
+_EQUALITY = frozenset({Op.EQ, Op.NEQ, Op.IN, Op.IS_NULL})
+_OPS_BY_KIND: dict[str, frozenset[Op]] = {
+    ColumnType.TEXT: _COMPARE | {Op.LIKE},
+    ColumnType.NUMBER: _COMPARE,
+    ColumnType.DATE: _COMPARE,
+    ColumnType.RELATION: _COMPARE,
+    KIND_ID: _COMPARE,
+    KIND_TIMESTAMP: _COMPARE,
+    KIND_COMPUTED: _COMPARE,
+    ColumnType.CHECKBOX: _EQUALITY,
+    ColumnType.SINGLE_SELECT: _EQUALITY,
+    ColumnType.MULTI_SELECT: _EQUALITY,
+    ColumnType.FILE: frozenset({Op.IS_NULL}),
+}
+_SYSTEM_KINDS = {"id": KIND_ID, "created_at": KIND_TIMESTAMP, "updated_at": KIND_TIMESTAMP}
+assert set(_SYSTEM_KINDS) == set(SYSTEM_COLUMNS)
+
+
+@dataclass(frozen=True, slots=True)
+class SqlPlan:
+    """A validated query, ready for :func:`storage.sqlquery.run_sql`.
+
+    ``count_query`` takes ``where_params``; ``rows_query`` (``None`` for ``COUNT(*)``)
+    takes :attr:`rows_params`. ``fields`` are the output columns in order.
+    """
+
+    table: TableMeta
+    count_only: bool
+    fields: tuple[Field, ...]
+    count_query: sql.Composed
+    rows_query: sql.Composed | None
+    where_params: tuple[Any, ...]
+    order_params: tuple[Any, ...]
+    limit: int
+    offset: int
+
+    @property
+    def rows_params(self) -> tuple[Any, ...]:
+        return (*self.where_params, *self.order_params, self.limit, self.offset)
+
+
+def translate(
+    query: str,
+    *,
+    resolve_table: Callable[[str], TableMeta | None],
+    can_read: Callable[[int], bool],
+) -> SqlPlan:
+    """Parse, check and translate one query of the SQL endpoint's grammar. Pure.
+
+    Args:
+        query: the client's SQL text.
+        resolve_table: the table of the caller's workspace with this human name, or
+            ``None``; :func:`table_resolver` builds one with the documented matching rules.
+        can_read: whether the caller's token may read the table with this id.
+
+    Raises:
+        InvalidSQL: anything outside the grammar, an unknown or unreadable table, an
+            unknown column, an operator or literal that does not fit the column.
+        ServiceError: ``INVALID_OPTION`` (unknown select option), ``LIMIT_TOO_LARGE``
+            (LIMIT above 1000), ``TOO_MANY_VALUES`` (IN with more than 200 values).
+        PayloadTooLarge: the query text is longer than 10,000 characters.
+    """
+    parsed = parse_query(query)
+    table = resolve_table(parsed.table.text)
+    if table is None:
+        raise InvalidSQL(f"unknown table {parsed.table.text!r}")
+    if not can_read(table.id):
+        raise InvalidSQL(f"no read access to table {parsed.table.text!r} with this token")
+
+    if parsed.fields is None:
+        _check_qualifier(table, parsed.star_qualifier)
+        fields = star_fields(table)
+    else:
+        resolved = [_resolve(table, ref) for ref in parsed.fields]
+        fields = tuple({f.physical: f for f in resolved}.values())  # repeats collapse
+    where = tuple(_plan_condition(table, cond) for cond in parsed.where)
+
+    order: list[Fragment] = []
+    ordered_by_id = False
+    for term in parsed.order:
+        field = _resolve(table, term.column)
+        ordered_by_id = ordered_by_id or field.kind == KIND_ID
+        order.append(order_item(field, term.desc, term.nulls_first))
+    if not ordered_by_id:
+        # A unique tie-breaker makes LIMIT/OFFSET paging deterministic.
+        order.append(order_item(_system_field("id"), desc=False, nulls_first=False))
+
+    limit = DEFAULT_LIMIT if parsed.limit is None else parsed.limit
+    if limit > MAX_LIMIT:
+        raise ValidationError(f"LIMIT may be at most {MAX_LIMIT}", code="LIMIT_TOO_LARGE")
+    count_query, rows_query, params, order_params = build_queries(
+        schema=table.schema, table=table.physical, fields=fields, where=where, order=tuple(order)
+    )
+    return SqlPlan(
+        table=table,
+        count_only=parsed.count,
+        fields=() if parsed.count else fields,
+        count_query=count_query,
+        rows_query=None if parsed.count else rows_query,
+        where_params=params,
+        order_params=() if parsed.count else order_params,
+        limit=limit,
+        offset=parsed.offset or 0,
+    )
+
+
+def table_resolver(tables: Iterable[TableMeta]) -> Callable[[str], TableMeta | None]:
+    """A ``resolve_table`` for :func:`translate` over one workspace's tables.
+
+    Exact name first, then the one table whose name matches case-insensitively.
+
+    Raises (from the returned callable):
+        InvalidSQL: several tables match case-insensitively and none exactly.
+    """
+    candidates = tuple(tables)
+
+    def resolve(name: str) -> TableMeta | None:
+        found: TableMeta | None = _match(name, candidates, lambda t: t.name, "table")
+        return found
+
+    return resolve
+
+
+def star_fields(table: TableMeta) -> tuple[Field, ...]:
+    """``*``: the system columns, then every column in position order."""
+    columns = sorted(table.columns, key=lambda c: (c.position, c.id))
+    return tuple(_system_field(n) for n in SYSTEM_COLUMNS) + tuple(_column_field(c) for c in columns)
+
+
+def _match(name: str, items: tuple[Any, ...], key: Callable[[Any], str], what: str) -> Any:
+    for item in items:
+        if key(item) == name:
+            return item
+    folded = name.casefold()
+    hits = [item for item in items if key(item).casefold() == folded]
+    if len(hits) > 1:
+        raise InvalidSQL(f"{what} name {name!r} is ambiguous: write it exactly, in double quotes")
+    return hits[0] if hits else None
+
+
+def _system_field(name: str) -> Field:
+    return Field(name=name, physical=name, kind=_SYSTEM_KINDS[name])
+
+
+def _column_field(col: ColumnMeta) -> Field:
+    kind = KIND_COMPUTED if col.computed else col.type.value
+    return Field(name=col.name, physical=col.physical, kind=kind, meta=col)
+
+
+def _check_qualifier(table: TableMeta, q: Name | None) -> None:
+    if q is not None and _match(q.text, (table,), lambda t: t.name, "table") is None:
+        raise InvalidSQL(f"{q.text!r} is not the table in FROM ({table.name!r})")
+
+
+def _resolve(table: TableMeta, ref: ColumnRef) -> Field:
+    _check_qualifier(table, ref.qualifier)
+    name: Name = ref.name
+    if name.text in _SYSTEM_KINDS:
+        return _system_field(name.text)
+    items: tuple[Any, ...] = (*table.columns, *SYSTEM_COLUMNS)
+    found = _match(name.text, items, lambda c: c if isinstance(c, str) else c.name, "column")
+    if found is None:
+        raise InvalidSQL(f"unknown column {name.text!r} in table {table.name!r}")
+    return _system_field(found) if isinstance(found, str) else _column_field(found)
+
+
+def _plan_condition(table: TableMeta, cond: Cond) -> Fragment:
+    field = _resolve(table, cond.column)
+    allowed = _OPS_BY_KIND[field.kind]
+    if cond.op not in allowed:
+        label = f"NOT {cond.op.value}" if cond.negate else cond.op.value
+        raise InvalidSQL(f"{label} is not supported on {_kind_label(field)} column {field.name!r}")
+    if cond.op is Op.IN and len(cond.values) > MAX_IN_VALUES:
+        raise ServiceError(f"IN takes at most {MAX_IN_VALUES} values", code="TOO_MANY_VALUES")
+    values = tuple(_typed(field, lit, cond.op) for lit in cond.values)
+    return condition(field, cond.op, values, cond.negate)
+
+
+def _kind_label(field: Field) -> str:
+    return {KIND_ID: "the id", KIND_TIMESTAMP: "timestamp"}.get(field.kind, field.kind.replace("_", "-"))
+
+
+def _typed(field: Field, lit: Lit, op: Op) -> Any:
+    """The bound parameter for ``lit`` compared with ``field`` (stored representation)."""
+    value = lit.value
+    kind = field.kind
+
+    def bad(expected: str) -> InvalidSQL:
+        return InvalidSQL(f"column {field.name!r} is compared with {value!r}, expected {expected}")
+
+    if kind == ColumnType.TEXT:
+        if not isinstance(value, str):
+            raise bad("a 'single-quoted' string")
+        return value
+    if kind == ColumnType.NUMBER:
+        return float(_number(value, bad))  # bound as double precision, like the column
+    if kind in (ColumnType.DATE, KIND_TIMESTAMP):
+        if not isinstance(value, str):
+            raise bad("an ISO date string such as '2024-03-01'")
+        try:
+            return parse_datetime(value)
+        except ValueError:
+            raise bad("an ISO date string such as '2024-03-01'") from None
+    if kind in (ColumnType.RELATION, KIND_ID):
+        num = _number(value, bad)
+        if not float(num).is_integer() or abs(num) > _MAX_BIGINT:
+            raise bad("a record id")
+        return int(num)
+    if kind == ColumnType.CHECKBOX:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise bad("TRUE or FALSE")
+    if kind in (ColumnType.SINGLE_SELECT, ColumnType.MULTI_SELECT):
+        assert field.meta is not None
+        if not isinstance(value, str):
+            raise bad("an option id or label in single quotes")
+        opt = field.meta.option_by_id_or_label(value)
+        if opt is None:
+            raise invalid_option(field.meta, value)
+        return opt.id
+    if kind == KIND_COMPUTED:
+        if isinstance(value, bool):
+            return JsonOperand(None, "true" if value else "false")
+        if isinstance(value, str):
+            try:
+                num = float(value.strip())
+            except ValueError:
+                return JsonOperand(None, value)
+            return JsonOperand(num if math.isfinite(num) else None, value)
+        return JsonOperand(float(value), _number_text(value))
+    raise bad("no value")  # file columns only take IS [NOT] NULL, refused before this
+
+
+def _number_text(value: int | float) -> str:
+    """How a JSON number prints as text (``5`` not ``5.0``), for text comparisons."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return str(value)
+
+
+def _number(value: str | int | float | bool, bad: Callable[[str], InvalidSQL]) -> int | float:
+    if isinstance(value, bool):
+        raise bad("a number")
+    if isinstance(value, str):
+        try:
+            num: int | float = float(value.strip())
+        except ValueError:
+            raise bad("a number") from None
+        if not math.isfinite(num):
+            raise bad("a finite number")
+        return num
+    return value

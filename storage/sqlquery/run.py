@@ -1,0 +1,112 @@
+"""Running a :class:`SqlPlan`: read-only, workspace-scoped, time-boxed.
+
+Defence in depth around the translator's allow-list: the plan runs in a READ ONLY
+transaction, as the NOLOGIN role ``wds_ro_<workspace_id>`` (``storage.ddl.ro_role``: USAGE
+on ``ws_<id>`` and SELECT on its tables, nothing else), with ``search_path`` pinned to ``pg_catalog`` and a
+``statement_timeout`` that shares one budget between the count and the page. The
+transaction is always rolled back: it never wrote anything, and rolling back also undoes
+the ``SET LOCAL`` settings when the caller's connection was already inside a transaction
+(we then run in a savepoint).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
+
+from storage.ddl import ro_role
+from storage.errors import InvalidSQL, SQLTimeout
+from storage.sqlquery.build import KIND_TIMESTAMP, Field
+from storage.sqlquery.plan import SqlPlan
+from storage.values import decode_value, iso
+
+_MIN_TIMEOUT_MS = 1
+
+
+async def run_sql(
+    conn: psycopg.AsyncConnection[Any],
+    plan: SqlPlan,
+    *,
+    workspace_id: int,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """Execute a translated query and shape the response.
+
+    Args:
+        conn: a connection (autocommit or not; if a transaction is open the query runs
+            in a savepoint that is rolled back).
+        plan: from :func:`storage.sqlquery.translate` for the same workspace.
+        workspace_id: the caller's workspace; its read-only role runs the query.
+        timeout_s: the plan's SQL timeout, covering the count and the page together.
+
+    Returns:
+        ``{"count": n}`` for ``COUNT(*)``; otherwise ``{"rows", "total", "table", "limit",
+        "offset"}`` with rows flat and keyed by human names (values as in REST: select
+        columns give option ids, dates and timestamps ISO strings).
+
+    Raises:
+        SQLTimeout: the query ran past ``timeout_s`` (408 ``SQL_TIMEOUT``).
+        InvalidSQL: the plan belongs to another workspace, or the database rejected a
+            value (e.g. a LIKE pattern ending in the escape character).
+    """
+    if plan.table.workspace_id != workspace_id:
+        # Same answer as for a table that does not exist: workspaces are invisible.
+        raise InvalidSQL(f"unknown table {plan.table.name!r}")
+    if timeout_s <= 0:
+        raise ValueError("timeout_s must be positive")
+    deadline = time.monotonic() + timeout_s
+    top_level = conn.info.transaction_status == TransactionStatus.IDLE
+    try:
+        async with conn.transaction(force_rollback=True):
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                # REPEATABLE READ gives the count and the page one snapshot; it can only be
+                # chosen at the start of a top-level transaction.
+                mode = "ISOLATION LEVEL REPEATABLE READ, READ ONLY" if top_level else "READ ONLY"
+                await cur.execute(sql.SQL("SET TRANSACTION " + mode))
+                await cur.execute(
+                    sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(ro_role(workspace_id)))
+                )
+                await cur.execute(sql.SQL("SET LOCAL search_path TO pg_catalog"))
+                await _set_timeout(cur, deadline)
+                await cur.execute(plan.count_query, plan.where_params)
+                row = await cur.fetchone()
+                total = int(row[0]) if row is not None else 0
+                if plan.count_only or plan.rows_query is None:
+                    return {"count": total}
+                await _set_timeout(cur, deadline)
+                await cur.execute(plan.rows_query, plan.rows_params)
+                raw_rows = await cur.fetchall()
+    except pg_errors.QueryCanceled as exc:
+        raise SQLTimeout(f"the query ran longer than the plan's SQL timeout of {timeout_s:g} s") from exc
+    except pg_errors.DataError as exc:
+        raise InvalidSQL(f"the database rejected a value: {exc.diag.message_primary}") from exc
+    return {
+        "rows": [_row(plan.fields, raw) for raw in raw_rows],
+        "total": total,
+        "table": plan.table.name,
+        "limit": plan.limit,
+        "offset": plan.offset,
+    }
+
+
+async def _set_timeout(cur: psycopg.AsyncCursor[Any], deadline: float) -> None:
+    remaining_ms = max(_MIN_TIMEOUT_MS, int((deadline - time.monotonic()) * 1000))
+    await cur.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(remaining_ms)))
+
+
+def _row(fields: tuple[Field, ...], raw: tuple[Any, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field, value in zip(fields, raw, strict=True):
+        if field.meta is not None:
+            out[field.name] = decode_value(field.meta, value)
+        elif field.kind == KIND_TIMESTAMP:
+            out[field.name] = iso(value)
+        else:
+            out[field.name] = value
+    return out

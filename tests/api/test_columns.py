@@ -1,0 +1,95 @@
+"""Columns: list, get, create, patch (rename, options, type), delete."""
+
+from __future__ import annotations
+
+
+def test_create_get_and_list_columns(ws):
+    t = ws.create_table("C")
+    r = ws.api.post(f"/tables/{t['id']}/columns", json={"name": "Score", "type": "number", "required": True})
+    assert r.status_code == 201, r.text
+    col = r.json()
+    assert col["name"] == "Score" and col["type"] == "number" and col["required"] is True and col["computed"] is False
+    assert ws.api.get(f"/tables/{t['id']}/columns/{col['id']}").json()["name"] == "Score"
+    assert [c["id"] for c in ws.api.get(f"/tables/{t['id']}/columns").json()] == [col["id"]]
+
+
+def test_column_type_alias_is_accepted(ws):
+    t = ws.create_table("C")
+    r = ws.api.post(f"/tables/{t['id']}/columns", json={"name": "D", "column_type": "date"})
+    assert r.status_code == 201 and r.json()["type"] == "date"
+
+
+def test_rename_column_keeps_its_values(ws):
+    t = ws.create_table("C", [{"name": "Old", "type": "text"}])
+    col = t["columns"][0]
+    rec = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Old": "kept"}}).json()
+    r = ws.api.patch(f"/tables/{t['id']}/columns/{col['id']}", json={"name": "New"})
+    assert r.status_code == 200 and r.json()["name"] == "New"
+    assert ws.api.get(f"/tables/{t['id']}/records/{rec['id']}").json()["fields"] == {"New": "kept"}
+
+
+def test_editing_options_keeps_ids_and_clears_removed_values(ws):
+    t = ws.create_table("C", [{"name": "S", "type": "single_select", "options": ["a", "b"]},
+                              {"name": "M", "type": "multi_select", "options": ["x", "y"]}])
+    s, m = t["columns"]
+    a_id, b_id = (o["id"] for o in s["options"])
+    x_id, y_id = (o["id"] for o in m["options"])
+    rec = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"S": "b", "M": ["x", "y"]}}).json()
+    r = ws.api.patch(f"/tables/{t['id']}/columns/{s['id']}", json={"options": [{"id": a_id, "label": "A!", "color": "green"}, "c"]})
+    assert r.status_code == 200, r.text
+    opts = r.json()["options"]
+    assert opts[0] == {"id": a_id, "label": "A!", "color": "green"} and opts[1]["label"] == "c"
+    ws.api.patch(f"/tables/{t['id']}/columns/{m['id']}", json={"options": ["x"]})
+    got = ws.api.get(f"/tables/{t['id']}/records/{rec['id']}").json()["fields"]
+    assert got == {"S": None, "M": [x_id]}
+
+
+def test_bad_option_color_is_refused(ws):
+    t = ws.create_table("C", [{"name": "S", "type": "single_select", "options": ["a"]}])
+    r = ws.api.patch(f"/tables/{t['id']}/columns/{t['columns'][0]['id']}", json={"options": [{"label": "a", "color": "mauve"}]})
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR"
+
+
+def test_duplicate_column_name_is_a_conflict(ws):
+    t = ws.create_table("C", [{"name": "A", "type": "text"}])
+    r = ws.api.post(f"/tables/{t['id']}/columns", json={"name": "A", "type": "number"})
+    assert r.status_code == 409 and r.json()["code"] == "CONFLICT"
+
+
+def test_relation_column_needs_a_table_of_this_workspace(ws, make_workspace):
+    target = ws.create_table("Target", [{"name": "Name", "type": "text"}])
+    t = ws.create_table("Src")
+    r = ws.api.post(f"/tables/{t['id']}/columns", json={"name": "L", "type": "relation", "relation_table_id": target["id"]})
+    assert r.status_code == 201, r.text
+    assert r.json()["relation_table"] == target["id"]
+    assert r.json()["relation_label_column"] == target["columns"][0]["id"]
+    other = make_workspace().create_table("Elsewhere")
+    r = ws.api.post(f"/tables/{t['id']}/columns", json={"name": "L2", "type": "relation", "relation_table_id": other["id"]})
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR"
+    r = ws.api.post(f"/tables/{t['id']}/columns", json={"name": "L3", "type": "relation", "relation_table_id": target["id"],
+                                                        "relation_source_column_id": 999999})
+    assert r.status_code == 400
+
+
+def test_change_type_to_text_keeps_a_readable_value(ws):
+    t = ws.create_table("C", [{"name": "N", "type": "number"}])
+    rec = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"N": 42}}).json()
+    r = ws.api.patch(f"/tables/{t['id']}/columns/{t['columns'][0]['id']}", json={"type": "text"})
+    assert r.status_code == 200 and r.json()["type"] == "text"
+    assert ws.api.get(f"/tables/{t['id']}/records/{rec['id']}").json()["fields"]["N"] == "42"
+
+
+def test_delete_column_removes_its_values(ws):
+    t = ws.create_table("C", [{"name": "A", "type": "text"}, {"name": "B", "type": "text"}])
+    rec = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": "1", "B": "2"}}).json()
+    r = ws.api.delete(f"/tables/{t['id']}/columns/{t['columns'][0]['id']}")
+    assert r.status_code == 200 and r.json()["deleted"] is True
+    assert ws.api.get(f"/tables/{t['id']}/records/{rec['id']}").json()["fields"] == {"B": "2"}
+    assert ws.api.get(f"/tables/{t['id']}/columns/{t['columns'][0]['id']}").status_code == 404
+
+
+def test_patch_with_nothing_or_unknown_fields_is_refused(ws):
+    t = ws.create_table("C", [{"name": "A", "type": "text"}])
+    cid = t["columns"][0]["id"]
+    assert ws.api.patch(f"/tables/{t['id']}/columns/{cid}", json={}).json()["code"] == "VALIDATION_ERROR"
+    assert ws.api.patch(f"/tables/{t['id']}/columns/{cid}", json={"colour": "x"}).json()["code"] == "VALIDATION_ERROR"

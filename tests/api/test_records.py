@@ -1,0 +1,146 @@
+"""Records: create, get, patch, delete, and value rules for every type."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+COLUMNS = [
+    {"name": "Title", "type": "text", "required": True},
+    {"name": "Score", "type": "number"},
+    {"name": "Due", "type": "date"},
+    {"name": "Done", "type": "checkbox"},
+    {"name": "Status", "type": "single_select", "options": ["todo", "doing", "done"]},
+    {"name": "Tags", "type": "multi_select", "options": ["red", "blue"]},
+    {"name": "Files", "type": "file"},
+]
+
+
+@pytest.fixture
+def table(ws):
+    return ws.create_table("Tasks", COLUMNS)
+
+
+def opt(table, col, label):
+    c = next(c for c in table["columns"] if c["name"] == col)
+    return next(o["id"] for o in c["options"] if o["label"] == label)
+
+
+def test_create_and_get_record_with_every_type(ws, table):
+    body = {"fields": {"Title": "A", "Score": 2.5, "Due": "2026-01-05", "Done": True, "Status": "doing",
+                       "Tags": ["red", opt(table, "Tags", "blue")], "Files": ["https://example.com/a.png"]}}
+    r = ws.api.post(f"/tables/{table['id']}/records", json=body)
+    assert r.status_code == 201, r.text
+    rec = r.json()
+    assert set(rec) >= {"id", "fields", "created_at", "updated_at"}
+    f = rec["fields"]
+    assert f["Title"] == "A" and f["Score"] == 2.5 and f["Done"] is True
+    assert f["Due"].startswith("2026-01-05T00:00:00")
+    assert f["Status"] == opt(table, "Status", "doing")
+    assert f["Tags"] == [opt(table, "Tags", "red"), opt(table, "Tags", "blue")]
+    assert f["Files"] == ["https://example.com/a.png"]
+    assert ws.api.get(f"/tables/{table['id']}/records/{rec['id']}").json()["fields"] == f
+
+
+def test_row_data_is_accepted_as_an_alias_of_fields(ws, table):
+    r = ws.api.post(f"/tables/{table['id']}/records", json={"row_data": {"Title": "via row_data"}})
+    assert r.status_code == 201 and r.json()["fields"]["Title"] == "via row_data"
+
+
+def test_unset_values_read_as_empty(ws, table):
+    rec = ws.api.post(f"/tables/{table['id']}/records", json={"fields": {"Title": "x"}}).json()
+    f = rec["fields"]
+    assert f["Score"] is None and f["Due"] is None and f["Done"] is False
+    assert f["Status"] is None and f["Tags"] == [] and f["Files"] == []
+
+
+def test_integral_numbers_come_back_as_integers(ws, table):
+    rec = ws.api.post(f"/tables/{table['id']}/records", json={"fields": {"Title": "x", "Score": 3}}).json()
+    assert rec["fields"]["Score"] == 3 and isinstance(rec["fields"]["Score"], int)
+
+
+def test_datetime_with_offset_is_kept_as_an_instant(ws, table):
+    rec = ws.api.post(f"/tables/{table['id']}/records", json={"fields": {"Title": "x", "Due": "2026-03-01T10:00:00+02:00"}}).json()
+    assert rec["fields"]["Due"].startswith("2026-03-01T08:00:00")
+
+
+@pytest.mark.parametrize("fields,code", [
+    ({}, "REQUIRED_FIELD"),
+    ({"Title": ""}, "REQUIRED_FIELD"),
+    ({"Title": None}, "REQUIRED_FIELD"),
+    ({"Title": "x", "Nope": 1}, "UNKNOWN_COLUMN"),
+    ({"Title": "x", "Score": "abc"}, "INVALID_VALUE"),
+    ({"Title": "x", "Score": True}, "INVALID_VALUE"),
+    ({"Title": "x", "Due": "yesterday"}, "INVALID_VALUE"),
+    ({"Title": "x", "Done": "maybe"}, "INVALID_VALUE"),
+    ({"Title": "x", "Status": "unknown"}, "INVALID_OPTION"),
+    ({"Title": "x", "Tags": ["red", "green"]}, "INVALID_OPTION"),
+    ({"Title": "x", "Files": ["not a url"]}, "INVALID_VALUE"),
+    ({"Title": {"nested": 1}}, "INVALID_VALUE"),
+    ({"Title": "x\u0000y"}, "INVALID_VALUE"),
+])
+def test_bad_values_are_refused_and_nothing_is_written(ws, table, fields, code):
+    r = ws.api.post(f"/tables/{table['id']}/records", json={"fields": fields})
+    assert r.status_code == 400, r.text
+    assert r.json()["code"] == code
+    assert ws.api.get(f"/tables/{table['id']}/records").json()["records"] == []
+
+
+def test_patch_changes_only_sent_fields_and_advances_updated_at(ws, table):
+    rec = ws.api.post(f"/tables/{table['id']}/records", json={"fields": {"Title": "a", "Score": 1}}).json()
+    time.sleep(0.01)
+    r = ws.api.patch(f"/tables/{table['id']}/records/{rec['id']}", json={"fields": {"Score": 2}})
+    assert r.status_code == 200
+    new = r.json()
+    assert new["fields"]["Title"] == "a" and new["fields"]["Score"] == 2
+    assert new["updated_at"] > rec["updated_at"] and new["created_at"] == rec["created_at"]
+
+
+def test_patch_cannot_clear_a_required_column(ws, table):
+    rec = ws.api.post(f"/tables/{table['id']}/records", json={"fields": {"Title": "a"}}).json()
+    r = ws.api.patch(f"/tables/{table['id']}/records/{rec['id']}", json={"fields": {"Title": None}})
+    assert r.status_code == 400 and r.json()["code"] == "REQUIRED_FIELD"
+
+
+def test_delete_record(ws, table):
+    rec = ws.api.post(f"/tables/{table['id']}/records", json={"fields": {"Title": "a"}}).json()
+    r = ws.api.delete(f"/tables/{table['id']}/records/{rec['id']}")
+    assert r.status_code == 200 and r.json() == {"id": rec["id"], "deleted": True}
+    assert ws.api.get(f"/tables/{table['id']}/records/{rec['id']}").status_code == 404
+    assert ws.api.delete(f"/tables/{table['id']}/records/{rec['id']}").status_code == 404
+
+
+@pytest.mark.parametrize("rid", ["999999", "abc", "-1", "1.5", "99999999999999999999999"])
+def test_unknown_or_malformed_record_ids_are_404(ws, table, rid):
+    for method in ("GET", "PATCH", "DELETE"):
+        r = ws.api.request(method, f"/tables/{table['id']}/records/{rid}",
+                           json={"fields": {"Score": 1}} if method == "PATCH" else None)
+        assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND", (method, rid, r.text)
+
+
+def test_relation_returns_the_related_id_and_checks_it_exists(ws):
+    people = ws.create_table("People", [{"name": "Name", "type": "text"}])
+    tasks = ws.create_table("Jobs", [{"name": "Owner", "type": "relation", "relation_table_id": people["id"]}])
+    p = ws.api.post(f"/tables/{people['id']}/records", json={"fields": {"Name": "Ann"}}).json()
+    r = ws.api.post(f"/tables/{tasks['id']}/records", json={"fields": {"Owner": p["id"]}})
+    assert r.status_code == 201 and r.json()["fields"]["Owner"] == p["id"]
+    bad = ws.api.post(f"/tables/{tasks['id']}/records", json={"fields": {"Owner": 987654}})
+    assert bad.status_code == 400 and bad.json()["code"] == "INVALID_VALUE"
+    # deleting the related record clears the link
+    ws.api.delete(f"/tables/{people['id']}/records/{p['id']}")
+    assert ws.api.get(f"/tables/{tasks['id']}/records/{r.json()['id']}").json()["fields"]["Owner"] is None
+
+
+def test_file_cells_accept_bucket_references_and_return_urls(ws):
+    t = ws.create_table("F", [{"name": "Doc", "type": "file"}])
+    r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Doc": [{"bucket": "docs", "path": "a/b.pdf"}]}})
+    assert r.status_code == 201, r.text
+    url = r.json()["fields"]["Doc"][0]
+    assert url.startswith("http") and url.endswith("/storage/v1/object/docs/a/b.pdf")
+
+
+def test_computed_columns_refuse_client_writes(ws):
+    t = ws.create_table("F", [{"name": "A", "type": "number"}, {"name": "B", "type": "formula", "formula": "{A} * 2"}])
+    r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": 1, "B": 5}})
+    assert r.status_code == 400 and r.json()["code"] == "READ_ONLY_COLUMN"

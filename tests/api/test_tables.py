@@ -1,0 +1,88 @@
+"""Tables: list, create with columns, get, patch, delete."""
+
+from __future__ import annotations
+
+
+def test_create_table_returns_it_with_its_columns(ws):
+    r = ws.api.post("/tables", json={"name": "Tasks", "icon": "check", "columns": [
+        {"name": "Title", "type": "text", "required": True},
+        {"name": "Points", "type": "number"},
+        {"name": "Status", "column_type": "single_select", "options": [{"label": "todo", "color": "red"}, "done"]},
+    ]})
+    assert r.status_code == 201, r.text
+    t = r.json()
+    assert t["name"] == "Tasks" and t["icon"] == "check"
+    assert [c["name"] for c in t["columns"]] == ["Title", "Points", "Status"]
+    assert [c["type"] for c in t["columns"]] == ["text", "number", "single_select"]
+    assert t["columns"][0]["required"] is True
+    status = t["columns"][2]
+    assert [o["label"] for o in status["options"]] == ["todo", "done"]
+    assert status["options"][0]["color"] == "red" and status["options"][1]["color"] in (
+        "red", "orange", "amber", "green", "teal", "blue", "indigo", "purple", "pink", "gray")
+    assert all(o["id"] for o in status["options"])
+    assert t["created_at"] and t["updated_at"]
+
+
+def test_list_tables_shows_summaries(ws):
+    t = ws.create_table("Alpha")
+    r = ws.api.get("/tables")
+    assert r.status_code == 200
+    rows = [x for x in r.json() if x["id"] == t["id"]]
+    assert rows and set(rows[0]) == {"id", "name", "icon", "created_at", "updated_at"}
+
+
+def test_table_names_are_unique_per_workspace(ws, make_workspace):
+    ws.create_table("Same")
+    r = ws.api.post("/tables", json={"name": "Same", "columns": []})
+    assert r.status_code == 409 and r.json()["code"] == "CONFLICT"
+    other = make_workspace()
+    other.create_table("Same")  # another workspace may use the name
+
+
+def test_create_table_with_bad_input_is_refused_and_creates_nothing(ws):
+    bad = [
+        {"name": "", "columns": []},
+        {"name": "X", "columns": [{"name": "A", "type": "nope"}]},
+        {"name": "X", "columns": [{"name": "A", "type": "text"}, {"name": "A", "type": "number"}]},
+        {"name": "X", "columns": [{"name": "S", "type": "single_select", "options": [{"label": "a", "color": "black"}]}]},
+        {"name": "X", "columns": [{"name": "id", "type": "text"}]},
+        {"name": "X", "columns": [{"name": "R", "type": "relation"}]},
+        {"name": "X", "columns": [{"name": "F", "type": "formula", "formula": "1 +"}]},
+        {"name": "X", "columns": "nope"},
+        {"nam": "X"},
+    ]
+    for body in bad:
+        r = ws.api.post("/tables", json=body)
+        assert r.status_code == 400, (body, r.text)
+        assert set(r.json()) >= {"error", "code"}
+    assert all(t["name"] != "X" for t in ws.api.get("/tables").json())
+
+
+def test_patch_table_renames_and_changes_icon(ws):
+    t = ws.create_table("Old")
+    r = ws.api.patch(f"/tables/{t['id']}", json={"name": "New", "icon": "star"})
+    assert r.status_code == 200 and r.json()["name"] == "New" and r.json()["icon"] == "star"
+    assert ws.api.get(f"/tables/{t['id']}").json()["name"] == "New"
+
+
+def test_delete_table_drops_it_and_its_records(ws):
+    t = ws.create_table("Gone", [{"name": "A", "type": "text"}])
+    ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": "x"}})
+    r = ws.api.delete(f"/tables/{t['id']}")
+    assert r.status_code == 200 and r.json() == {"id": t["id"], "deleted": True}
+    assert ws.api.get(f"/tables/{t['id']}").json()["code"] == "NOT_FOUND"
+    assert ws.api.get(f"/tables/{t['id']}/records").status_code == 404
+
+
+def test_deleting_a_table_removes_relation_columns_pointing_at_it(ws):
+    a = ws.create_table("A", [{"name": "Name", "type": "text"}])
+    b = ws.create_table("B", [{"name": "Link", "type": "relation", "relation_table_id": a["id"]}])
+    assert ws.api.delete(f"/tables/{a['id']}").status_code == 200
+    cols = ws.api.get(f"/tables/{b['id']}/columns").json()
+    assert cols == []
+
+
+def test_unknown_table_is_404(ws):
+    for path in ("/tables/999999", "/tables/999999/columns", "/tables/999999/records", "/tables/999999/records/1"):
+        r = ws.api.get(path)
+        assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND", path

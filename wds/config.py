@@ -1,0 +1,58 @@
+"""Process configuration, read only from the environment (``WDS_*``) by pydantic-settings."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob of the API and worker processes.
+
+    ``wds dev`` fills in the embedded database and Temporal addresses; in production all of
+    these come from the environment (see docs/operations.md).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="WDS_", extra="ignore")
+
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/wds"
+    temporal_address: str = "127.0.0.1:7233"
+    temporal_namespace: str = "default"
+    task_queue: str = "wds-pipelines"
+    redis_url: str | None = None
+
+    admin_key: str | None = Field(default=None, description="operator key for /functions/v1/admin")
+    secret_key: str | None = Field(default=None, description="key encrypting stored credentials")
+    public_base_url: str = "http://127.0.0.1:8000"
+    data_dir: Path = Path(".wds")
+
+    # dev mode relaxes the SSRF guard (pipelines may call loopback) and prints secrets once
+    dev_mode: bool = False
+    http_allowed_hosts: str = ""
+
+    db_pool_min: int = 2
+    db_pool_max: int = 20
+    db_timeout_s: float = 5.0
+    # run a Temporal worker inside each API process (lowest pipeline latency; eager start)
+    inprocess_worker: bool = True
+    # typed search attributes on pipeline workflows (WdsWorkspace, WdsTable, WdsMode,
+    # WdsRecords); `wds dev` registers them, production registers them once (operations.md)
+    temporal_search_attributes: bool = True
+
+    ai_base_url: str | None = None
+    ai_api_key: str | None = None
+    ai_model: str = "gpt-4o-mini"
+    embeddings: str | None = None
+    embeddings_model: str = "text-embedding-3-small"
+
+    # rate limiting on/off (bench compares both); quotas are always on
+    rate_limits: bool = True
+    log_level: str = "info"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

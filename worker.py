@@ -1,0 +1,65 @@
+"""Temporal worker entry point: the only place that registers workflows and activities.
+
+``python worker.py`` (or ``wds worker``) runs a worker process against
+``WDS_TEMPORAL_ADDRESS``; the API also runs one in-process (``WDS_INPROCESS_WORKER``) so
+that eager workflow start serves single writes with the lowest latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import signal
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.records import RecordSteps
+from activities.records_io import RecordIO
+from activities.steps import pure_step
+from storage.db import Database
+from storage.migrations import migrate
+from wds.config import Settings, get_settings
+from workflows.pipeline import PipelineWorkflow
+
+log = logging.getLogger("wds.worker")
+
+
+def build_worker(client: Client, settings: Settings, db: Database) -> Worker:
+    """A worker with every workflow and activity of the service."""
+    io = RecordIO(db)
+    steps = RecordSteps(db)
+    activities = [io.load_records, io.write_results, pure_step, steps.record_step]
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=[PipelineWorkflow],
+        activities=activities,
+        activity_executor=concurrent.futures.ThreadPoolExecutor(max_workers=16),
+        max_concurrent_activities=200,
+        max_concurrent_local_activities=200,
+        max_concurrent_workflow_tasks=200,
+    )
+
+
+async def run_worker(settings: Settings | None = None) -> None:
+    settings = settings or get_settings()
+    await asyncio.to_thread(migrate, settings.database_url)
+    db = Database(settings.database_url, min_size=1, max_size=20, timeout_s=settings.db_timeout_s)
+    await db.open()
+    client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+    worker = build_worker(client, settings, db)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with worker:
+        log.info("worker polling %s on %s", settings.task_queue, settings.temporal_address)
+        await stop.wait()
+    await db.close()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    asyncio.run(run_worker())

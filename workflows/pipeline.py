@@ -1,0 +1,310 @@
+"""The record pipeline: one workflow over a batch of records of one table (DESIGN §5).
+
+Levels of computed columns run in order; the columns of a level run concurrently, each
+as one step over every record of the batch. A failed step stores an error for its
+column and skips its dependants; it never fails the write. Budgets per row (time and
+steps, from the plan) end a row with ``budget_exceeded`` on the columns left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.types import (
+        LoadInput,
+        PipelineInput,
+        PipelineResult,
+        RecordOutcome,
+        StepInput,
+        StepResult,
+        TableSnap,
+        WriteInput,
+    )
+
+PURE_KINDS = {"formula", "json_parser"}
+RECORD_KINDS = {"create_record", "update_record", "delete_record", "fetch_records"}
+REMOTE_KINDS = {"http_request": "http_step", "action": "action_step", "ai_agent": "ai_step"}
+BUDGET_EXCEEDED = "budget_exceeded"
+LOCAL_TIMEOUT = timedelta(seconds=30)
+LOCAL_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(milliseconds=50))
+REMOTE_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=4,
+    non_retryable_error_types=["StepError"],
+)
+MAX_LOOP_ITEMS = 1000
+
+
+@workflow.defn(name="PipelineWorkflow")
+class PipelineWorkflow:
+    @workflow.run
+    async def run(self, inp: PipelineInput) -> PipelineResult:
+        self.inp = inp
+        self.start = workflow.now()
+        self.cols = {c.id: c for c in inp.table.columns}
+        self.by_name = {c.name: c for c in inp.table.columns}
+        self.fields: dict[str, dict[str, Any]] = await workflow.execute_local_activity(
+            "load_records",
+            LoadInput(table=inp.table, record_ids=inp.record_ids),
+            start_to_close_timeout=LOCAL_TIMEOUT,
+            retry_policy=LOCAL_RETRY,
+            result_type=dict,
+        )
+        rids = list(self.fields)
+        self.values: dict[str, dict[str, Any]] = {r: {} for r in rids}
+        self.errors: dict[str, dict[str, str]] = {r: {} for r in rids}
+        self.steps: dict[str, int] = {r: 0 for r in rids}
+        self.blocked: dict[str, set[int]] = {r: set() for r in rids}
+        self.children: list[Any] = []
+        for level in inp.levels:
+            await asyncio.gather(*(self._column(cid) for cid in level if cid in self.cols))
+        if self.children:
+            await asyncio.gather(*self.children)
+        result = PipelineResult(run_id=workflow.info().workflow_id, status="ok")
+        updates = []
+        for rid in rids:
+            outcome = RecordOutcome(status="error" if self.errors[rid] else "ok", errors=self.errors[rid])
+            result.records[rid] = outcome
+            result.values[rid] = {str(k): v for k, v in self.values[rid].items()}
+            updates.append({
+                "id": int(rid),
+                "values": {str(k): v for k, v in self.values[rid].items()},
+                "outcome": {"status": outcome.status, "run_id": result.run_id, "errors": outcome.errors},
+            })
+            if outcome.errors:
+                result.status = "error"
+        if inp.write and updates:
+            await workflow.execute_local_activity(
+                "write_results",
+                WriteInput(table=inp.table, updates=updates),
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=LOCAL_RETRY,
+            )
+        return result
+
+    # ------------------------------------------------------------------ budgets
+    def _remaining_s(self) -> float:
+        return self.inp.time_budget_s - (workflow.now() - self.start).total_seconds()
+
+    def _fail(self, rid: str, cid: int, message: str) -> None:
+        col = self.cols[cid]
+        self.errors[rid][col.name] = message
+        for dep in _dependants(self.inp, cid):
+            self.blocked[rid].add(dep)
+
+    def _eligible(self, cid: int, cost: int = 1) -> list[str]:
+        """Records that may run column ``cid`` now; the others get their error here."""
+        col = self.cols[cid]
+        over_time = self._remaining_s() <= 0
+        out = []
+        for rid in self.fields:
+            if cid in self.blocked[rid]:
+                self.errors[rid].setdefault(col.name, "skipped: a column it depends on failed")
+                continue
+            if over_time or self.steps[rid] + cost > self.inp.step_budget:
+                self.errors[rid][col.name] = BUDGET_EXCEEDED
+                self.blocked[rid] |= set(_dependants(self.inp, cid))
+                continue
+            self.steps[rid] += cost
+            out.append(rid)
+        return out
+
+    def _apply(self, cid: int, result: StepResult, rids: list[str]) -> None:
+        col = self.cols[cid]
+        for rid in rids:
+            if rid in result.errors:
+                self._fail(rid, cid, result.errors[rid])
+            elif rid in result.values:
+                self.values[rid][cid] = result.values[rid]
+                self.fields[rid][col.name] = result.values[rid]
+        for child in result.children:
+            self._child(child)
+
+    # ------------------------------------------------------------------ steps
+    async def _column(self, cid: int) -> None:
+        col = self.cols[cid]
+        kind = col.type
+        if kind == "delay":
+            await self._delay(cid)
+            return
+        if kind == "loop":
+            await self._loop(cid)
+            return
+        rids = self._eligible(cid)
+        if not rids:
+            return
+        result = await self._step(cid, rids)
+        self._apply(cid, result, rids)
+
+    async def _step(
+        self, cid: int, rids: list[str], override: dict[str, Any] | None = None,
+        items: dict[str, Any] | None = None, suffix: str = "",
+    ) -> StepResult:
+        col = self.cols[cid]
+        kind = (override or {}).get("type", col.type)
+        step = StepInput(
+            table=self.inp.table,
+            column_id=cid,
+            records={r: self.fields[r] for r in rids},
+            now=workflow.now().isoformat(),
+            caller=self.inp.caller,
+            step_key=f"{workflow.info().workflow_id}:{cid}{suffix}",
+            depth=self.inp.depth,
+            override=override,
+            items=items,
+        )
+        remaining = max(0.5, self._remaining_s())
+        summary = f"{col.name} ({kind})"
+        try:
+            if kind in PURE_KINDS or kind in RECORD_KINDS:
+                return await workflow.execute_local_activity(
+                    "record_step" if kind in RECORD_KINDS else "pure_step",
+                    step,
+                    start_to_close_timeout=timedelta(seconds=min(30.0, remaining)),
+                    retry_policy=LOCAL_RETRY,
+                    result_type=StepResult,
+                    summary=summary,
+                )
+            if kind in REMOTE_KINDS:
+                return await workflow.execute_activity(
+                    REMOTE_KINDS[kind],
+                    step,
+                    start_to_close_timeout=timedelta(seconds=min(60.0, remaining)),
+                    schedule_to_close_timeout=timedelta(seconds=remaining),
+                    retry_policy=REMOTE_RETRY,
+                    result_type=StepResult,
+                    summary=summary,
+                )
+        except Exception as exc:  # activity failed after its retries (or timed out)
+            message = _failure_message(exc)
+            if self._remaining_s() <= 0:
+                message = BUDGET_EXCEEDED
+            return StepResult(errors={r: message for r in rids})
+        return StepResult(errors={r: f"unsupported step kind {kind!r}" for r in rids})
+
+    async def _delay(self, cid: int) -> None:
+        col = self.cols[cid]
+        rids = self._eligible(cid)
+        if not rids:
+            return
+        try:
+            seconds = float(col.config.get("seconds", 0))
+        except (TypeError, ValueError):
+            seconds = -1
+        if not 0 <= seconds <= 366 * 86400:
+            for rid in rids:
+                self._fail(rid, cid, "delay needs config.seconds between 0 and 31,622,400")
+            return
+        remaining = self._remaining_s()
+        if seconds > remaining:
+            # the row would outlive its budget: wait out the budget, then stop it
+            await workflow.sleep(max(0.0, remaining))
+            for rid in rids:
+                self.errors[rid][col.name] = BUDGET_EXCEEDED
+                self.blocked[rid] |= set(_dependants(self.inp, cid))
+            return
+        if seconds > 0:
+            await workflow.sleep(seconds)
+        done = workflow.now().isoformat()
+        for rid in rids:
+            self.values[rid][cid] = done
+            self.fields[rid][col.name] = done
+
+    async def _loop(self, cid: int) -> None:
+        col = self.cols[cid]
+        source = col.config.get("source_column")
+        sub = col.config.get("step")
+        rids = self._eligible(cid, cost=0)
+        if not isinstance(sub, dict) or not isinstance(sub.get("type"), str) or sub.get("type") in ("loop", "delay"):
+            for rid in rids:
+                self._fail(rid, cid, "loop needs config.step {type, config} of a step kind other than loop/delay")
+            return
+        lists: dict[str, list[Any]] = {}
+        for rid in rids:
+            items = self.fields[rid].get(source) if isinstance(source, str) else None
+            if items is None:
+                items = []
+            if not isinstance(items, list):
+                items = [items]
+            lists[rid] = items[:MAX_LOOP_ITEMS]
+        results: dict[str, list[Any]] = {rid: [] for rid in rids}
+        longest = max((len(v) for v in lists.values()), default=0)
+        active = list(rids)
+        for i in range(longest):
+            batch = []
+            for rid in active:
+                if i >= len(lists[rid]):
+                    continue
+                # each iteration is one step of the row's budget
+                if self.steps[rid] + 1 > self.inp.step_budget or self._remaining_s() <= 0:
+                    self._fail(rid, cid, BUDGET_EXCEEDED)
+                    continue
+                self.steps[rid] += 1
+                batch.append(rid)
+            active = [r for r in active if col.name not in self.errors[r]]
+            if not batch:
+                continue
+            res = await self._step(
+                cid, batch, override=sub, items={r: lists[r][i] for r in batch}, suffix=f":{i}"
+            )
+            for rid in batch:
+                if rid in res.errors:
+                    self._fail(rid, cid, f"item {i}: {res.errors[rid]}")
+                else:
+                    results[rid].append(res.values.get(rid))
+            for child in res.children:
+                self._child(child)
+            active = [r for r in active if col.name not in self.errors[r]]
+        for rid in rids:
+            if col.name not in self.errors[rid]:
+                self.values[rid][cid] = results[rid]
+                self.fields[rid][col.name] = results[rid]
+
+    def _child(self, child: dict[str, Any]) -> None:
+        """Run the pipelines of records a step wrote, as child workflows (bounded depth)."""
+        used = max(self.steps.values(), default=0)
+        budget = self.inp.step_budget - used
+        if budget <= 0 or not child.get("levels") or self.inp.depth + 1 > self.inp.step_budget:
+            return
+        table = TableSnap(**child["table"]) if isinstance(child["table"], dict) else child["table"]
+        inp = PipelineInput(
+            table=table,
+            record_ids=child["record_ids"],
+            mode=child["mode"],
+            levels=child["levels"],
+            caller=self.inp.caller,
+            time_budget_s=max(1.0, self._remaining_s()),
+            step_budget=budget,
+            depth=self.inp.depth + 1,
+            dependants=child.get("dependants", {}),
+        )
+        wid = f"{workflow.info().workflow_id}/child-{len(self.children)}"
+        self.children.append(
+            workflow.execute_child_workflow(
+                PipelineWorkflow.run, inp, id=wid,
+                execution_timeout=timedelta(seconds=max(1.0, self._remaining_s()) + 5),
+            )
+        )
+
+
+def _dependants(inp: PipelineInput, cid: int) -> list[int]:
+    return list(inp.dependants.get(str(cid), []))
+
+
+def _failure_message(exc: BaseException) -> str:
+    """The innermost application error message of an activity failure."""
+    cause: BaseException | None = exc
+    message = str(exc)
+    while cause is not None:
+        if getattr(cause, "message", None):
+            message = str(getattr(cause, "message"))
+        cause = cause.__cause__
+    return message or type(exc).__name__
