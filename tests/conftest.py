@@ -89,18 +89,41 @@ def start_api(services: Services, *, name: str = "api", **env: str) -> ApiProces
     raise RuntimeError(f"API not healthy in time ({last}):\n{log.read_text()[-4000:]}")
 
 
-@pytest.fixture(scope="session")
-def services() -> Iterator[Services]:
+_SESSION: dict[str, Any] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start PostgreSQL before collection: storage tests read WDS_TEST_SCRATCH_DSN at import."""
+    if os.environ.get("WDS_TEST_SCRATCH_DSN") and not os.environ.get("WDS_TEST_OWN_PG"):
+        return
     tmp = Path(tempfile.mkdtemp(prefix="wds-test-"))
     pg = Postgres(tmp / "pg", port=free_port(), fast=True)
-    temporal = TemporalDev(tmp / "temporal", port=free_port(), headless=True)
     pg.start()
+    _SESSION.update(tmp=tmp, pg=pg)
+    os.environ["WDS_TEST_SCRATCH_DSN"] = pg.dsn
+    os.environ["WDS_TEST_OWN_PG"] = "1"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    pg = _SESSION.pop("pg", None)
+    if pg is not None:
+        pg.stop()
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[Services]:
+    tmp = _SESSION.get("tmp") or Path(tempfile.mkdtemp(prefix="wds-test-"))
+    pg = _SESSION.get("pg")
+    if pg is None:
+        pg = Postgres(tmp / "pg", port=free_port(), fast=True)
+        pg.start()
+        _SESSION["pg"] = pg
+    temporal = TemporalDev(tmp / "temporal", port=free_port(), headless=True)
     temporal.start()
     try:
         yield Services(pg, temporal, tmp, admin_key=secrets.token_urlsafe(24), secret_key=secrets.token_urlsafe(32))
     finally:
         temporal.stop()
-        pg.stop()
 
 
 @pytest.fixture(scope="session")

@@ -43,7 +43,7 @@ from .errors import ERROR, MEMORY, TIMEOUT, VALUE, FormulaError
 from .values import MAX_TEXT
 
 TIMEOUT_MS = 50
-MEMORY_LIMIT = 64 * 1024 * 1024
+MEMORY_LIMIT = 32 * 1024 * 1024
 MAX_SOURCE = 20_000
 POOL_SIZE = max(1, min(4, os.cpu_count() or 1))
 CONTEXTS_PER_WORKER = 64
@@ -61,10 +61,12 @@ _SKIP = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)
 
 
 def _js_string(literal: str) -> str:
-    """Decode a JavaScript string literal (the common escapes)."""
+    """Decode a JavaScript string literal (JSON escapes; best effort for the rest)."""
     body = literal[1:-1]
+    if literal[0] == "'":
+        body = body.replace("\\'", "'").replace('"', '\\"')
     try:
-        return json.loads('"' + body.replace("\\'", "'").replace('"', '\\"').replace('\\\\"', '\\"') + '"')
+        return str(json.loads(f'"{body}"'))
     except ValueError:
         return body
 
@@ -85,10 +87,18 @@ def _rewrite(source: str) -> tuple[str, frozenset[str]]:
     return code, frozenset(names)
 
 
+_KEYWORD = re.compile(
+    r"(?:return|throw|break|continue|var|let|const|if|for|while|do|switch|try|new|delete|typeof|void"
+    r"|yield|await|function|class)\b"
+)
+_BLOCK_BEFORE = re.compile(r"(?:\)|=>|\belse|\bdo|\btry|\bfinally)\s*$")
+
+
 def _replace_placeholders(chunk: str, names: set[str]) -> str:
     def repl(m: re.Match[str]) -> str:
         name = m.group(1)
-        if name != name.strip() or not name:
+        # Braces after ")", "=>", else/do/try/finally open a block; keywords start statements.
+        if name != name.strip() or _KEYWORD.match(name) or _BLOCK_BEFORE.search(chunk, 0, m.start()):
             return m.group(0)
         names.add(name)
         return f"fields[{json.dumps(name)}]"
@@ -165,6 +175,7 @@ class _Pool:
         self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()
+        self._closed = False
 
     def run(self, payload: dict[str, Any], budget_s: float) -> dict[str, Any]:
         with self._slots:
@@ -182,14 +193,33 @@ class _Pool:
                 worker.kill()
                 with self._lock:
                     self._all.discard(worker)
+                self._replace()
                 if reply is None:
                     # A worker that vanished mid-run was killed by V8's fatal OOM handler.
                     code = MEMORY if died else TIMEOUT
                     reply = {"error": code, "message": "script exceeded the engine's limits"}
             return reply
 
+    def _replace(self) -> None:
+        """Start a replacement worker in the background so the next caller need not wait."""
+
+        def spawn() -> None:
+            try:
+                worker = _Worker()
+            except Exception:  # noqa: BLE001 - the next caller will try (and report) again
+                return
+            with self._lock:
+                if self._closed:
+                    worker.kill()
+                    return
+                self._all.add(worker)
+            self._idle.put(worker)
+
+        threading.Thread(target=spawn, name="wds-js-worker-spawn", daemon=True).start()
+
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             workers, self._all = list(self._all), set()
         for w in workers:
             w.kill()

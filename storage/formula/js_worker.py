@@ -133,12 +133,22 @@ class Runner:
             old.close()
         return mr
 
+    def _over_memory(self, mr: MiniRacer) -> bool:
+        try:
+            used = int(mr.heap_stats().get("used_heap_size", 0))
+            return mr.was_hard_memory_limit_reached() or used > self.memory
+        except Exception:  # noqa: BLE001 - a broken isolate after termination: assume memory
+            return True
+
     def evaluate(self, key: str, body: str, now_ms: float, fields_json: str) -> dict[str, Any]:
         """Run one formula for one record; ``fatal`` asks the parent to replace this process."""
         mr = self._context(key, body)
         try:
             out = mr.eval(f"__wds_run({float(now_ms)!r}, {json.dumps(fields_json)})", timeout_sec=self.timeout)
         except JSTimeoutException:
+            if self._over_memory(mr):
+                # Both limits tripped together; the allocation is the real cause.
+                return {"error": "#MEMORY!", "message": "script exceeded the memory limit", "fatal": True}
             return {"error": "#TIMEOUT!", "message": "script ran longer than the time limit", "fatal": True}
         except JSOOMException:
             return {"error": "#MEMORY!", "message": "script exceeded the memory limit", "fatal": True}

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from storage.query.build import build_count, build_list
 from storage.query.plan import Embed, QueryPlan
@@ -35,13 +36,14 @@ async def list_records(
     if count:
         count_sql, count_params = build_count(plan)
         async with conn.pipeline():
-            page_cur = await conn.execute(page_sql, page_params)
-            count_cur = await conn.execute(count_sql, count_params)
+            page_cur = await conn.cursor(row_factory=tuple_row).execute(page_sql, page_params)
+            count_cur = await conn.cursor(row_factory=tuple_row).execute(count_sql, count_params)
         rows = await page_cur.fetchall()
         count_row = await count_cur.fetchone()
         total = int(count_row[0]) if count_row is not None else 0
     else:
-        rows = await (await conn.execute(page_sql, page_params)).fetchall()
+        cur = conn.cursor(row_factory=tuple_row)
+        rows = await (await cur.execute(page_sql, page_params)).fetchall()
     return [decode_row(plan, row) for row in rows], total
 
 

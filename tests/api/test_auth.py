@@ -8,7 +8,7 @@ import httpx
 
 
 def test_missing_or_malformed_or_unknown_token_is_401(ws, base_url):
-    for headers in ({}, {"Authorization": "Basic abc"}, {"Authorization": "Bearer "},
+    for headers in ({}, {"Authorization": "Basic abc"}, {"Authorization": "Bearer"},
                     {"Authorization": "Bearer wds_rest_nope"}, {"Authorization": "Bearer " + "x" * 5000}):
         r = httpx.get(f"{base_url}/functions/v1/rest-api/tables", headers=headers)
         assert r.status_code == 401 and r.json()["code"] == "UNAUTHORIZED", headers

@@ -99,10 +99,7 @@ async def _create(scratch: Scratch) -> None:
 async def _drop(scratch: Scratch) -> None:
     async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as c:
         for ws in (scratch.workspace_id, scratch.other_workspace_id):
-            await ddl.drop_workspace_schema(c, ws)
-            role = sql.Identifier(ddl.ro_role(ws))
-            await c.execute(sql.SQL("DROP OWNED BY {}").format(role))
-            await c.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(role))
+            await ddl.drop_workspace_schema(c, ws)  # drops the read-only role too
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,218 @@
+"""What every scenario gets: the HTTP session, the psycopg baseline pool, the run's
+settings, and helpers to create bench tables and seed them.
+
+The bench table has the peers' shape (``Name`` text, ``Score`` number, ``Status``
+single-select a–d) and the peers' rows (same generator, same seed), so our figures and
+the peers' are about the same data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from bench.load import Operation, PhaseResult, http_send, run_phase
+from bench.report import Figure, Target
+from bench.stack import Deployment
+
+STATUS_LABELS = ("a", "b", "c", "d")
+BENCH_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Name", "type": "text"},
+    {"name": "Score", "type": "number"},
+    {"name": "Status", "type": "single_select",
+     "options": [{"label": c, "color": "blue"} for c in STATUS_LABELS]},
+]
+
+
+class BenchError(RuntimeError):
+    """A scenario's setup or correctness check failed; its figures would be meaningless."""
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """Knobs of one run (see ``python -m bench --help``)."""
+
+    duration_s: float = 5.0
+    warmup_s: float = 1.0
+    max_ops: int = 200_000
+    concurrency: int = 16
+    rows: int = 10_000
+    quick: bool = False
+    peers_bench: str = "/work/shared/peers/bench.py"
+
+
+def make_rows(n: int, seed: int = 42) -> list[dict[str, Any]]:
+    """The peers' rows: ``row-00000`` names, scores 0–1000, statuses a–d (same seed)."""
+    rnd = random.Random(seed)
+    return [
+        {"Name": f"row-{i:05d}", "Score": rnd.randint(0, 1000), "Status": rnd.choice("abcd")}
+        for i in range(n)
+    ]
+
+
+@dataclass(slots=True)
+class BenchTable:
+    """A table created through the API, with what the baselines need to reach it in SQL."""
+
+    id: int
+    schema: str  # ws_<workspace_id>
+    physical: dict[str, str]  # column name → c_<column_id>
+    options: dict[str, str]  # Status label → option id (what the cell stores)
+    record_ids: list[int] = field(default_factory=list)
+
+    @property
+    def qualified(self) -> sql.Composed:
+        return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(f"t_{self.id}"))
+
+    def col(self, name: str) -> sql.Identifier:
+        return sql.Identifier(self.physical[name])
+
+    def encode(self, row: dict[str, Any]) -> tuple[str, float, str]:
+        """A bench row as the physical values the API would store."""
+        return row["Name"], float(row["Score"]), self.options[row["Status"]]
+
+
+class BenchContext:
+    """Shared state of one pass (one API worker count) over the selected scenarios."""
+
+    def __init__(self, deployment: Deployment, config: BenchConfig, session: aiohttp.ClientSession) -> None:
+        self.deployment = deployment
+        self.config = config
+        self.session = session
+        self.rest = f"{deployment.base_url}/functions/v1/rest-api"
+        self.headers = {"Authorization": f"Bearer {deployment.token}", "Content-Type": "application/json"}
+        self._pool: AsyncConnectionPool | None = None
+        self._seeded: BenchTable | None = None
+        self._seed_lock = asyncio.Lock()
+        self.rows = make_rows(config.rows)
+
+    # ------------------------------------------------------------------ baseline pool
+    async def pool(self) -> AsyncConnectionPool | None:
+        """The psycopg pool of the baselines (``None`` without a DSN).
+
+        Sized to the highest concurrency so no baseline client waits for a connection;
+        autocommit, like the API's pool, so one statement is one round trip.
+        """
+        if self.deployment.dsn is None:
+            return None
+        if self._pool is None:
+            size = self.config.concurrency
+            self._pool = AsyncConnectionPool(
+                self.deployment.dsn, min_size=size, max_size=size, open=False,
+                kwargs={"autocommit": True},
+            )
+            await self._pool.open(wait=True, timeout=30)
+        return self._pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+
+    # ------------------------------------------------------------------ tables
+    async def create_table(self, purpose: str) -> BenchTable:
+        """Create a fresh bench table through the API and find its physical name.
+
+        Raises:
+            BenchError: the API refused, or (with a DSN) the physical table is missing.
+        """
+        body = {"name": f"bench-{purpose}-{secrets.token_hex(3)}", "icon": "table", "columns": BENCH_COLUMNS}
+        raw = await http_send(self.session, "POST", f"{self.rest}/tables", self.headers,
+                              json.dumps(body).encode(), expect=(200, 201))
+        table = json.loads(raw)
+        cols = {c["name"]: c for c in table["columns"]}
+        physical = {name: f"c_{c['id']}" for name, c in cols.items()}
+        options = {o["label"]: o["id"] for o in cols["Status"]["options"]}
+        schema = await self._schema_of(int(table["id"]))
+        return BenchTable(int(table["id"]), schema, physical, options)
+
+    async def _schema_of(self, table_id: int) -> str:
+        # the API does not expose workspace ids to tokens; the catalog names the schema
+        pool = await self.pool()
+        if pool is None:
+            return ""
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE c.relname = %s AND n.nspname LIKE 'ws\\_%%' AND c.relkind = 'r'",
+                (f"t_{table_id}",),
+            )
+            found = await cur.fetchall()
+        if len(found) != 1:
+            raise BenchError(f"physical table t_{table_id} not found exactly once (found {len(found)})")
+        return str(found[0][0])
+
+    async def insert_batch_api(self, table: BenchTable, rows: list[dict[str, Any]]) -> list[int]:
+        """Insert rows with one batch call (no pipeline); returns their ids in order."""
+        payload = batch_payload(rows)
+        raw = await http_send(self.session, "POST", f"{self.rest}/tables/{table.id}/records/batch",
+                              self.headers, payload, expect=(200, 201))
+        results = json.loads(raw)["results"]
+        bad = [r for r in results if "record" not in r]
+        if bad:
+            raise BenchError(f"batch insert rejected rows: {bad[:3]}")
+        return [int(r["record"]["id"]) for r in results]
+
+    async def seeded_table(self) -> BenchTable:
+        """The shared read table: ``config.rows`` rows inserted through the API (batches of 500)."""
+        async with self._seed_lock:
+            if self._seeded is None:
+                table = await self.create_table("read")
+                for start in range(0, len(self.rows), 500):
+                    table.record_ids += await self.insert_batch_api(table, self.rows[start:start + 500])
+                pool = await self.pool()
+                if pool is not None:
+                    async with pool.connection() as conn:
+                        # fresh statistics, as autovacuum would give a table in steady use
+                        await conn.execute(sql.SQL("ANALYZE {}").format(table.qualified))
+                self._seeded = table
+            return self._seeded
+
+    # ------------------------------------------------------------------ measuring
+    async def phase(self, op: Operation, concurrency: int) -> PhaseResult:
+        cfg = self.config
+        return await run_phase(op, concurrency=concurrency, duration_s=cfg.duration_s,
+                               max_ops=cfg.max_ops, warmup_s=cfg.warmup_s)
+
+    async def compare(
+        self, scenario: str, name: str, api_op: Operation, pg_op: Operation | None, concurrency: int, *,
+        target: Target | None = None, note: str = "",
+    ) -> Figure:
+        """Measure the service's operation, then its psycopg baseline, at one concurrency."""
+        api = await self.phase(api_op, concurrency)
+        base = await self.phase(pg_op, concurrency) if pg_op is not None else None
+        return self.figure(scenario, name, api, base, target=target, note=note)
+
+    def figure(
+        self, scenario: str, name: str, api: PhaseResult, base: PhaseResult | None, *,
+        unit: str = "req/s", scale: float = 1.0, target: Target | None = None, note: str = "",
+    ) -> Figure:
+        """A figure from the service's phase and its baseline phase (rates × ``scale``)."""
+        notes = [note] if note else []
+        if api.first_error:
+            notes.append(f"first error: {api.first_error}")
+        if base is not None and base.first_error:
+            notes.append(f"baseline error: {base.first_error}")
+        if base is None:
+            notes.append("no --dsn: baseline not measured")
+        return Figure(
+            scenario=scenario, name=name, unit=unit, value=api.rate * scale,
+            baseline=None if base is None or base.ops == 0 else base.rate * scale,
+            target=target, p50_ms=api.p50_ms, p99_ms=api.p99_ms,
+            baseline_p50_ms=base.p50_ms if base else None,
+            baseline_p99_ms=base.p99_ms if base else None,
+            errors=api.errors, client_cpu=api.client_cpu, note="; ".join(notes),
+            tags={"workers": str(self.deployment.workers or "?")},
+        )
+
+
+def batch_payload(rows: list[dict[str, Any]]) -> bytes:
+    """The body of one batch call, encoded once up front (not inside the timed loop)."""
+    return json.dumps({"rows": [{"fields": r} for r in rows], "run_pipeline": False}).encode()
