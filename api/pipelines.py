@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.common import SearchAttributeKey, TypedSearchAttributes
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from activities.snap import caller_of, table_snap
 from activities.types import PipelineInput, PipelineResult
@@ -76,10 +76,10 @@ async def start_and_wait(state: AppState, client: Client, inp: PipelineInput, ta
         memo={"workspace": table.workspace_id, "table": table.id, "mode": inp.mode,
               "records": inp.record_ids[:100]},
         search_attributes=TypedSearchAttributes([
-            SA_WORKSPACE.value_set(table.workspace_id),
-            SA_TABLE.value_set(table.id),
-            SA_MODE.value_set(inp.mode),
-            SA_RECORDS.value_set([str(r) for r in inp.record_ids[:100]]),
+            SearchAttributePair(SA_WORKSPACE, table.workspace_id),
+            SearchAttributePair(SA_TABLE, table.id),
+            SearchAttributePair(SA_MODE, inp.mode),
+            SearchAttributePair(SA_RECORDS, [str(r) for r in inp.record_ids[:100]]),
         ]) if state.settings.temporal_search_attributes else None,
     )
     return await asyncio.wait_for(handle.result(), timeout=inp.time_budget_s + GRACE_S)
