@@ -15,12 +15,14 @@ import signal
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.bulk import BulkSteps
 from activities.records import RecordSteps
 from activities.records_io import RecordIO
 from activities.steps import pure_step
 from storage.db import Database
 from storage.migrations import migrate
 from wds.config import Settings, get_settings
+from workflows.bulk import BulkRunWorkflow
 from workflows.pipeline import PipelineWorkflow
 
 log = logging.getLogger("wds.worker")
@@ -30,11 +32,12 @@ def build_worker(client: Client, settings: Settings, db: Database) -> Worker:
     """A worker with every workflow and activity of the service."""
     io = RecordIO(db)
     steps = RecordSteps(db)
-    activities = [io.load_records, io.write_results, pure_step, steps.record_step]
+    bulk = BulkSteps(db)
+    activities = [io.load_records, io.write_results, pure_step, steps.record_step, bulk.page_ids, bulk.run_progress]
     return Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=[PipelineWorkflow],
+        workflows=[PipelineWorkflow, BulkRunWorkflow],
         activities=activities,
         activity_executor=concurrent.futures.ThreadPoolExecutor(max_workers=16),
         max_concurrent_activities=200,

@@ -104,3 +104,38 @@ class StepResult:
 class WriteInput:
     table: TableSnap
     updates: list[dict[str, Any]]  # {id, values: {column id: value}, outcome}
+
+
+@dataclass
+class BulkInput:
+    """run-actions and schedules: every matching record, chunk by chunk."""
+
+    run_id: str
+    table: TableSnap
+    caller: Caller
+    levels: list[list[int]]
+    dependants: dict[str, list[int]]
+    record_ids: list[int] | None = None  # explicit ids, or None to page through filters
+    filters: list[dict[str, Any]] = field(default_factory=list)  # [{column, op, value}]
+    mode: str = "edit"
+    time_budget_s: float = 10.0
+    step_budget: int = 25
+    chunk: int = 200
+    concurrency: int = 4
+
+
+@dataclass
+class PageInput:
+    table: TableSnap
+    filters: list[dict[str, Any]]
+    after_id: int
+    limit: int
+
+
+@dataclass
+class ProgressInput:
+    run_id: str
+    done: int
+    failed: int
+    status: str | None = None
+    errors: dict[str, Any] = field(default_factory=dict)

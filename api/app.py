@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from temporalio.client import Client
 
 from api import errors
-from api.routes import admin, columns, health, records, tables
+from api.routes import admin, columns, health, records, runs, schema, sql, tables
 from api.state import AppState
 from storage import access
 from storage.db import Database
@@ -101,6 +101,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.wds = state
     errors.install(app)
-    for module in (health, admin, tables, columns, records):
+    for module in (health, admin, tables, columns, records, runs, sql, schema):
         app.include_router(module.router)
     return app

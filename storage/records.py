@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 
 from storage import ddl
 from storage.errors import InvalidValue, ServiceError, UnknownColumn
+from storage.query import build_where
 from storage.schema import ColumnMeta, TableMeta
 from storage.values import decode_value, encode_value, iso
 
@@ -214,3 +215,22 @@ async def get_record_rows(conn: Conn, *, table: TableMeta, record_ids: Sequence[
     )
     by_id = {r["id"]: r for r in await cur.fetchall()}
     return [by_id[i] for i in record_ids if i in by_id]
+
+
+async def page_ids(
+    conn: Conn, *, table: TableMeta, filters: Sequence[Any], after_id: int, limit: int
+) -> list[int]:
+    """Ids of matching records after ``after_id``, ascending (bulk runs page with this)."""
+    where, params = build_where(filters, alias="t")
+    query = sql.SQL("SELECT t.id FROM {} AS t WHERE t.id > %s AND {} ORDER BY t.id LIMIT %s").format(
+        _target(table), where
+    )
+    cur = await conn.execute(query, [after_id, *params, limit])
+    return [r["id"] for r in await cur.fetchall()]
+
+
+async def count_matching(conn: Conn, *, table: TableMeta, filters: Sequence[Any]) -> int:
+    where, params = build_where(filters, alias="t")
+    cur = await conn.execute(sql.SQL("SELECT count(*) AS n FROM {} AS t WHERE {}").format(_target(table), where), params)
+    row = await cur.fetchone()
+    return int(row["n"]) if row else 0

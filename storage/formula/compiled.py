@@ -28,7 +28,7 @@ class CompiledFormula:
         references: Names of the columns the formula reads (``{Name}`` references).
     """
 
-    __slots__ = ("source", "language", "references", "_tree", "_run", "_js")
+    __slots__ = ("_js", "_run", "_tree", "language", "references", "source")
 
     def __init__(self, source: str, language: str, references: frozenset[str], tree: Node | None,
                  js: Any = None) -> None:

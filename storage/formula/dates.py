@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import calendar
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -135,7 +135,7 @@ def start_of(dt: datetime, unit: str) -> datetime:
 def zone(name: str) -> ZoneInfo | timezone:
     """Resolve an IANA zone name (``#ERROR!`` if unknown)."""
     if name.upper() in ("UTC", "Z", "GMT"):
-        return timezone.utc
+        return UTC
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -162,7 +162,7 @@ def _offset(dt: datetime, sep: str) -> str:
     return f"{sign}{h:02d}{sep}{m:02d}"
 
 
-def _format_token(dt: datetime, tok: str) -> str:  # noqa: C901 - a flat token table
+def _format_token(dt: datetime, tok: str) -> str:
     h12 = dt.hour % 12 or 12
     sunday_dow = (dt.weekday() + 1) % 7
     table: dict[str, Any] = {
@@ -263,9 +263,9 @@ def parse_with_format(text: str, fmt: str, tz: timezone | ZoneInfo) -> datetime 
     got: dict[str, str] = {f: v for f, v in zip(fields, m.groups(), strict=True) if f and v}
     try:
         if "unixms" in got:
-            return datetime.fromtimestamp(int(got["unixms"]) / 1000, timezone.utc)
+            return datetime.fromtimestamp(int(got["unixms"]) / 1000, UTC)
         if "unix" in got:
-            return datetime.fromtimestamp(float(got["unix"]), timezone.utc)
+            return datetime.fromtimestamp(float(got["unix"]), UTC)
         year = int(got.get("year", 0)) or None
         if "year2" in got:
             y2 = int(got["year2"])
@@ -284,9 +284,9 @@ def parse_with_format(text: str, fmt: str, tz: timezone | ZoneInfo) -> datetime 
     except (ValueError, OverflowError, OSError):
         return None
     if "tz" in got:
-        return dt.replace(tzinfo=timezone.utc) - _tz_delta(got["tz"])
-    return dt.replace(tzinfo=tz).astimezone(timezone.utc) if tz is not timezone.utc else dt.replace(
-        tzinfo=timezone.utc
+        return dt.replace(tzinfo=UTC) - _tz_delta(got["tz"])
+    return dt.replace(tzinfo=tz).astimezone(UTC) if tz is not UTC else dt.replace(
+        tzinfo=UTC
     )
 
 
@@ -298,7 +298,7 @@ def _tz_delta(text: str) -> timedelta:
     return -delta if text[0] == "-" else delta
 
 
-def parse_any(text: str, tz: timezone | ZoneInfo = timezone.utc) -> datetime | None:
+def parse_any(text: str, tz: timezone | ZoneInfo = UTC) -> datetime | None:
     """Parse ISO-8601 or one of a few common English layouts (``DATETIME_PARSE`` without format)."""
     dt = parse_iso(text)
     if dt is not None:

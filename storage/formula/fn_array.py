@@ -53,7 +53,10 @@ def _arrayflatten(ctx: EvalContext, args: list[Any]) -> list[Any]:
     return flatten(_items(args[0]))
 
 
-@array("ARRAYSLICE(array, start, [end])", "Items start..end (1-based, inclusive; negative counts from the end).")
+@array(
+    "ARRAYSLICE(array, start, [end])",
+    "Items start..end (1-based, inclusive; negative counts from the end).",
+)
 def _arrayslice(ctx: EvalContext, args: list[Any]) -> list[Any]:
     items = _items(args[0])
     n = len(items)

@@ -7,7 +7,7 @@ a date into a zone so DATETIME_FORMAT, HOUR(), DAY()… read its local fields.
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from . import dates
@@ -22,7 +22,7 @@ MAX_WORKDAYS = 100_000
 
 def _now(ctx: EvalContext) -> datetime:
     now = ctx.now
-    return now if now.tzinfo is not None else now.replace(tzinfo=timezone.utc)
+    return now if now.tzinfo is not None else now.replace(tzinfo=UTC)
 
 
 def _unit(args: list[Any], index: int, default: str) -> str:
@@ -36,15 +36,21 @@ def _nowfn(ctx: EvalContext, args: list[Any]) -> datetime:
 
 @datefn("TODAY()", "The current date at midnight UTC.")
 def _today(ctx: EvalContext, args: list[Any]) -> datetime:
-    return dates.start_of(_now(ctx).astimezone(timezone.utc), "days")
+    return dates.start_of(_now(ctx).astimezone(UTC), "days")
 
 
-@datefn("DATEADD(date, count, unit)", "date shifted by count units ('days', 'weeks', 'months', 'years', 'hours'…).")
+@datefn(
+    "DATEADD(date, count, unit)",
+    "date shifted by count units ('days', 'weeks', 'months', 'years', 'hours'…).",
+)
 def _dateadd(ctx: EvalContext, args: list[Any]) -> datetime:
     return dates.add(to_datetime(args[0]), to_number(args[1]), dates.unit_name(args[2]))
 
 
-@datefn("DATETIME_DIFF(date1, date2, [unit])", "date1 - date2 in whole units (default seconds), truncated toward zero.")
+@datefn(
+    "DATETIME_DIFF(date1, date2, [unit])",
+    "date1 - date2 in whole units (default seconds), truncated toward zero.",
+)
 def _datetime_diff(ctx: EvalContext, args: list[Any]) -> int:
     return dates.diff(to_datetime(args[0]), to_datetime(args[1]), _unit(args, 2, "seconds"))
 
@@ -52,19 +58,25 @@ def _datetime_diff(ctx: EvalContext, args: list[Any]) -> int:
 datefn.alias("DATEDIFF", "DATETIME_DIFF", "Same as DATETIME_DIFF.")
 
 
-@datefn("DATETIME_FORMAT(date, [format])", "Formats a date with moment.js tokens such as 'YYYY-MM-DD' or 'LL'.")
+@datefn(
+    "DATETIME_FORMAT(date, [format])",
+    "Formats a date with moment.js tokens such as 'YYYY-MM-DD' or 'LL'.",
+)
 def _datetime_format(ctx: EvalContext, args: list[Any]) -> str:
     fmt = to_text(args[1]) if len(args) > 1 and args[1] is not None else dates.DEFAULT_FORMAT
     return dates.format_datetime(to_datetime(args[0]), fmt)
 
 
-@datefn("DATETIME_PARSE(text, [format], [locale])", "Reads a date from text, optionally with a moment.js format.")
+@datefn(
+    "DATETIME_PARSE(text, [format], [locale])",
+    "Reads a date from text, optionally with a moment.js format.",
+)
 def _datetime_parse(ctx: EvalContext, args: list[Any]) -> datetime:
     if isinstance(args[0], datetime):
         return args[0]
     text = to_text(args[0])
     fmt = to_text(args[1]) if len(args) > 1 and args[1] is not None else ""
-    parsed = dates.parse_with_format(text, fmt, timezone.utc) if fmt else dates.parse_any(text)
+    parsed = dates.parse_with_format(text, fmt, UTC) if fmt else dates.parse_any(text)
     if parsed is None:
         raise fail(ERROR, f"cannot read a date from {text[:40]!r}")
     return parsed
@@ -112,7 +124,10 @@ def _weekday(ctx: EvalContext, args: list[Any]) -> int:
     return (to_datetime(args[0]).weekday() - _week_start(args)) % 7
 
 
-@datefn("WEEKNUM(date, [start_day])", "Week of the year; week 1 holds January 1st; weeks start on Sunday (or 'Monday').")
+@datefn(
+    "WEEKNUM(date, [start_day])",
+    "Week of the year; week 1 holds January 1st; weeks start on Sunday (or 'Monday').",
+)
 def _weeknum(ctx: EvalContext, args: list[Any]) -> int:
     return dates.week_of_year(to_datetime(args[0]), _week_start(args))
 
@@ -129,7 +144,10 @@ def _is_workday(d: date, holidays: set[date]) -> bool:
     return d.weekday() < 5 and d not in holidays
 
 
-@datefn("WORKDAY(start_date, days, [holidays])", "The date days working days (Mon-Fri, minus holidays) after start_date.")
+@datefn(
+    "WORKDAY(start_date, days, [holidays])",
+    "The date days working days (Mon-Fri, minus holidays) after start_date.",
+)
 def _workday(ctx: EvalContext, args: list[Any]) -> datetime:
     start = to_datetime(args[0])
     count = int(to_number(args[1]))
@@ -148,7 +166,10 @@ def _workday(ctx: EvalContext, args: list[Any]) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=start.tzinfo)
 
 
-@datefn("WORKDAY_DIFF(start_date, end_date, [holidays])", "Working days from start_date to end_date, both included (negative when end is earlier).")
+@datefn(
+    "WORKDAY_DIFF(start_date, end_date, [holidays])",
+    "Working days from start_date to end_date, both included (negative when end is earlier).",
+)
 def _workday_diff(ctx: EvalContext, args: list[Any]) -> int:
     a, b = to_datetime(args[0]).date(), to_datetime(args[1]).astimezone(to_datetime(args[0]).tzinfo).date()
     sign = 1
@@ -171,7 +192,10 @@ def _is_after(ctx: EvalContext, args: list[Any]) -> bool:
     return to_datetime(args[0]) > to_datetime(args[1])
 
 
-@datefn("IS_SAME(date1, date2, [unit])", "TRUE when the dates are equal, or fall in the same unit ('day', 'month'…).")
+@datefn(
+    "IS_SAME(date1, date2, [unit])",
+    "TRUE when the dates are equal, or fall in the same unit ('day', 'month'…).",
+)
 def _is_same(ctx: EvalContext, args: list[Any]) -> bool:
     a, b = to_datetime(args[0]), to_datetime(args[1])
     if len(args) < 3 or args[2] is None:

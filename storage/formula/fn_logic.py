@@ -13,14 +13,22 @@ from .values import fail, is_blank, to_text, truthy
 logical = Registry("logical")
 
 
-@logical("IF(condition, value_if_true, [value_if_false])", "value_if_true when condition is truthy, else value_if_false (blank).", lazy=True)
+@logical(
+    "IF(condition, value_if_true, [value_if_false])",
+    "value_if_true when condition is truthy, else value_if_false (blank).",
+    lazy=True,
+)
 def _if(ctx: EvalContext, args: list[Thunk]) -> Any:
     if truthy(args[0](ctx)):
         return args[1](ctx)
     return args[2](ctx) if len(args) > 2 else None
 
 
-@logical("SWITCH(expression, [pattern, result], ..., [default])", "The result paired with the first pattern equal to expression, else default.", lazy=True)
+@logical(
+    "SWITCH(expression, [pattern, result], ..., [default])",
+    "The result paired with the first pattern equal to expression, else default.",
+    lazy=True,
+)
 def _switch(ctx: EvalContext, args: list[Thunk]) -> Any:
     value = args[0](ctx)
     rest = args[1:]
@@ -70,7 +78,11 @@ def _iserror(ctx: EvalContext, args: list[Thunk]) -> bool:
     return False
 
 
-@logical("IFERROR(expression, value_if_error)", "expression, or value_if_error when it produces an error value.", lazy=True)
+@logical(
+    "IFERROR(expression, value_if_error)",
+    "expression, or value_if_error when it produces an error value.",
+    lazy=True,
+)
 def _iferror(ctx: EvalContext, args: list[Thunk]) -> Any:
     try:
         return args[0](ctx)

@@ -121,7 +121,10 @@ def _find(ctx: EvalContext, args: list[Any]) -> int:
     return to_text(args[1]).find(to_text(args[0]), _start(args) - 1) + 1
 
 
-@text("SEARCH(search, text, [start])", "Position (1-based) of search in text, ignoring case; blank if absent.")
+@text(
+    "SEARCH(search, text, [start])",
+    "Position (1-based) of search in text, ignoring case; blank if absent.",
+)
 def _search(ctx: EvalContext, args: list[Any]) -> int | None:
     needle = re.compile(re.escape(to_text(args[0])), re.IGNORECASE)
     m = needle.search(to_text(args[1]), _start(args) - 1)

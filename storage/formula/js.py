@@ -35,10 +35,10 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from ..errors import InvalidFormula
+from ..errors import InvalidFormula, Unavailable
 from .errors import ERROR, MEMORY, TIMEOUT, VALUE, FormulaError
 from .values import MAX_TEXT
 
@@ -57,7 +57,10 @@ _PLACEHOLDER = re.compile(r"\{([^{}\s:;,()'\"`=\[\]+*/<>!?|&^%~.\n\\-][^{}:;,()'
 _FIELD_ACCESS = re.compile(
     r"\bfields\s*(?:\[\s*(\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*')\s*\]|\.\s*([A-Za-z_$][\w$]*))"
 )
-_SKIP = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|`(?:[^`\\]|\\.)*`", re.DOTALL)
+# Comments and string/template literals, inside which {braces} are left alone.
+_SKIP = re.compile(
+    r"//[^\n]*|/\*.*?\*/|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|`(?:[^`\\]|\\.)*`", re.DOTALL
+)
 
 
 def _js_string(literal: str) -> str:
@@ -110,8 +113,10 @@ class _Worker:
     """One child process speaking JSON lines."""
 
     def __init__(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TMPDIR")}
-        self.proc = subprocess.Popen(  # noqa: S603 - fixed argv: our interpreter and worker script
+        # The child needs no secrets: pass only what locating libraries and locale need.
+        keep = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TMPDIR")
+        env = {k: v for k, v in os.environ.items() if k in keep}
+        self.proc = subprocess.Popen(
             [sys.executable, "-I", _WORKER, str(TIMEOUT_MS), str(MEMORY_LIMIT), str(CONTEXTS_PER_WORKER)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True,
         )
@@ -226,7 +231,16 @@ class _Pool:
 
 
 _pool = _Pool(POOL_SIZE)
-atexit.register(_pool.close)
+atexit.register(lambda: _pool.close())
+
+
+def _forget_parent_workers() -> None:
+    # A forked child (e.g. a server worker) must not share the parent's pipes.
+    global _pool
+    _pool = _Pool(POOL_SIZE)
+
+
+os.register_at_fork(after_in_child=_forget_parent_workers)
 
 
 @dataclass(frozen=True)
@@ -247,7 +261,7 @@ class JSFormula:
             fields_json = json.dumps(dict(fields or {}), default=str, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise FormulaError(VALUE, f"record is not JSON-serialisable: {exc}") from None
-        aware = now if now.tzinfo is not None else now.replace(tzinfo=timezone.utc)
+        aware = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
         payload = {"op": "eval", "key": self.key, "body": self.body,
                    "now": aware.timestamp() * 1000, "fields": fields_json}
         reply = _pool.run(payload, 2 * TIMEOUT_MS / 1000 + GRACE_S)
@@ -276,7 +290,10 @@ def compile_js(source: str) -> JSFormula:
         candidates.reverse()
     errors = []
     for body in candidates:
-        reply = _pool.run({"op": "check", "body": body}, START_TIMEOUT_S)
+        try:
+            reply = _pool.run({"op": "check", "body": body}, START_TIMEOUT_S)
+        except FormulaError as exc:
+            raise Unavailable(f"JavaScript engine unavailable: {exc.message}") from None
         if reply.get("ok"):
             return JSFormula(source, body, references)
         errors.append(str(reply.get("message", "syntax error")))

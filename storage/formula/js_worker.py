@@ -125,7 +125,8 @@ class Runner:
             return mr
         mr = MiniRacer()
         mr.set_hard_memory_limit(self.memory)
-        mr.eval(f"globalThis.__wds_user = new Function('fields', 'now', {json.dumps(body)});", timeout_sec=1.0)
+        define = f"globalThis.__wds_user = new Function('fields', 'now', {json.dumps(body)});"
+        mr.eval(define, timeout_sec=1.0)
         mr.eval(LOCKDOWN, timeout_sec=2.0)
         self.contexts[key] = mr
         while len(self.contexts) > self.max_contexts:
@@ -144,7 +145,8 @@ class Runner:
         """Run one formula for one record; ``fatal`` asks the parent to replace this process."""
         mr = self._context(key, body)
         try:
-            out = mr.eval(f"__wds_run({float(now_ms)!r}, {json.dumps(fields_json)})", timeout_sec=self.timeout)
+            call = f"__wds_run({float(now_ms)!r}, {json.dumps(fields_json)})"
+            out = mr.eval(call, timeout_sec=self.timeout)
         except JSTimeoutException:
             if self._over_memory(mr):
                 # Both limits tripped together; the allocation is the real cause.

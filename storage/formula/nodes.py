@@ -91,11 +91,11 @@ def quote_field(name: str) -> str:
     return "{" + name.replace("\\", "\\\\").replace("}", "\\}") + "}"
 
 
-def _number(value: int | float) -> str:
+def _number(value: float) -> str:
     if isinstance(value, int):
         return str(value)
     text = repr(value)
-    return text[:-2] if text.endswith(".0") else text
+    return text.removesuffix(".0")
 
 
 def to_source(node: Node) -> str:

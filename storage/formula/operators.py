@@ -16,7 +16,14 @@ from typing import Any
 
 from .errors import DIV0, NUM, VALUE
 from .values import (
-    MAX_TEXT, check_number, fail, is_blank, looks_like_date, parse_iso, to_number, to_text,
+    MAX_TEXT,
+    check_number,
+    fail,
+    is_blank,
+    looks_like_date,
+    parse_iso,
+    to_number,
+    to_text,
 )
 
 Number = int | float
@@ -69,9 +76,9 @@ def power(a: Any, b: Any) -> Number:
         raise fail(DIV0, "zero to a negative power")
     try:
         # Exact integer powers while the result fits a double; bounded before computing.
-        if isinstance(x, int) and isinstance(y, int) and y >= 0:
-            if x in (0, 1, -1) or y * math.log2(abs(x)) <= 53:
-                return x**y
+        exact = isinstance(x, int) and isinstance(y, int) and y >= 0
+        if exact and (x in (0, 1, -1) or y * math.log2(abs(x)) <= 53):
+            return x**y
         return num(math.pow(x, y))
     except (OverflowError, ValueError):
         raise fail(NUM, f"cannot raise {x} to {y}") from None
@@ -86,9 +93,8 @@ def concat(a: Any, b: Any) -> str:
 
 def _as_dates(a: Any, b: Any) -> tuple[datetime, datetime] | None:
     """Both operands as instants when the comparison is about dates, else ``None``."""
-    if not (isinstance(a, datetime) or isinstance(b, datetime)):
-        if not (looks_like_date(a) and looks_like_date(b)):
-            return None
+    if not (isinstance(a, datetime) or isinstance(b, datetime) or (looks_like_date(a) and looks_like_date(b))):
+        return None
     da = a if isinstance(a, datetime) else parse_iso(a) if isinstance(a, str) else None
     db = b if isinstance(b, datetime) else parse_iso(b) if isinstance(b, str) else None
     if da is None or db is None:

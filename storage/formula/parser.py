@@ -24,7 +24,19 @@ from ..errors import InvalidFormula
 from .errors import FormulaError
 from .functions import FUNCTIONS
 from .nodes import (
-    ADDITIVE, COMPARE, CONCAT, MULTIPLICATIVE, POWER, Bool, Call, Chain, Field, Node, Num, Str, Unary,
+    ADDITIVE,
+    COMPARE,
+    CONCAT,
+    MULTIPLICATIVE,
+    POWER,
+    Bool,
+    Call,
+    Chain,
+    Field,
+    Node,
+    Num,
+    Str,
+    Unary,
 )
 from .values import parse_number_literal
 
@@ -153,7 +165,7 @@ class _Builder:
         name = str(token).upper()
         spec = FUNCTIONS.get(name)
         if spec is None:
-            raise _invalid(f"unknown function {str(token)}()", token)
+            raise _invalid(f"unknown function {token!s}()", token)
         if len(args) < spec.min_args or (spec.max_args is not None and len(args) > spec.max_args):
             raise _invalid(f"{name}() takes {spec.arity_text()}, got {len(args)}", token)
         return Call(name, tuple(args), depth=_depth(*args))
@@ -172,13 +184,15 @@ class _Builder:
 @cache
 def _parser() -> Lark:
     # Built on first use (tens of milliseconds), not at import.
-    return Lark(_GRAMMAR, parser="lalr", transformer=_Builder(), maybe_placeholders=True)  # type: ignore[arg-type]
+    return Lark(
+        _GRAMMAR, parser="lalr", transformer=_Builder(), maybe_placeholders=True  # type: ignore[arg-type]
+    )
 
 
 def _describe(exc: UnexpectedInput, source: str) -> str:
     where = f"line {exc.line}, column {exc.column}" if exc.line not in (None, -1) else "end of formula"
     if isinstance(exc, UnexpectedEOF) or (isinstance(exc, UnexpectedToken) and exc.token.type == "$END"):
-        return f"unexpected end of formula (unclosed parenthesis, brace or quote?)"
+        return "unexpected end of formula (unclosed parenthesis, brace or quote?)"
     if isinstance(exc, UnexpectedCharacters):
         ch = source[exc.pos_in_stream] if 0 <= exc.pos_in_stream < len(source) else ""
         if ch in "\"'{":

@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -41,7 +41,7 @@ def check_text(s: str) -> str:
     return s
 
 
-def check_number(x: float | int) -> float | int:
+def check_number(x: float) -> float | int:
     """Reject NaN and infinities, which JSON cannot carry."""
     if isinstance(x, float) and not math.isfinite(x):
         raise fail(NUM, "result is not a finite number")
@@ -90,17 +90,17 @@ def parse_iso(text: str) -> datetime | None:
     try:
         if len(s) == 10:
             d = date.fromisoformat(s)
-            return datetime(d.year, d.month, d.day, tzinfo=timezone.utc)
+            return datetime(d.year, d.month, d.day, tzinfo=UTC)
         dt = datetime.fromisoformat(s.replace("z", "Z").replace(",", "."))
     except ValueError:
         return None
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=timezone.utc)
+    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
 
 
 def to_datetime(v: Any) -> datetime:
     """Coerce a value to an aware datetime or raise ``#VALUE!``."""
     if isinstance(v, datetime):
-        return v if v.tzinfo is not None else v.replace(tzinfo=timezone.utc)
+        return v if v.tzinfo is not None else v.replace(tzinfo=UTC)
     if isinstance(v, list) and len(v) == 1:
         return to_datetime(v[0])
     if isinstance(v, str):
@@ -169,7 +169,7 @@ def truthy(v: Any) -> bool:
     return True
 
 
-def format_number(x: float | int) -> str:
+def format_number(x: float) -> str:
     """Render a number like JavaScript's ``String(n)`` (no trailing ``.0``)."""
     if isinstance(x, bool):
         return "1" if x else "0"

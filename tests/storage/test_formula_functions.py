@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from storage.formula import FUNCTIONS, FormulaError, compile_formula, describe_functions
 
-NOW = datetime(2024, 3, 15, 12, 30, 45, tzinfo=timezone.utc)  # a Friday
+NOW = datetime(2024, 3, 15, 12, 30, 45, tzinfo=UTC)  # a Friday
 FIELDS: dict[str, Any] = {
     "Name": "Ada Lovelace",
     "Price": 12.5,
@@ -113,12 +113,12 @@ CASES: list[tuple[str, Any]] = [
     ('SUM(1, 2, 3)', 6),
     ('SUM({Nums}, 1)', 7.5),
     ('SUM({Empty}, "2", TRUE)', 3),
-    ('SUM(0.1, 0.2)', 0.30000000000000004 if False else 0.3),
+    ('SUM(0.1, 0.2)', 0.3),
     ('AVERAGE(1, 2, {Empty}, 6)', 3),
     ('AVERAGE({Nums})', 6.5 / 3),
     ('MIN(3, 1, 2)', 1),
     ('MAX({Nums}, -1)', 3.5),
-    ('MIN()', 0) if False else ('MAX({Empty})', 0),
+    ('MAX({Empty})', 0),
     ('MAX({Start}, {End})', "2024-03-15T12:00:00+00:00"),
     ('MIN({Start}, {End})', "2024-01-31T00:00:00+00:00"),
     ('COUNT(1, "2", TRUE, {Empty}, 3.5)', 2),
@@ -400,7 +400,7 @@ def test_registry_describes_every_function() -> None:
 
 def test_now_comes_from_the_caller_not_the_clock() -> None:
     f = compile_formula("DATETIME_FORMAT(NOW(), 'YYYY')")
-    assert f.evaluate({}, now=datetime(1999, 6, 1, tzinfo=timezone.utc)) == "1999"
+    assert f.evaluate({}, now=datetime(1999, 6, 1, tzinfo=UTC)) == "1999"
     # A naive now is read as UTC.
     assert compile_formula("NOW()").evaluate({}, now=datetime(2020, 1, 1)) == "2020-01-01T00:00:00+00:00"
 

@@ -1,0 +1,47 @@
+"""``GET {rest}/schema``: the whole workspace as the token sees it, in one call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from api.deps import RestPrincipal, StateDep
+from api.responses import JSON
+from api.routes.tables import ERRORS
+from api.serialize import table_out
+from api.state import AppState
+from storage.access import Principal
+
+router = APIRouter(prefix="/functions/v1/rest-api", tags=["schema"])
+
+
+async def workspace_overview(state: AppState, principal: Principal) -> dict[str, Any]:
+    """Tables with columns and the token's access, plus agents and their public channels.
+
+    Three queries whatever the size of the workspace: the cached schema (two) and one
+    for agents with their channels.
+    """
+    schema = await state.schema(principal.workspace_id)
+    tables = []
+    for table in schema.tables.values():
+        perms = principal.perms(table.id)
+        if not perms.read:
+            continue
+        tables.append({**table_out(table), "access": perms.as_dict()})
+    async with state.db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT a.id, a.name, a.model, a.table_ids, coalesce(jsonb_agg(jsonb_build_object("
+            "'id', c.id, 'type', c.type, 'token', c.token, 'enabled', c.enabled) ORDER BY c.id)"
+            " FILTER (WHERE c.id IS NOT NULL), '[]') AS channels"
+            " FROM wds.agents a LEFT JOIN wds.channels c ON c.agent_id = a.id"
+            " WHERE a.workspace_id = %s GROUP BY a.id ORDER BY a.id",
+            (principal.workspace_id,),
+        )
+        agents = await cur.fetchall()
+    return {"workspace_id": principal.workspace_id, "tables": tables, "agents": agents}
+
+
+@router.get("/schema", responses=ERRORS)
+async def get_schema(principal: RestPrincipal, state: StateDep) -> JSON:
+    return JSON(await workspace_overview(state, principal))

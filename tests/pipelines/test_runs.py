@@ -1,0 +1,180 @@
+"""run, compute and run-actions, with progress; record steps; loops; budgets."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+
+def wait_run(ws, run_id, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = ws.api.get(f"/runs/{run_id}").json()
+        if r["status"] == "completed":
+            return r
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_id} did not complete: {r}")
+
+
+def test_compute_reruns_exactly_one_column(ws):
+    t = ws.create_table("C", [
+        {"name": "A", "type": "number"},
+        {"name": "B", "type": "formula", "formula": "{A} + 1"},
+        {"name": "C", "type": "formula", "formula": "{A} + 2"},
+    ])
+    rec = ws.api.post(f"/tables/{t['id']}/records?run_pipeline=false", json={"fields": {"A": 1}}).json()
+    r = ws.api.post(f"/tables/{t['id']}/records/{rec['id']}/compute/B")
+    assert r.status_code == 200, r.text
+    assert r.json()["value"] == 2 and r.json()["column"] == "B" and r.json()["record_id"] == rec["id"]
+    fields = ws.api.get(f"/tables/{t['id']}/records/{rec['id']}").json()["fields"]
+    assert fields["B"] == 2 and fields["C"] is None
+    assert ws.api.post(f"/tables/{t['id']}/records/{rec['id']}/compute/A").json()["code"] == "VALIDATION_ERROR"
+    assert ws.api.post(f"/tables/{t['id']}/records/{rec['id']}/compute/Nope").json()["code"] == "UNKNOWN_COLUMN"
+
+
+def test_run_as_if_columns_changed(ws):
+    t = ws.create_table("C", [
+        {"name": "A", "type": "number"}, {"name": "X", "type": "number"},
+        {"name": "B", "type": "formula", "formula": "{A} * 10"},
+        {"name": "Y", "type": "formula", "formula": "{X} * 10"},
+    ])
+    rec = ws.api.post(f"/tables/{t['id']}/records?run_pipeline=false", json={"fields": {"A": 1, "X": 2}}).json()
+    r = ws.api.post(f"/tables/{t['id']}/records/{rec['id']}/run", json={"mode": "edit", "changed_columns": ["A"]})
+    assert r.status_code == 200, r.text
+    assert r.json()["record"]["fields"]["B"] == 10 and r.json()["record"]["fields"]["Y"] is None
+    r = ws.api.post(f"/tables/{t['id']}/records/{rec['id']}/run", json={"mode": "create"})
+    assert r.json()["record"]["fields"]["Y"] == 20 and r.json()["pipeline"]["status"] == "ok"
+
+
+def test_run_actions_over_filters_reports_progress(ws):
+    t = ws.create_table("C", [{"name": "A", "type": "number"}, {"name": "B", "type": "formula", "formula": "{A} * 2"}])
+    rows = [{"fields": {"A": i}} for i in range(450)]
+    ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows, "run_pipeline": False})
+    r = ws.api.post(f"/tables/{t['id']}/run-actions", json={"filters": {"A": "gte.100"}})
+    assert r.status_code == 202, r.text
+    body = r.json()
+    assert body["total"] == 350 and body["workflow_id"].startswith("bulk/")
+    done = wait_run(ws, body["run_id"])
+    assert done["done"] == 350 and done["failed"] == 0
+    got = ws.api.get(f"/tables/{t['id']}/records?A=in.(99,100,449)&order=A.asc").json()["records"]
+    assert [x["fields"]["B"] for x in got] == [None, 200, 898]
+
+
+def test_run_actions_over_ids_and_bad_input(ws):
+    t = ws.create_table("C", [{"name": "A", "type": "number"}, {"name": "B", "type": "formula", "formula": "{A} + 1"}])
+    ids = [ws.api.post(f"/tables/{t['id']}/records?run_pipeline=false", json={"fields": {"A": i}}).json()["id"] for i in range(3)]
+    r = ws.api.post(f"/tables/{t['id']}/run-actions", json={"record_ids": ids + [999999]})
+    assert r.status_code == 202 and r.json()["total"] == 3
+    wait_run(ws, r.json()["run_id"])
+    assert ws.api.post(f"/tables/{t['id']}/run-actions", json={"filters": {"Nope": "eq.1"}}).json()["code"] == "UNKNOWN_COLUMN"
+    assert ws.api.post(f"/tables/{t['id']}/run-actions", json={"column_ids": [999]}).json()["code"] == "VALIDATION_ERROR"
+    assert ws.api.get("/runs/run-nope").status_code == 404
+
+
+def test_record_steps_create_update_fetch_and_delete(ws):
+    log = ws.create_table("Log", [{"name": "Msg", "type": "text"}, {"name": "Len", "type": "formula", "formula": "LEN({Msg})"}])
+    t = ws.create_table("Src", [
+        {"name": "Name", "type": "text"},
+        {"name": "Logged", "type": "create_record", "config": {"table_id": log["id"], "fields": {"Msg": "hello {{ Name }}"}}},
+        {"name": "Found", "type": "fetch_records", "config": {"table_id": log["id"], "filters": {"Msg": "eq.hello {{ Name }}"}}},
+    ])
+    r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": "Ann"}})
+    assert r.status_code == 201, r.text
+    rec = r.json()
+    assert rec["pipeline"]["status"] == "ok", rec["pipeline"]
+    log_id = rec["fields"]["Logged"]
+    created = ws.api.get(f"/tables/{log['id']}/records/{log_id}").json()
+    assert created["fields"]["Msg"] == "hello Ann"
+    assert created["fields"]["Len"] == 9  # the created record's own pipeline ran (child workflow)
+    assert [x["id"] for x in rec["fields"]["Found"]] == [log_id]
+    upd = ws.create_table("Upd", [
+        {"name": "Target", "type": "number"},
+        {"name": "Touch", "type": "update_record", "config": {"table_id": log["id"], "record_id": "{{ Target }}", "fields": {"Msg": "changed"}}},
+    ])
+    ws.api.post(f"/tables/{upd['id']}/records", json={"fields": {"Target": log_id}})
+    assert ws.api.get(f"/tables/{log['id']}/records/{log_id}").json()["fields"]["Len"] == 7
+    rm = ws.create_table("Rm", [
+        {"name": "Target", "type": "number"},
+        {"name": "Gone", "type": "delete_record", "config": {"table_id": log["id"], "record_id": "{{ Target }}"}},
+    ])
+    out = ws.api.post(f"/tables/{rm['id']}/records", json={"fields": {"Target": log_id}}).json()
+    assert out["fields"]["Gone"] == log_id
+    assert ws.api.get(f"/tables/{log['id']}/records/{log_id}").status_code == 404
+
+
+def test_record_steps_honour_the_writing_tokens_grants(ws):
+    secret = ws.create_table("Secret", [{"name": "Msg", "type": "text"}])
+    tok = ws.token("rest_api")
+    c = ws.client(tok["token"])
+    t = ws.create_table("Mine", [
+        {"name": "Name", "type": "text"},
+        {"name": "Sneak", "type": "create_record", "config": {"table_id": secret["id"], "fields": {"Msg": "x"}}},
+    ], client=c)
+    rec = c.post(f"/tables/{t['id']}/records", json={"fields": {"Name": "a"}}).json()
+    assert "permission" in rec["pipeline"]["errors"]["Sneak"]
+    assert ws.api.get(f"/tables/{secret['id']}/records").json()["records"] == []
+
+
+def test_steps_cannot_reach_another_workspace(make_workspace):
+    a, b = make_workspace(), make_workspace()
+    tb = b.create_table("Theirs", [{"name": "Msg", "type": "text"}])
+    b.api.post(f"/tables/{tb['id']}/records", json={"fields": {"Msg": "private"}})
+    t = a.create_table("Probe", [
+        {"name": "N", "type": "text"},
+        {"name": "Peek", "type": "fetch_records", "config": {"table_id": tb["id"]}},
+        {"name": "Poke", "type": "create_record", "config": {"table_id": tb["id"], "fields": {"Msg": "x"}}},
+    ])
+    rec = a.api.post(f"/tables/{t['id']}/records", json={"fields": {"N": "x"}}).json()
+    assert "not found" in rec["pipeline"]["errors"]["Peek"] and "not found" in rec["pipeline"]["errors"]["Poke"]
+    assert "private" not in str(rec)
+    assert len(b.api.get(f"/tables/{tb['id']}/records").json()["records"]) == 1
+
+
+def test_loop_runs_a_sub_step_per_item(ws):
+    t = ws.create_table("L", [
+        {"name": "Json", "type": "text"},
+        {"name": "Items", "type": "json_parser", "config": {"source_column": "Json", "path": "items"}},
+        {"name": "Doubled", "type": "loop", "config": {"source_column": "Items", "step": {"type": "formula", "config": {"formula": "{item} * 2"}}}},
+    ])
+    rec = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Json": '{"items": [1, 2, 3]}'}}).json()
+    assert rec["fields"]["Items"] == [1, 2, 3]
+    assert rec["fields"]["Doubled"] == [2, 4, 6], rec
+
+
+def test_a_loop_past_the_step_budget_stops_with_budget_exceeded(make_workspace):
+    ws = make_workspace(plan="free")  # 25 steps per row
+    t = ws.create_table("L", [
+        {"name": "Json", "type": "text"},
+        {"name": "Items", "type": "json_parser", "config": {"source_column": "Json", "path": "@"}},
+        {"name": "Each", "type": "loop", "config": {"source_column": "Items", "step": {"type": "formula", "config": {"formula": "{item}"}}}},
+        {"name": "After", "type": "formula", "formula": "LEN({Json})"},
+    ])
+    rec = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Json": str(list(range(40)))}}).json()
+    assert rec["pipeline"]["errors"]["Each"] == "budget_exceeded"
+    assert rec["fields"]["Json"]  # the record itself stays saved
+
+
+@pytest.mark.slow
+def test_a_delay_past_the_free_plans_time_budget_is_budget_exceeded(make_workspace):
+    ws = make_workspace(plan="free")  # 10 s per row
+    t = ws.create_table("D", [
+        {"name": "A", "type": "number"},
+        {"name": "Wait", "type": "delay", "config": {"seconds": 30}},
+        {"name": "Then", "type": "formula", "formula": "IF({Wait}, {A} + 1, 0)"},
+    ])
+    started = time.monotonic()
+    r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": 1}})
+    elapsed = time.monotonic() - started
+    assert r.status_code == 201, r.text
+    rec = r.json()
+    assert rec["pipeline"]["errors"]["Wait"] == "budget_exceeded"
+    assert "Then" in rec["pipeline"]["errors"]
+    assert 9 <= elapsed < 25
+    assert ws.api.get(f"/tables/{t['id']}/records/{rec['id']}").json()["fields"]["A"] == 1
+
+
+def test_a_short_delay_completes(ws):
+    t = ws.create_table("D", [{"name": "A", "type": "number"}, {"name": "Wait", "type": "delay", "config": {"seconds": 1}}])
+    rec = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": 1}}).json()
+    assert rec["pipeline"]["status"] == "ok" and rec["fields"]["Wait"]
