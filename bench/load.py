@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
+import psycopg
 
 from bench.report import percentile
 
@@ -27,6 +28,10 @@ _ABORT_AFTER_ERRORS = 50
 
 class OperationFailed(Exception):
     """An operation answered, but not as expected (wrong status, wrong row count)."""
+
+
+# what a failed request or query raises; each one is a measured error, not a crash
+FAILURES = (OperationFailed, aiohttp.ClientError, psycopg.Error, TimeoutError, OSError)
 
 
 @dataclass(slots=True)
@@ -92,7 +97,7 @@ async def _loop(op: Operation, concurrency: int, duration_s: float, max_ops: int
             t0 = clock()
             try:
                 await op()
-            except Exception as exc:  # any failure of the operation is a measured error
+            except FAILURES as exc:
                 state["errors"] += 1
                 if not first_error:
                     first_error.append(f"{type(exc).__name__}: {exc}"[:300])
@@ -119,7 +124,7 @@ async def run_sequential_batches(ops: list[Operation]) -> PhaseResult:
         s = time.perf_counter()
         try:
             await op()
-        except Exception as exc:
+        except FAILURES as exc:
             errors += 1
             first_error = first_error or f"{type(exc).__name__}: {exc}"[:300]
             continue

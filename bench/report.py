@@ -15,7 +15,7 @@ import os
 import platform
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 
@@ -286,8 +286,8 @@ def render_markdown(report: RunReport) -> str:
         out += ["", "## Worker comparison", ""]
         out.append(markdown_table(["Scenario", "Figure", *report.passes, "Best"], rows))
         if fastest is not None:
-            out += ["", f"Fastest on this machine: **{fastest}** "
-                        "(highest geometric mean of service/baseline ratios)."]
+            out += ["", (f"Fastest on this machine: **{fastest}** "
+                         "(highest geometric mean of service/baseline ratios).")]
     if report.notes:
         out += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
     return "\n".join(out) + "\n"
@@ -296,7 +296,7 @@ def render_markdown(report: RunReport) -> str:
 def machine_facts(**extra: str) -> dict[str, str]:
     """nproc, CPU model, Python version and the UTC date, plus caller-supplied facts."""
     facts = {
-        "date (UTC)": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
+        "date (UTC)": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S"),
         "nproc": str(os.cpu_count() or "?"),
         "CPU model": cpu_model(),
         "Python": f"{platform.python_implementation()} {platform.python_version()}",

@@ -26,8 +26,15 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.context import BenchConfig, BenchContext
-from bench.report import Figure, RunReport, Verdict, compare_passes, figure_row, machine_facts
-from bench.report import render_markdown
+from bench.report import (
+    Figure,
+    RunReport,
+    Verdict,
+    compare_passes,
+    figure_row,
+    machine_facts,
+    render_markdown,
+)
 from bench.scenarios import REGISTRY, Scenario, select
 from bench.stack import Deployment, EmbeddedStack, StackError, check_loopback, create_workspace_token
 
@@ -39,6 +46,17 @@ except ImportError:  # optional: plain asyncio works, the client just costs more
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = HERE / "RESULTS.md"
 QUICK_OUTPUT = HERE / "RESULTS-quick.md"
+CLIENT_NOTE = (
+    "The load generator runs on the same cores as the API, PostgreSQL and Temporal (this "
+    "machine has few cores): it competes with the server for CPU. 'Client CPU' is its share of "
+    "one core during the service's phase. The psycopg baselines are driven from the same process "
+    "and event loop, so both sides pay the same client cost, but the baseline has no HTTP/JSON "
+    "work on either side."
+)
+BASELINE_NOTE = (
+    "Baseline: psycopg AsyncConnectionPool, autocommit, sized to the concurrency, the same SQL the "
+    "operation needs against the same physical table (ws_<w>.t_<t>, c_<column id>)."
+)
 _VERDICT_STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.NOT_MEASURED: "yellow"}
 
 
@@ -187,7 +205,7 @@ async def run_pass(deployment: Deployment, config: BenchConfig, scenarios: Seque
                 t0 = time.monotonic()
                 try:
                     got = await sc.run(ctx)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - one broken scenario must not void the others
                     crashed.append(sc.name)
                     console.print(f"[bold red]  crashed:[/] {type(exc).__name__}: {exc}")
                     console.print(f"[dim]{traceback.format_exc(limit=4)}[/]")
@@ -195,7 +213,7 @@ async def run_pass(deployment: Deployment, config: BenchConfig, scenarios: Seque
                                   note=f"{type(exc).__name__}: {exc}"[:300])]
                 for fig in got:
                     cells = figure_row(fig)
-                    console.print(f"  {fig.name}: {cells[2]} vs {cells[4]} → {cells[6]} [{cells[8]}]")
+                    console.print(f"  {fig.name}: {cells[2]} vs {cells[4]} → {cells[6]} ({cells[8]})", markup=False)
                 console.print(f"[dim]  ({time.monotonic() - t0:.1f}s)[/]")
                 figures += got
         finally:
@@ -255,15 +273,7 @@ def _facts(args: argparse.Namespace, config: BenchConfig, pg_version: str) -> di
 
 
 def _notes(args: argparse.Namespace, config: BenchConfig, passes: dict[str, list[Figure]]) -> list[str]:
-    notes = [
-        "The load generator runs on the same cores as the API, PostgreSQL and Temporal (this "
-        "machine has few cores): it competes with the server for CPU. 'Client CPU' is its share of "
-        "one core during the service's phase. The psycopg baselines are driven from the same process "
-        "and event loop, so both sides pay the same client cost, but the baseline has no HTTP/JSON "
-        "work on either side.",
-        "Baseline: psycopg AsyncConnectionPool, autocommit, sized to the concurrency, the same SQL the "
-        "operation needs against the same physical table (ws_<w>.t_<t>, c_<column id>).",
-    ]
+    notes = [CLIENT_NOTE, BASELINE_NOTE]
     if not args.url:
         notes.append("Embedded PostgreSQL (wds.runtime.Postgres: shared_buffers=256MB, "
                      "synchronous_commit=off, fsync on); API workspace on the enterprise plan, "
@@ -293,7 +303,7 @@ def _pg_version(dsn: str | None) -> str:
 def _git_commit() -> str:
     with contextlib.suppress(Exception):
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE.parent, capture_output=True,
-                             text=True, timeout=5)
+                             text=True, timeout=5, check=False)
         if out.returncode == 0:
             return out.stdout.strip()
     return "unknown"

@@ -114,7 +114,7 @@ async def compare_peers(ctx: BenchContext) -> list[Figure]:
         notes = {p.key: f"{p.label} not running on 127.0.0.1:{p.port}: not measured" for p in PEERS}
     else:
         conc = cfg.concurrency
-        kw = {"rows": cfg.rows, "duration_s": cfg.duration_s, "conc": conc}
+        kw: dict[str, Any] = {"rows": cfg.rows, "duration_s": cfg.duration_s, "conc": conc}
         wds_env = {"WDS_URL": ctx.deployment.base_url, "WDS_TOKEN": ctx.deployment.token}
         try:
             results["wds"] = await run_peer_bench(script, "wds", env=wds_env, **kw)
@@ -135,10 +135,7 @@ async def compare_peers(ctx: BenchContext) -> list[Figure]:
     for peer in PEERS:
         theirs = results.get(peer.key)
         note = notes.get(peer.key, "")
-        if theirs is None or ours is None:
-            ours_shown: dict[str, Any] | None = None  # never a one-sided figure
-        else:
-            ours_shown = ours
+        ours_shown = ours if theirs is not None else None  # never a one-sided figure
         figures.append(_pair(f"filtered list, {cfg.concurrency} clients", "req/s", ours_shown, theirs, peer,
                              conc_key, Target(peer.list_target, f"≥ {peer.list_target:g}× {peer.label}"), note))
         figures.append(_pair("filtered list, sequential", "req/s", ours_shown, theirs, peer, "seq", None, note))

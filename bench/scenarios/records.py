@@ -94,7 +94,7 @@ async def create_one(ctx: BenchContext) -> list[Figure]:
     ]
 
 
-def _list_sql(table: BenchTable) -> tuple[sql.Composable, sql.Composable]:
+def _list_sql(table: BenchTable) -> tuple[sql.Composed, sql.Composed]:
     where = sql.SQL("{} > %s AND {} = %s").format(table.col("Score"), table.col("Status"))
     page = sql.SQL(
         "SELECT id, created_at, updated_at, {}, {}, {} FROM {} WHERE {} ORDER BY id LIMIT %s OFFSET %s"

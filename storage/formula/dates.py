@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import calendar
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
@@ -162,49 +163,62 @@ def _offset(dt: datetime, sep: str) -> str:
     return f"{sign}{h:02d}{sep}{m:02d}"
 
 
-def _format_token(dt: datetime, tok: str) -> str:
-    h12 = dt.hour % 12 or 12
-    sunday_dow = (dt.weekday() + 1) % 7
-    table: dict[str, Any] = {
-        "YYYY": lambda: f"{dt.year:04d}", "YY": lambda: f"{dt.year % 100:02d}",
-        "Q": lambda: str((dt.month - 1) // 3 + 1), "Qo": lambda: ordinal((dt.month - 1) // 3 + 1),
-        "M": lambda: str(dt.month), "MM": lambda: f"{dt.month:02d}", "Mo": lambda: ordinal(dt.month),
-        "MMM": lambda: MONTHS_SHORT[dt.month - 1], "MMMM": lambda: MONTHS[dt.month - 1],
-        "D": lambda: str(dt.day), "DD": lambda: f"{dt.day:02d}", "Do": lambda: ordinal(dt.day),
-        "DDD": lambda: str(dt.timetuple().tm_yday), "DDDD": lambda: f"{dt.timetuple().tm_yday:03d}",
-        "DDDo": lambda: ordinal(dt.timetuple().tm_yday),
-        "d": lambda: str(sunday_dow), "do": lambda: ordinal(sunday_dow), "e": lambda: str(sunday_dow),
-        "E": lambda: str(dt.isoweekday()), "dd": lambda: WEEKDAYS[sunday_dow][:2],
-        "ddd": lambda: WEEKDAYS[sunday_dow][:3], "dddd": lambda: WEEKDAYS[sunday_dow],
-        "w": lambda: str(week_of_year(dt, 6)), "ww": lambda: f"{week_of_year(dt, 6):02d}",
-        "wo": lambda: ordinal(week_of_year(dt, 6)),
-        "W": lambda: str(dt.isocalendar()[1]), "WW": lambda: f"{dt.isocalendar()[1]:02d}",
-        "Wo": lambda: ordinal(dt.isocalendar()[1]),
-        "H": lambda: str(dt.hour), "HH": lambda: f"{dt.hour:02d}",
-        "h": lambda: str(h12), "hh": lambda: f"{h12:02d}",
-        "k": lambda: str(dt.hour or 24), "kk": lambda: f"{dt.hour or 24:02d}",
-        "m": lambda: str(dt.minute), "mm": lambda: f"{dt.minute:02d}",
-        "s": lambda: str(dt.second), "ss": lambda: f"{dt.second:02d}",
-        "S": lambda: str(dt.microsecond // 100_000), "SS": lambda: f"{dt.microsecond // 10_000:02d}",
-        "SSS": lambda: f"{dt.microsecond // 1000:03d}",
-        "A": lambda: "AM" if dt.hour < 12 else "PM", "a": lambda: "am" if dt.hour < 12 else "pm",
-        "Z": lambda: _offset(dt, ":"), "ZZ": lambda: _offset(dt, ""),
-        "X": lambda: str(int(dt.timestamp())), "x": lambda: str(int(dt.timestamp() * 1000)),
-    }
-    fn = table.get(tok)
-    return fn() if fn is not None else tok
+def _h12(dt: datetime) -> int:
+    return dt.hour % 12 or 12
+
+
+def _dow(dt: datetime) -> int:
+    return (dt.weekday() + 1) % 7  # Sunday = 0, as moment's 'd'
+
+
+def _yday(dt: datetime) -> int:
+    return dt.timetuple().tm_yday
+
+
+_FORMATTERS: dict[str, Callable[[datetime], str]] = {
+    "YYYY": lambda dt: f"{dt.year:04d}", "YY": lambda dt: f"{dt.year % 100:02d}",
+    "Q": lambda dt: str((dt.month - 1) // 3 + 1), "Qo": lambda dt: ordinal((dt.month - 1) // 3 + 1),
+    "M": lambda dt: str(dt.month), "MM": lambda dt: f"{dt.month:02d}", "Mo": lambda dt: ordinal(dt.month),
+    "MMM": lambda dt: MONTHS_SHORT[dt.month - 1], "MMMM": lambda dt: MONTHS[dt.month - 1],
+    "D": lambda dt: str(dt.day), "DD": lambda dt: f"{dt.day:02d}", "Do": lambda dt: ordinal(dt.day),
+    "DDD": lambda dt: str(_yday(dt)), "DDDD": lambda dt: f"{_yday(dt):03d}",
+    "DDDo": lambda dt: ordinal(_yday(dt)),
+    "d": lambda dt: str(_dow(dt)), "do": lambda dt: ordinal(_dow(dt)), "e": lambda dt: str(_dow(dt)),
+    "E": lambda dt: str(dt.isoweekday()), "dd": lambda dt: WEEKDAYS[_dow(dt)][:2],
+    "ddd": lambda dt: WEEKDAYS[_dow(dt)][:3], "dddd": lambda dt: WEEKDAYS[_dow(dt)],
+    "w": lambda dt: str(week_of_year(dt, 6)), "ww": lambda dt: f"{week_of_year(dt, 6):02d}",
+    "wo": lambda dt: ordinal(week_of_year(dt, 6)),
+    "W": lambda dt: str(dt.isocalendar()[1]), "WW": lambda dt: f"{dt.isocalendar()[1]:02d}",
+    "Wo": lambda dt: ordinal(dt.isocalendar()[1]),
+    "H": lambda dt: str(dt.hour), "HH": lambda dt: f"{dt.hour:02d}",
+    "h": lambda dt: str(_h12(dt)), "hh": lambda dt: f"{_h12(dt):02d}",
+    "k": lambda dt: str(dt.hour or 24), "kk": lambda dt: f"{dt.hour or 24:02d}",
+    "m": lambda dt: str(dt.minute), "mm": lambda dt: f"{dt.minute:02d}",
+    "s": lambda dt: str(dt.second), "ss": lambda dt: f"{dt.second:02d}",
+    "S": lambda dt: str(dt.microsecond // 100_000), "SS": lambda dt: f"{dt.microsecond // 10_000:02d}",
+    "SSS": lambda dt: f"{dt.microsecond // 1000:03d}",
+    "A": lambda dt: "AM" if dt.hour < 12 else "PM", "a": lambda dt: "am" if dt.hour < 12 else "pm",
+    "Z": lambda dt: _offset(dt, ":"), "ZZ": lambda dt: _offset(dt, ""),
+    "X": lambda dt: str(int(dt.timestamp())), "x": lambda dt: str(int(dt.timestamp() * 1000)),
+}
+
+
+@lru_cache(maxsize=256)
+def _tokens(fmt: str) -> tuple[str, ...]:
+    return tuple(_TOKEN.findall(fmt))
 
 
 def format_datetime(dt: datetime, fmt: str) -> str:
     """Format ``dt`` in its own time zone with moment.js tokens."""
     out: list[str] = []
-    for tok in _TOKEN.findall(fmt):
+    for tok in _tokens(fmt):
         if tok.startswith("[") and tok.endswith("]"):
             out.append(tok[1:-1])
         elif tok in _LOCALIZED:
             out.append(format_datetime(dt, _LOCALIZED[tok]))
         else:
-            out.append(_format_token(dt, tok))
+            fn = _FORMATTERS.get(tok)
+            out.append(fn(dt) if fn is not None else tok)
     return "".join(out)
 
 

@@ -93,7 +93,8 @@ def concat(a: Any, b: Any) -> str:
 
 def _as_dates(a: Any, b: Any) -> tuple[datetime, datetime] | None:
     """Both operands as instants when the comparison is about dates, else ``None``."""
-    if not (isinstance(a, datetime) or isinstance(b, datetime) or (looks_like_date(a) and looks_like_date(b))):
+    about_dates = isinstance(a, datetime) or isinstance(b, datetime)
+    if not (about_dates or (looks_like_date(a) and looks_like_date(b))):
         return None
     da = a if isinstance(a, datetime) else parse_iso(a) if isinstance(a, str) else None
     db = b if isinstance(b, datetime) else parse_iso(b) if isinstance(b, str) else None
@@ -133,6 +134,8 @@ def _order(a: Any, b: Any) -> int | None:
             return None
         zero: Any = 0 if _numeric(other) else ""
         a, b = (zero, b) if is_blank(a) else (a, zero)
+    x: Any
+    y: Any
     if isinstance(a, datetime) or isinstance(b, datetime) or (looks_like_date(a) and looks_like_date(b)):
         dates = _as_dates(a, b)
         if dates is None:

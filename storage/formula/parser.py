@@ -194,7 +194,8 @@ def _describe(exc: UnexpectedInput, source: str) -> str:
     if isinstance(exc, UnexpectedEOF) or (isinstance(exc, UnexpectedToken) and exc.token.type == "$END"):
         return "unexpected end of formula (unclosed parenthesis, brace or quote?)"
     if isinstance(exc, UnexpectedCharacters):
-        ch = source[exc.pos_in_stream] if 0 <= exc.pos_in_stream < len(source) else ""
+        pos = exc.pos_in_stream if exc.pos_in_stream is not None else -1
+        ch = source[pos] if 0 <= pos < len(source) else ""
         if ch in "\"'{":
             return f"{where}: unterminated {'string' if ch != '{' else 'column reference'}"
         return f"{where}: unexpected character {ch!r}"

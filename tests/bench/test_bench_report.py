@@ -10,8 +10,20 @@ import pytest
 
 from bench.load import OperationFailed, PhaseResult, run_phase
 from bench.report import (
-    COLUMNS, Figure, RunReport, Target, Verdict, compare_passes, evaluate, figure_row, fmt_ms, fmt_rate,
-    fmt_ratio, markdown_table, percentile, render_markdown,
+    COLUMNS,
+    Figure,
+    RunReport,
+    Target,
+    Verdict,
+    compare_passes,
+    evaluate,
+    figure_row,
+    fmt_ms,
+    fmt_rate,
+    fmt_ratio,
+    markdown_table,
+    percentile,
+    render_markdown,
 )
 from bench.runner import build_parser, config_from
 from bench.scenarios import REGISTRY, scenario, select

@@ -1,0 +1,262 @@
+"""The production stack as files: docker-compose.yml, Dockerfile, docs/operations.md.
+
+No Docker engine runs here, so these tests read the files and check the topology the
+design promises (DESIGN §2): the services, their images, replicas, health checks, volumes,
+start order, and that every ``WDS_*`` variable the stack sets is a real setting of
+:class:`wds.config.Settings` — config and compose cannot drift apart unnoticed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from wds.config import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE_PATH = ROOT / "docker-compose.yml"
+DOCKERFILE_PATH = ROOT / "Dockerfile"
+DOCKERIGNORE_PATH = ROOT / ".dockerignore"
+OPERATIONS_PATH = ROOT / "docs" / "operations.md"
+
+APP_SERVICES = ("api", "worker")
+REQUIRED_SERVICES = ("postgres", "temporal", "temporal-ui", "redis", "api", "worker")
+APP_ENV = ("WDS_DATABASE_URL", "WDS_TEMPORAL_ADDRESS", "WDS_REDIS_URL", "WDS_ADMIN_KEY", "WDS_SECRET_KEY")
+SECRETS = ("WDS_ADMIN_KEY", "WDS_SECRET_KEY")
+CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
+WDS_VARIABLE = re.compile(r"\bWDS_[A-Z0-9_]+\b")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(COMPOSE_PATH.read_text())
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = compose["services"]
+    return found
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    """A service's ``environment`` as a mapping, whichever of the two compose forms it uses."""
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        return dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
+    return {str(k): "" if v is None else str(v) for k, v in env.items()}
+
+
+def depends_on(service: dict[str, Any]) -> dict[str, Any]:
+    deps = service.get("depends_on") or {}
+    return {name: {} for name in deps} if isinstance(deps, list) else dict(deps)
+
+
+def one_shot_services(services: dict[str, dict[str, Any]]) -> set[str]:
+    """Services others wait on to *finish* (schema and namespace setup jobs)."""
+    return {
+        name
+        for svc in services.values()
+        for name, spec in depends_on(svc).items()
+        if spec.get("condition") == "service_completed_successfully"
+    }
+
+
+def settings_variables() -> set[str]:
+    return {f"WDS_{name.upper()}" for name in Settings.model_fields}
+
+
+# --------------------------------------------------------------------------- services
+
+
+def test_compose_defines_every_required_service(services: dict[str, dict[str, Any]]) -> None:
+    missing = [name for name in REQUIRED_SERVICES if name not in services]
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("service", "image"),
+    [
+        ("postgres", "pgvector/pgvector:pg"),
+        ("temporal", "temporalio/server:"),
+        ("temporal-ui", "temporalio/ui:"),
+        ("redis", "redis:7"),
+    ],
+)
+def test_infrastructure_services_use_the_expected_pinned_images(
+    services: dict[str, dict[str, Any]], service: str, image: str
+) -> None:
+    actual = services[service]["image"]
+    assert actual.startswith(image)
+    assert not actual.endswith(":latest")
+
+
+def test_temporal_persists_in_postgresql(services: dict[str, dict[str, Any]]) -> None:
+    env = environment(services["temporal"])
+    assert env["DB"] == "postgres12"
+    assert env["POSTGRES_SEEDS"] in services
+    assert services[env["POSTGRES_SEEDS"]]["image"].startswith(("postgres:", "pgvector/pgvector:"))
+
+
+def test_api_and_worker_are_built_from_the_dockerfile_as_one_image(services: dict[str, dict[str, Any]]) -> None:
+    images = {services[name]["image"] for name in APP_SERVICES}
+    assert len(images) == 1
+    for name in APP_SERVICES:
+        assert services[name]["build"] in (".", {"context": "."})
+
+
+@pytest.mark.parametrize(("service", "command"), [("api", "serve"), ("worker", "worker")])
+def test_app_services_run_their_wds_command(
+    services: dict[str, dict[str, Any]], service: str, command: str
+) -> None:
+    assert services[service]["command"][0] == command
+
+
+@pytest.mark.parametrize("service", APP_SERVICES)
+def test_api_and_worker_run_two_replicas(services: dict[str, dict[str, Any]], service: str) -> None:
+    assert services[service]["deploy"]["replicas"] == 2
+
+
+def test_only_the_proxy_and_the_loopback_ui_publish_ports(services: dict[str, dict[str, Any]]) -> None:
+    published = {name for name, svc in services.items() if svc.get("ports")}
+    # replicas cannot share a host port: the api is reached through the proxy
+    assert "api" not in published
+    assert published <= {"proxy", "temporal-ui"}
+    assert all(str(p).startswith("127.0.0.1:") for p in services["temporal-ui"]["ports"])
+
+
+# --------------------------------------------------------------------------- health and order
+
+
+def test_every_long_running_service_has_a_healthcheck(services: dict[str, dict[str, Any]]) -> None:
+    long_running = set(services) - one_shot_services(services)
+    without = sorted(name for name in long_running if not services[name].get("healthcheck", {}).get("test"))
+    assert without == []
+
+
+def test_healthchecks_run_a_command_in_the_container(services: dict[str, dict[str, Any]]) -> None:
+    for name, svc in services.items():
+        check = svc.get("healthcheck")
+        if check:
+            test = check["test"]
+            assert isinstance(test, list) and test[0] in ("CMD", "CMD-SHELL"), name
+
+
+def test_depends_on_always_names_a_condition_that_can_be_met(services: dict[str, dict[str, Any]]) -> None:
+    one_shots = one_shot_services(services)
+    for name, svc in services.items():
+        for dep, spec in depends_on(svc).items():
+            assert dep in services, (name, dep)
+            condition = spec.get("condition")
+            assert condition in CONDITIONS, (name, dep)
+            if condition == "service_healthy":
+                assert services[dep].get("healthcheck"), (name, dep)
+            if condition == "service_completed_successfully":
+                assert dep in one_shots and not services[dep].get("healthcheck"), (name, dep)
+
+
+@pytest.mark.parametrize("service", APP_SERVICES)
+def test_app_services_wait_for_their_dependencies_to_be_ready(
+    services: dict[str, dict[str, Any]], service: str
+) -> None:
+    deps = depends_on(services[service])
+    assert deps["postgres"]["condition"] == "service_healthy"
+    assert deps["temporal"]["condition"] == "service_healthy"
+    # the search attributes must exist before the first pipeline workflow starts
+    assert deps["temporal-setup"]["condition"] == "service_completed_successfully"
+
+
+def test_setup_job_registers_every_pipeline_search_attribute(services: dict[str, dict[str, Any]]) -> None:
+    script = "\n".join(services["temporal-setup"]["command"])
+    for attribute in ("WdsWorkspace:Int", "WdsTable:Int", "WdsMode:Keyword", "WdsRecords:KeywordList"):
+        assert attribute in script
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@pytest.mark.parametrize("service", APP_SERVICES)
+def test_app_env_carries_the_settings_the_stack_wires(services: dict[str, dict[str, Any]], service: str) -> None:
+    env = environment(services[service])
+    missing = [name for name in APP_ENV if not env.get(name)]
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("variable", "service"),
+    [("WDS_DATABASE_URL", "postgres"), ("WDS_TEMPORAL_ADDRESS", "temporal"), ("WDS_REDIS_URL", "redis")],
+)
+def test_app_env_points_at_services_of_the_stack(
+    services: dict[str, dict[str, Any]], variable: str, service: str
+) -> None:
+    for name in APP_SERVICES:
+        value = environment(services[name])[variable]
+        assert re.search(rf"(^|[@/]){re.escape(service)}:\d+", value), (name, value)
+
+
+@pytest.mark.parametrize("variable", SECRETS)
+def test_secrets_are_required_variables_without_defaults(
+    services: dict[str, dict[str, Any]], variable: str
+) -> None:
+    for name in APP_SERVICES:
+        assert environment(services[name])[variable].startswith(f"${{{variable}:?"), name
+
+
+def test_every_wds_variable_in_compose_is_a_setting() -> None:
+    used = set(WDS_VARIABLE.findall(COMPOSE_PATH.read_text()))
+    assert used, "the compose file sets no WDS_* variable"
+    assert sorted(used - settings_variables()) == []
+
+
+def test_compose_interpolates_only_braced_variables() -> None:
+    # `$name` would be interpolated by compose from the host, not by the container's shell;
+    # container-side shell variables are written `$$name`
+    text = COMPOSE_PATH.read_text().replace("$$", "")
+    assert re.findall(r"\$(?!\{)", text) == []
+
+
+def test_named_volumes_are_declared(compose: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
+    declared = set(compose.get("volumes") or {})
+    used: set[str] = set()
+    for svc in services.values():
+        for volume in svc.get("volumes") or []:
+            source = volume.split(":", 1)[0] if isinstance(volume, str) else volume.get("source", "")
+            if source and not source.startswith((".", "/", "~")):
+                used.add(source)
+    assert used <= declared
+    for name in ("postgres", "temporal-postgres", "redis"):
+        assert services[name].get("volumes"), name
+
+
+def test_configs_referenced_by_services_are_defined(compose: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
+    defined = set(compose.get("configs") or {})
+    for name, svc in services.items():
+        for ref in svc.get("configs") or []:
+            assert (ref if isinstance(ref, str) else ref["source"]) in defined, name
+
+
+# --------------------------------------------------------------------------- image and docs
+
+
+def test_dockerfile_installs_the_package_and_runs_wds_as_a_non_root_user() -> None:
+    text = DOCKERFILE_PATH.read_text()
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim$", text, re.M)
+    assert re.search(r"pip install [^\n]*\.(\s|$)", text)
+    users = re.findall(r"^USER (\S+)$", text, re.M)
+    assert users and users[-1] not in ("root", "0")
+    assert re.search(r'^ENTRYPOINT \["wds"\]$', text, re.M)
+
+
+def test_dockerignore_keeps_local_state_and_secrets_out_of_the_image() -> None:
+    entries = {line.strip() for line in DOCKERIGNORE_PATH.read_text().splitlines()}
+    assert {".git", ".venv", ".wds", ".env"} <= entries
+
+
+def test_operations_doc_mentions_every_setting() -> None:
+    text = OPERATIONS_PATH.read_text()
+    missing = sorted(name for name in settings_variables() if name not in text)
+    assert missing == []
