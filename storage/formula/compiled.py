@@ -65,11 +65,10 @@ class CompiledFormula:
             FormulaError: The formula has no value for this record; ``code`` is an
                 error value such as ``"#DIV/0!"``. Nothing else is raised.
         """
-        if self._js is not None:
-            return self._js.evaluate(fields, now=now)
-        ctx = EvalContext(fields if fields is not None else {}, now)
         try:
-            return to_json(self._run(ctx))  # type: ignore[misc]
+            if self._js is not None:
+                return self._js.evaluate(fields, now=now)
+            return to_json(self._run(EvalContext(fields if fields is not None else {}, now)))  # type: ignore[misc]
         except FormulaError:
             raise
         except RecursionError:

@@ -1,0 +1,65 @@
+"""A worker killed with SIGKILL in the middle of a run-actions: every row still finishes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import httpx
+
+from tests.conftest import ROOT, start_api
+
+
+def start_worker(services, queue: str, log_name: str) -> subprocess.Popen[bytes]:
+    log = (services.tmp / log_name).open("wb")
+    return subprocess.Popen([sys.executable, str(ROOT / "worker.py")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            env=services.env(WDS_TASK_QUEUE=queue))
+
+
+def test_run_actions_survives_a_killed_worker(services, admin):
+    queue = f"kill-test-{uuid.uuid4().hex[:8]}"
+    worker = start_worker(services, queue, "worker-a.log")
+    api = start_api(services, name="api-noworker", WDS_INPROCESS_WORKER="false", WDS_TASK_QUEUE=queue)
+    try:
+        ws = admin.post("/workspaces", json={"name": "kill", "plan": "pro"}).json()
+        token = admin.post(f"/workspaces/{ws['id']}/tokens", json={"type": "vibe_mcp", "name": "b"}).json()["token"]
+        c = httpx.Client(base_url=f"{api.base_url}/functions/v1/rest-api", headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        t = c.post("/tables", json={"name": "K", "columns": [
+            {"name": "A", "type": "number"},
+            {"name": "Pause", "type": "delay", "config": {"seconds": 1}},
+            {"name": "B", "type": "formula", "formula": "IF({Pause}, {A} * 2, 0)"},
+        ]}).json()
+        for start in range(0, 2000, 500):
+            r = c.post(f"/tables/{t['id']}/records/batch",
+                       json={"rows": [{"fields": {"A": i}} for i in range(start, start + 500)], "run_pipeline": False})
+            assert r.status_code == 200
+        run = c.post(f"/tables/{t['id']}/run-actions", json={"filters": {"A": "gte.0"}}).json()
+        assert run["total"] == 2000
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            prog = c.get(f"/runs/{run['run_id']}").json()
+            if prog["done"] > 0:
+                break
+            time.sleep(0.05)
+        assert 0 < prog["done"] < 2000, prog  # caught it mid-run
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        worker = start_worker(services, queue, "worker-b.log")
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            prog = c.get(f"/runs/{run['run_id']}").json()
+            if prog["status"] == "completed":
+                break
+            time.sleep(0.5)
+        assert prog["status"] == "completed" and prog["done"] == 2000 and prog["failed"] == 0, prog
+        r = c.get(f"/tables/{t['id']}/records", params={"B": "is.null"}, headers={"Prefer": "count=exact"})
+        assert r.headers["X-Total-Count"] == "0"
+        r = c.get(f"/tables/{t['id']}/records", params={"A": "eq.1999"})
+        assert r.json()["records"][0]["fields"]["B"] == 3998
+    finally:
+        worker.kill()
+        api.stop()
