@@ -134,3 +134,16 @@ async def load_secret(conn: Conn, *, workspace_id: int, name: str) -> dict[str, 
         (workspace_id, name),
     )
     return await cur.fetchone()
+
+
+async def load_secrets(conn: Conn, *, workspace_id: int, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Several credentials at once for the proxy: ``name → {id, name, type, header_name,
+    secret_enc}``; names without a credential are absent."""
+    if not names:
+        return {}
+    cur = await conn.execute(
+        "SELECT id, name, type, header_name, secret_enc FROM wds.credentials"
+        " WHERE workspace_id = %s AND name = ANY(%s)",
+        (workspace_id, sorted(set(names))),
+    )
+    return {row["name"]: row for row in await cur.fetchall()}

@@ -1,0 +1,297 @@
+"""The 12 data tools every MCP token gets (spec "MCP server"), as plain async functions.
+
+Each handler is ``async (state, principal, args) -> dict`` and calls the same code as the
+REST door — the route coroutines themselves for record writes (so pipelines, required
+columns and grants behave identically) and the query compiler for listings. Nothing here
+imports the MCP SDK: the agent chat serves these same specs as its tools.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from api.deps import require, table_or_404
+from api.mcp.spec import (
+    DELETED_OUT, FIELDS, ID_OR_NAME, RECORD_ID, RECORD_OUT, TABLE_ID, ToolSpec, any_object, array,
+    boolean, integer, jsonable, obj, out, string,
+)
+from api.routes import records as rest_records
+from api.routes import runs as rest_runs
+from api.routes.sql import execute_sql
+from api.schemas import RecordIn
+from api.serialize import column_out, table_summary
+from api.state import AppState
+from storage.access import Action, Principal
+from storage.errors import ServiceError, Unavailable
+from storage.formula.functions import describe_functions
+from storage.query import Query, list_records, parse_filter_list, parse_filter_object, plan_query
+from storage.query.parse import parse_order, parse_select
+from storage.schema import COMPUTED_TYPES, DATA_TYPES, TableMeta
+
+MCP_DEFAULT_LIMIT = 25  # a page a model can read whole
+MCP_MAX_LIMIT = 200
+
+# Later issues (the special-fields catalogue) append callables returning installed
+# integrations; check_column_types lists whatever they report.
+INTEGRATION_SOURCES: list[Any] = []
+
+_DATA_DOCS = {
+    "text": "free text", "number": "a number (integer or decimal)",
+    "date": "an instant; date-only input means midnight UTC", "checkbox": "true/false",
+    "single_select": "one option id (write the label or the id)",
+    "multi_select": "a list of option ids", "relation": "the id of a record in relation_table",
+    "file": "a list of files ({bucket, path} or external URLs); read back as URLs",
+}
+_COMPUTED_DOCS = {
+    "formula": ("Excel-like formula over {Column} references, or JavaScript", "formula (top-level) or config.js"),
+    "http_request": ("HTTP call through the platform proxy; the cell holds the response body",
+                     "{method, url, headers, body, credential?}"),
+    "action": ("an integration request from the special-fields catalogue", "{group_id, request_id, params}"),
+    "json_parser": ("extract from another column's JSON with JMESPath", "{source_column, path}"),
+    "ai_agent": ("LLM completion over a Jinja2 prompt", "{prompt, system?, model?, output: text|json}"),
+    "create_record": ("create a record in another table", "{table_id, fields}"),
+    "update_record": ("update a record of another table", "{table_id, record_id, fields}"),
+    "delete_record": ("delete a record of another table", "{table_id, record_id}"),
+    "fetch_records": ("fetch matching records of another table", "{table_id, filters, limit?}"),
+    "loop": ("run a sub-step for each item of a list column", "{source_column, step: {type, config}}"),
+    "delay": ("a durable timer before dependants run", "{seconds}"),
+}
+
+
+def route_json(resp: Response) -> Any:
+    """The JSON body of a REST route's response (the route is the shared implementation)."""
+    return orjson.loads(bytes(resp.body))
+
+
+def record_ref(value: Any) -> str:
+    """A record id argument as the REST path segment (REST answers 404 for non-ids)."""
+    return str(value).strip()
+
+
+async def table_for(state: AppState, principal: Principal, ref: Any, action: Action) -> TableMeta:
+    """Resolve ``table_id`` (id or name) and enforce the grant exactly as REST does."""
+    table = table_or_404(await state.schema(principal.workspace_id), ref)
+    require(principal, table, action)
+    return table
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+async def check_column_types(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    integrations: list[dict[str, Any]] = []
+    for source in INTEGRATION_SOURCES:
+        integrations.extend(await source(state, principal))
+    return {
+        "data_types": [{"type": t, "description": d} for t, d in _DATA_DOCS.items() if t in DATA_TYPES],
+        "computed_types": [{"type": t, "description": d, "config": c}
+                           for t, (d, c) in _COMPUTED_DOCS.items() if t in COMPUTED_TYPES],
+        "integrations": integrations,
+        "formula_functions": describe_functions(),
+    }
+
+
+async def list_tables(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    schema = await state.schema(principal.workspace_id)
+    tables = [{**table_summary(t), "columns": len(t.columns), "access": principal.perms(t.id).as_dict()}
+              for t in schema.tables.values() if principal.can_read(t.id)]
+    return {"tables": tables}
+
+
+async def list_columns(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.READ)
+    return {"table": {"id": table.id, "name": table.name}, "columns": [column_out(c) for c in table.columns]}
+
+
+def _query(args: dict[str, Any]) -> Query:
+    raw = args.get("filters")
+    filters: tuple[Any, ...] = ()
+    if isinstance(raw, dict):
+        filters = parse_filter_object(raw)
+    elif isinstance(raw, list):
+        filters = parse_filter_list(raw)
+    order = args.get("order")
+    if isinstance(order, list):
+        order = ",".join(order)
+    select = args.get("select")
+    if isinstance(select, list):
+        select = ",".join(select)
+    limit = args.get("limit", MCP_DEFAULT_LIMIT)
+    if limit > MCP_MAX_LIMIT:
+        raise ServiceError(f"limit may be at most {MCP_MAX_LIMIT} over MCP; page with offset",
+                           code="LIMIT_TOO_LARGE")
+    return Query(filters=filters, order=parse_order(order) if order else (), limit=limit,
+                 offset=args.get("offset", 0), select=parse_select(select) if select else None)
+
+
+async def list_records_tool(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    schema = await state.schema(principal.workspace_id)
+    table = table_or_404(schema, args["table_id"])
+    require(principal, table, Action.READ)
+    plan = plan_query(_query(args), table, can_read=principal.can_read, get_table=schema.tables.get)
+    async with state.db.connection() as conn:
+        records, total = await list_records(conn, plan, count=True)
+    total = total or 0
+    end = plan.offset + len(records)
+    page: dict[str, Any] = {"records": records, "limit": plan.limit, "offset": plan.offset,
+                            "total": total, "has_more": end < total}
+    if end < total:
+        page["hint"] = (f"{total - end} more record(s) match; call list_records again with offset={end}"
+                        " to continue, or narrow the result with filters or select")
+    elif not records and total:
+        page["hint"] = f"offset {plan.offset} is past the last of {total} matching record(s)"
+    return page
+
+
+async def get_record(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.READ)
+    return route_json(await rest_records.get_(table.id, record_ref(args["record_id"]), principal, state))
+
+
+async def create_record(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.CREATE)
+    resp = await rest_records.create(table.id, RecordIn(fields=args["fields"]), principal, state,
+                                     run_pipeline=args.get("run_pipeline", True))
+    return route_json(resp)
+
+
+async def update_record(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.UPDATE)
+    resp = await rest_records.update(table.id, record_ref(args["record_id"]), RecordIn(fields=args["fields"]),
+                                     principal, state, run_pipeline=args.get("run_pipeline", True))
+    return route_json(resp)
+
+
+async def delete_record(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.DELETE)
+    return route_json(await rest_records.delete(table.id, record_ref(args["record_id"]), principal, state))
+
+
+async def compute_cell(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.UPDATE)
+    resp = await rest_runs.compute_cell(table.id, record_ref(args["record_id"]), str(args["column"]),
+                                        principal, state)
+    return route_json(resp)
+
+
+async def list_views(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.READ)
+    async with state.db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT id, name, view_type, config, published, share_id, created_at, updated_at"
+            " FROM wds.views WHERE workspace_id = %s AND table_id = %s ORDER BY id",
+            (principal.workspace_id, table.id),
+        )
+        views = await cur.fetchall()
+    return {"table": {"id": table.id, "name": table.name}, "views": jsonable(views)}
+
+
+async def semantic_search(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.READ)
+    if not table.semantic:
+        raise ServiceError("semantic search is not enabled for this table; enable it with"
+                           " semantic_search: {columns: [...]} on the table", code="NOT_CONFIGURED")
+    raise Unavailable("semantic search is enabled for this table but no embeddings index is available"
+                      " on this server yet", code="NOT_CONFIGURED")
+
+
+async def sql_query(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    return await execute_sql(state, principal, args["query"])
+
+
+# --------------------------------------------------------------------------- specs
+
+_FILTERS = {
+    "type": ["object", "array"],
+    "description": "filters ANDed together, REST grammar: {\"Column\": \"op.value\"} with op one of eq, neq, gt,"
+                   " gte, lt, lte, like, ilike (* wildcard), in.(a,b), cs.{a,b}, is.null|true|false, and"
+                   " not.<op>; a list value means in; or a list of {column, op, value} for several"
+                   " conditions on one column",
+}
+_PAGE_OUT = out({
+    "records": {"type": "array", "items": {"type": "object"}},
+    "limit": {"type": "integer"}, "offset": {"type": "integer"}, "total": {"type": "integer"},
+    "has_more": {"type": "boolean"}, "hint": {"type": "string"},
+}, ("records", "limit", "offset", "total", "has_more"))
+_TABLE_ONLY = obj({"table_id": TABLE_ID}, ("table_id",))
+_REC = {"table_id": TABLE_ID, "record_id": RECORD_ID}
+_RUN = boolean("run the table's computed columns before answering (default true)")
+
+
+def _spec(name: str, title: str, description: str, handler: Any, input_schema: dict[str, Any],
+          output_schema: dict[str, Any] | None, **hints: bool) -> ToolSpec:
+    return ToolSpec(name=name, title=title, description=description, input_schema=input_schema,
+                    output_schema=output_schema, handler=handler, door="data", **hints)
+
+
+DATA_TOOLS: list[ToolSpec] = [
+    _spec("check_column_types", "Column types",
+          "The column types a table can have: data types, computed types with their config shapes,"
+          " installed integrations, and the formula functions.",
+          check_column_types, obj({}), out({"data_types": {"type": "array"}, "computed_types": {"type": "array"},
+                                            "integrations": {"type": "array"},
+                                            "formula_functions": {"type": "array"}}),
+          read_only=True, idempotent=True),
+    _spec("list_tables", "List tables",
+          "Tables this token can read, with their column count and this token's access.",
+          list_tables, obj({}), out({"tables": {"type": "array", "items": {"type": "object"}}}, ("tables",)),
+          read_only=True, idempotent=True),
+    _spec("list_columns", "List columns",
+          "A table's columns: name, type, required, options (select), formula/config (computed).",
+          list_columns, _TABLE_ONLY, out({"table": {"type": "object"}, "columns": {"type": "array"}},
+                                         ("columns",)),
+          read_only=True, idempotent=True),
+    _spec("list_records", "List records",
+          f"One page of a table's records with filters, order and select. Returns total and has_more;"
+          f" default {MCP_DEFAULT_LIMIT} records per page, at most {MCP_MAX_LIMIT}.",
+          list_records_tool, obj({
+              "table_id": TABLE_ID, "filters": _FILTERS,
+              "order": {"type": ["string", "array"], "items": {"type": "string"},
+                        "description": "\"Col.asc,Col2.desc\" (or a list of terms); any column incl. id,"
+                                       " created_at, updated_at"},
+              "limit": integer(f"page size, default {MCP_DEFAULT_LIMIT}, at most {MCP_MAX_LIMIT}", minimum=0),
+              "offset": integer("records to skip (from has_more/hint of the previous page)", minimum=0),
+              "select": {"type": ["string", "array"], "items": {"type": "string"},
+                         "description": "fields to return, \"A,B\"; embed a relation as \"Rel(Name,Email)\""},
+          }, ("table_id",)), _PAGE_OUT, read_only=True, idempotent=True),
+    _spec("get_record", "Get a record", "One record by id, with its last pipeline outcome.",
+          get_record, obj(_REC, ("table_id", "record_id")), RECORD_OUT, read_only=True, idempotent=True),
+    _spec("create_record", "Create a record",
+          "Create a record; required columns are enforced and computed columns run before the answer"
+          " (their values and pipeline.errors are in the result).",
+          create_record, obj({"table_id": TABLE_ID, "fields": FIELDS, "run_pipeline": _RUN},
+                             ("table_id", "fields")), RECORD_OUT),
+    _spec("update_record", "Update a record",
+          "Change only the given fields of a record; computed columns depending on them re-run.",
+          update_record, obj({**_REC, "fields": FIELDS, "run_pipeline": _RUN}, ("table_id", "record_id", "fields")),
+          RECORD_OUT, idempotent=True),
+    _spec("delete_record", "Delete a record", "Delete a record permanently.",
+          delete_record, obj(_REC, ("table_id", "record_id")), DELETED_OUT, destructive=True, idempotent=True),
+    _spec("compute_cell", "Compute a cell",
+          "Re-run exactly one computed column of one record and return its new value; nothing else runs.",
+          compute_cell, obj({**_REC, "column": {"type": ID_OR_NAME, "description": "the computed column's name"}},
+                            ("table_id", "record_id", "column")),
+          out({"record_id": {"type": "integer"}, "column": {"type": "string"}, "value": {},
+               "pipeline": {"type": "object"}}, ("record_id", "column"))),
+    _spec("list_views", "List views", "A table's saved views (grid, kanban, form, ...) with their config.",
+          list_views, _TABLE_ONLY, out({"table": {"type": "object"}, "views": {"type": "array"}}, ("views",)),
+          read_only=True, idempotent=True),
+    _spec("semantic_search", "Semantic search",
+          "Records closest in meaning to a query, for tables with semantic search enabled.",
+          semantic_search, obj({"table_id": TABLE_ID, "query": string("what to look for, in plain words"),
+                                "limit": integer("results, default 10", minimum=1, maximum=100),
+                                "filters": _FILTERS}, ("table_id", "query")),
+          out({"results": array(any_object("{record, score}"), "best first")}, ("results",)),
+          read_only=True, idempotent=True),
+    _spec("sql_query", "Read-only SQL",
+          "Run SELECT (* | COUNT(*) | fields) FROM <table name> [WHERE ...] [ORDER BY ...] [LIMIT n]"
+          " [OFFSET m] with human table and column names; read-only, within the plan's SQL timeout.",
+          sql_query, obj({"query": string("the SELECT statement", maxLength=20_000)}, ("query",)),
+          out({"rows": {"type": "array"}, "total": {"type": "integer"}, "table": {"type": "string"},
+               "limit": {"type": ["integer", "null"]}, "offset": {"type": ["integer", "null"]},
+               "count": {"type": "integer"}}),
+          read_only=True, idempotent=True),
+]
