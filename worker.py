@@ -8,7 +8,6 @@ that eager workflow start serves single writes with the lowest latency.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import signal
 
@@ -39,7 +38,6 @@ def build_worker(client: Client, settings: Settings, db: Database) -> Worker:
         task_queue=settings.task_queue,
         workflows=[PipelineWorkflow, BulkRunWorkflow],
         activities=activities,
-        activity_executor=concurrent.futures.ThreadPoolExecutor(max_workers=16),
         max_concurrent_activities=200,
         max_concurrent_local_activities=200,
         max_concurrent_workflow_tasks=200,

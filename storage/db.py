@@ -39,7 +39,8 @@ class Database:
                 # timestamps render in UTC whatever the server's default
                 "options": "-c timezone=UTC",
             },
-            check=AsyncConnectionPool.check_connection,
+            # no per-checkout health check: it would double the round trips of every
+            # request; a broken connection surfaces as Unavailable and is discarded
             reconnect_timeout=3600,
         )
 

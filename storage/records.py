@@ -92,10 +92,16 @@ def _fk_error(table: TableMeta, exc: psycopg.errors.ForeignKeyViolation) -> Inva
     return InvalidValue("a relation points at a record that does not exist")
 
 
+_GET_SQL: dict[tuple[int, int], sql.Composed] = {}
+
+
 async def get_record_row(conn: Conn, *, table: TableMeta, record_id: int) -> dict[str, Any] | None:
-    cur = await conn.execute(
-        sql.SQL("SELECT * FROM {} WHERE id = %s").format(_target(table)), (record_id,)
-    )
+    key = (table.workspace_id, table.id)
+    query = _GET_SQL.get(key)
+    if query is None:
+        # composed once per table: identifiers never change (names are c_<id>)
+        query = _GET_SQL[key] = sql.SQL("SELECT * FROM {} WHERE id = %s").format(_target(table))
+    cur = await conn.execute(query, (record_id,))
     return await cur.fetchone()
 
 
