@@ -11,18 +11,25 @@ import asyncio
 import logging
 import signal
 
+import httpx
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.action import ActionStep
+from activities.ai_agent import AiStep
 from activities.bulk import BulkSteps
+from activities.http_request import HttpStep
+from activities.proxy import build_proxy_client
 from activities.records import RecordSteps
 from activities.records_io import RecordIO
+from activities.scheduled import ScheduleSteps
 from activities.steps import pure_step
 from storage.db import Database
 from storage.migrations import migrate
 from wds.config import Settings, get_settings
 from workflows.bulk import BulkRunWorkflow
 from workflows.pipeline import PipelineWorkflow
+from workflows.scheduled import ScheduledRunWorkflow
 
 log = logging.getLogger("wds.worker")
 
@@ -33,10 +40,20 @@ def build_worker(client: Client, settings: Settings, db: Database) -> Worker:
     steps = RecordSteps(db)
     bulk = BulkSteps(db)
     activities = [io.load_records, io.write_results, pure_step, steps.record_step, bulk.page_ids, bulk.run_progress]
+    # steps that reach outside: user HTTP goes through the SSRF-guarded proxy client; the
+    # AI provider is operator configuration and gets a plain client
+    proxy = build_proxy_client(settings)
+    ai_client = httpx.AsyncClient(timeout=60.0)
+    activities += [
+        HttpStep(db, settings, proxy).http_step,
+        ActionStep(db, settings, proxy).action_step,
+        AiStep(db, settings, ai_client).ai_step,
+        ScheduleSteps(db).prepare_scheduled_run,
+    ]
     return Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=[PipelineWorkflow, BulkRunWorkflow],
+        workflows=[PipelineWorkflow, BulkRunWorkflow, ScheduledRunWorkflow],
         activities=activities,
         max_concurrent_activities=200,
         max_concurrent_local_activities=200,
@@ -47,7 +64,8 @@ def build_worker(client: Client, settings: Settings, db: Database) -> Worker:
 async def run_worker(settings: Settings | None = None) -> None:
     settings = settings or get_settings()
     await asyncio.to_thread(migrate, settings.database_url)
-    db = Database(settings.database_url, min_size=1, max_size=20, timeout_s=settings.db_timeout_s)
+    db = Database(settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max,
+                  timeout_s=settings.db_timeout_s)
     await db.open()
     client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
     worker = build_worker(client, settings, db)

@@ -11,9 +11,13 @@ from typing import Any
 from fastapi import FastAPI
 from temporalio.client import Client
 
-from api import errors
-from api.routes import admin, columns, health, records, runs, schema, sql, tables
+from api import errors, limits
+from api.routes import admin, agents, columns, health, records, runs, schema, sql, tables, usage, views, publish
+from api.routes import catalogue, credentials, schedules
+from api.routes import auth, realtime, storage as storage_routes
+from api.mcp import server as mcp_server
 from api.state import AppState
+from api.usage import ApiMiddleware
 from storage import access
 from storage.db import Database
 from storage.migrations import migrate
@@ -83,7 +87,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(_flush_token_use(state), name="wds-token-use"),
         ]
         try:
-            yield
+            async with mcp_door.run():  # the MCP SDK's (stateless) session manager
+                yield
         finally:
             for task in tasks:
                 task.cancel()
@@ -91,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 with suppress(Exception):
                     await asyncio.wait_for(state.worker.shutdown(), timeout=10)
             await state.caches.stop_listener()
+            await limits.stop(state)  # write queued usage rows and quota counters
             await db.close()
 
     app = FastAPI(
@@ -100,7 +106,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.wds = state
+    mcp_door = mcp_server.install(app, state, version=VERSION)  # {base_url}/functions/v1/mcp-server
     errors.install(app)
-    for module in (health, admin, tables, columns, records, runs, sql, schema):
+    app.add_middleware(ApiMiddleware)  # rate limits + quotas on REST/SQL, usage log of every door
+    for module in (health, admin, tables, columns, records, runs, sql, schema, views, agents, usage, publish,
+                   credentials, catalogue, schedules, auth, realtime, storage_routes):
         app.include_router(module.router)
     return app

@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from api import appusers
 from api.state import AppState
 from storage import access
 from storage.access import Action, Principal, TokenType
@@ -18,7 +19,8 @@ from storage.errors import Forbidden, NotFound, Unauthorized
 from storage.schema import TableMeta, WorkspaceSchema
 
 
-def get_state(request: Request) -> AppState:
+async def get_state(request: Request) -> AppState:
+    # async on purpose: FastAPI runs sync dependencies in a thread pool (a hop per request)
     return request.app.state.wds  # type: ignore[no-any-return]
 
 
@@ -56,7 +58,14 @@ async def resolve_principal(state: AppState, secret: str) -> Principal:
 
 
 async def rest_principal(request: Request, state: StateDep) -> Principal:
-    principal = await resolve_principal(state, bearer(request))
+    secret = bearer(request)
+    if appusers.is_app_token(secret):
+        # an app-user session (JWT): the relay profile's grants, record routes only
+        principal = await appusers.app_user_principal(state, secret)
+        appusers.check_route(request)
+        request.state.principal = principal
+        return principal
+    principal = await resolve_principal(state, secret)
     if principal.type is TokenType.USER_MCP:
         raise Forbidden("user_mcp tokens work on the MCP server only", code="WRONG_PROTOCOL")
     request.state.principal = principal

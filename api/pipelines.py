@@ -18,9 +18,11 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 
 from activities.snap import caller_of, table_snap
 from activities.types import PipelineInput, PipelineResult
+from api.limits import charge_automation_runs
 from api.state import AppState
 from storage import records as rec
 from storage.access import Principal
+from storage.errors import PlanLimit
 from storage.pipelines import dependants, plan_steps
 from storage.plans import plan as plan_of
 from storage.schema import ColumnMeta, TableMeta
@@ -118,6 +120,12 @@ async def run_after_write(
     if client is None:
         outcome = {"status": "unavailable", "run_id": None,
                    "errors": {"_pipeline": "the pipeline engine (Temporal) is not reachable"}}
+        return rows, outcome if len(rows) == 1 else {**outcome, "per_record": {}}
+    try:  # one automation run per record (monthly quota); the write itself has happened
+        await charge_automation_runs(state, principal, len(ids))
+    except PlanLimit as exc:
+        outcome = {"status": "error", "run_id": None, "errors": {"_pipeline": exc.message},
+                   "code": exc.code, "upgrade": True}
         return rows, outcome if len(rows) == 1 else {**outcome, "per_record": {}}
     results: list[PipelineResult] = []
     chunks = [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]

@@ -19,7 +19,7 @@ import aiohttp
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from bench.load import Operation, PhaseResult, http_send, run_phase
+from bench.load import Operation, PhaseResult, http_send, run_interleaved, run_phase
 from bench.report import Figure, Target
 from bench.stack import Deployment
 
@@ -42,6 +42,7 @@ class BenchConfig:
 
     duration_s: float = 5.0
     warmup_s: float = 1.0
+    rounds: int = 5  # service and baseline alternate in this many slices per phase
     max_ops: int = 200_000
     concurrency: int = 16
     rows: int = 10_000
@@ -185,10 +186,14 @@ class BenchContext:
         self, scenario: str, name: str, api_op: Operation, pg_op: Operation | None, concurrency: int, *,
         target: Target | None = None, note: str = "",
     ) -> Figure:
-        """Measure the service's operation, then its psycopg baseline, at one concurrency."""
-        api = await self.phase(api_op, concurrency)
-        base = await self.phase(pg_op, concurrency) if pg_op is not None else None
-        return self.figure(scenario, name, api, base, target=target, note=note)
+        """Measure the service's operation and its psycopg baseline at one concurrency,
+        in alternating slices (see :func:`bench.load.run_interleaved`)."""
+        cfg = self.config
+        ops = [api_op] if pg_op is None else [api_op, pg_op]
+        results = await run_interleaved(ops, concurrency=concurrency, duration_s=cfg.duration_s,
+                                        max_ops=cfg.max_ops, rounds=cfg.rounds, warmup_s=cfg.warmup_s)
+        base = results[1] if pg_op is not None else None
+        return self.figure(scenario, name, results[0], base, target=target, note=note)
 
     def figure(
         self, scenario: str, name: str, api: PhaseResult, base: PhaseResult | None, *,

@@ -113,24 +113,71 @@ async def _loop(op: Operation, concurrency: int, duration_s: float, max_ops: int
     )
 
 
-async def run_sequential_batches(ops: list[Operation]) -> PhaseResult:
-    """Run each operation once, in order (bulk loads: rows/s over the whole sequence)."""
-    latencies: list[float] = []
-    errors = 0
-    first_error: str | None = None
-    cpu0 = time.process_time()
-    t0 = time.perf_counter()
+def merge(results: list[PhaseResult]) -> PhaseResult:
+    """One result from several slices of the same phase (interleaved measurement)."""
+    if not results:
+        raise ValueError("nothing to merge")
+    errors = [r.first_error for r in results if r.first_error]
+    return PhaseResult(
+        concurrency=results[0].concurrency,
+        ops=sum(r.ops for r in results),
+        errors=sum(r.errors for r in results),
+        elapsed_s=sum(r.elapsed_s for r in results),
+        latencies=[x for r in results for x in r.latencies],
+        client_cpu_s=sum(r.client_cpu_s for r in results),
+        first_error=errors[0] if errors else None,
+    )
+
+
+async def run_interleaved(
+    ops: list[Operation], *, concurrency: int, duration_s: float, max_ops: int, rounds: int,
+    warmup_s: float = 0.0,
+) -> list[PhaseResult]:
+    """Measure several operations in alternating slices: A, B, A, B, ... ``rounds`` times.
+
+    Each operation gets ``duration_s`` in total. On a shared, noisy machine a burst of
+    foreign load then hits every operation alike instead of only the one that happened to
+    run during it, which keeps the service/baseline ratio meaningful.
+    """
     for op in ops:
-        s = time.perf_counter()
-        try:
-            await op()
-        except FAILURES as exc:
-            errors += 1
-            first_error = first_error or f"{type(exc).__name__}: {exc}"[:300]
-            continue
-        latencies.append(time.perf_counter() - s)
-    elapsed = time.perf_counter() - t0
-    return PhaseResult(1, len(latencies), errors, elapsed, latencies, time.process_time() - cpu0, first_error)
+        if warmup_s > 0:
+            await run_phase(op, concurrency=concurrency, duration_s=warmup_s, max_ops=max_ops)
+    rounds = max(1, rounds)
+    slices: list[list[PhaseResult]] = [[] for _ in ops]
+    for _ in range(rounds):
+        for i, op in enumerate(ops):
+            slices[i].append(await run_phase(
+                op, concurrency=concurrency, duration_s=duration_s / rounds, max_ops=max(1, max_ops // rounds)))
+    return [merge(s) for s in slices]
+
+
+async def run_alternating_batches(sequences: list[list[Operation]]) -> list[PhaseResult]:
+    """Run each sequence's operations once, in order, alternating between the sequences
+    call by call (A1, B1, A2, B2, ...): bulk loads measured side by side.
+
+    Each result's ``elapsed_s`` is the time spent in that sequence's calls only.
+    """
+    latencies: list[list[float]] = [[] for _ in sequences]
+    errors = [0 for _ in sequences]
+    first: list[str | None] = [None for _ in sequences]
+    cpu = [0.0 for _ in sequences]
+    for step in range(max((len(s) for s in sequences), default=0)):
+        for i, seq in enumerate(sequences):
+            if step >= len(seq):
+                continue
+            c0, t0 = time.process_time(), time.perf_counter()
+            try:
+                await seq[step]()
+            except FAILURES as exc:
+                errors[i] += 1
+                first[i] = first[i] or f"{type(exc).__name__}: {exc}"[:300]
+            else:
+                latencies[i].append(time.perf_counter() - t0)
+            cpu[i] += time.process_time() - c0
+    return [
+        PhaseResult(1, len(lat), errors[i], sum(lat), lat, cpu[i], first[i])
+        for i, lat in enumerate(latencies)
+    ]
 
 
 def http_get(session: aiohttp.ClientSession, url: str, headers: dict[str, str], expect: int = 200) -> Operation:

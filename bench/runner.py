@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=None, metavar="S", help="seconds per load phase (default 5)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 1 s phases, 2,000 rows; writes bench/RESULTS-quick.md")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="service and baseline alternate in this many slices per phase (default 5)")
     p.add_argument("--concurrency", type=int, default=16, help="concurrent clients of the loaded phases")
     p.add_argument("--rows", type=int, default=None, help="rows in the read table and bulk loads (10,000)")
     p.add_argument("--max-requests", type=int, default=200_000, help="hard cap of operations per phase")
@@ -94,6 +96,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     rows = args.rows if args.rows is not None else (2_000 if args.quick else 10_000)
     return BenchConfig(
         duration_s=duration, warmup_s=min(1.0, duration / 4), max_ops=args.max_requests,
+        rounds=args.rounds if args.rounds is not None else (2 if args.quick else 5),
         concurrency=args.concurrency, rows=rows, quick=args.quick, peers_bench=args.peers_bench,
     )
 
@@ -261,7 +264,8 @@ def _facts(args: argparse.Namespace, config: BenchConfig, pg_version: str) -> di
         "target": args.url or "embedded stack (PostgreSQL + Temporal dev server + uvicorn API)",
         "API workers": "1 and 2 (compared)" if args.compare_workers else (
             "unknown (existing deployment)" if args.url else str(args.workers)),
-        "load phase": f"{config.duration_s:g} s (+{config.warmup_s:g} s warm-up), ≤ {config.max_ops:,} ops",
+        "load phase": (f"{config.duration_s:g} s each for service and baseline, alternating in "
+                       f"{config.rounds} slices (+{config.warmup_s:g} s warm-up), ≤ {config.max_ops:,} ops"),
         "concurrency": f"1 and {config.concurrency}",
         "rows": f"{config.rows:,}",
         "load generator": f"aiohttp {aiohttp.__version__} on {_loop_name()}, one process; psycopg {psycopg.__version__}",

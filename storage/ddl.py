@@ -48,6 +48,9 @@ async def create_workspace_schema(conn: AsyncConnection[Any], workspace_id: int)
     await conn.execute(
         sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} GRANT SELECT ON TABLES TO {}").format(schema, role)
     )
+    # realtime: per-workspace event sequence (a sequence, not a counter row, so concurrent
+    # writers never wait on each other for a number)
+    await conn.execute(event_seq_sql(workspace_id))
 
 
 async def create_table(conn: AsyncConnection[Any], workspace_id: int, table_id: int) -> None:
@@ -75,6 +78,45 @@ async def create_table(conn: AsyncConnection[Any], workspace_id: int, table_id: 
                 sql.Identifier(sys_col),
             )
         )
+    for statement in change_trigger_sql(workspace_id, table_id):
+        await conn.execute(statement)
+
+
+# --------------------------------------------------------------------------- realtime capture
+# Row changes are captured in the database so every writer is covered (REST, batches,
+# pipeline results, record steps, SQL run by operators). Statement-level triggers with
+# transition tables call ``wds.capture_changes()`` (migration m0006) once per statement:
+# it copies the changed rows into ``wds.events`` and sends one small NOTIFY
+# ``'<workspace>:<first seq>:<last seq>'`` that API processes turn into WebSocket messages.
+
+CHANGES_FUNCTION = "wds.capture_changes"
+_TRIGGERS = (
+    ("wds_changes_ins", "INSERT", "NEW TABLE AS new_rows"),
+    ("wds_changes_upd", "UPDATE", "NEW TABLE AS new_rows OLD TABLE AS old_rows"),
+    ("wds_changes_del", "DELETE", "OLD TABLE AS old_rows"),
+)
+
+
+def event_seq_sql(workspace_id: int) -> str:
+    """``CREATE SEQUENCE IF NOT EXISTS ws_<id>.event_seq`` (ids are ints: no quoting issue)."""
+    return f"CREATE SEQUENCE IF NOT EXISTS {schema_name(workspace_id)}.event_seq"
+
+
+def change_trigger_sql(workspace_id: int, table_id: int) -> list[str]:
+    """Statements (re)creating the three change-capture triggers of one physical table.
+
+    Plain strings built from integers only, so the sync migration and the async DDL path
+    share them. A trigger with transition tables may name one event only, hence three.
+    """
+    target = f"{schema_name(workspace_id)}.{table_name(table_id)}"
+    out: list[str] = []
+    for name, event, referencing in _TRIGGERS:
+        out.append(f"DROP TRIGGER IF EXISTS {name} ON {target}")
+        out.append(
+            f"CREATE TRIGGER {name} AFTER {event} ON {target} REFERENCING {referencing}"
+            f" FOR EACH STATEMENT EXECUTE FUNCTION {CHANGES_FUNCTION}('{int(workspace_id)}', '{int(table_id)}')"
+        )
+    return out
 
 
 async def drop_table(conn: AsyncConnection[Any], workspace_id: int, table_id: int) -> None:

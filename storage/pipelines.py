@@ -12,7 +12,7 @@ and may run concurrently.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from storage.errors import ValidationError
@@ -22,6 +22,35 @@ from storage.schema import ColumnMeta, ColumnType, TableMeta
 _TEMPLATE_REF = re.compile(r"\{\{\s*(?:fields\s*\[\s*(['\"])(.+?)\1\s*\]|([^{}|\s][^{}|]*?))\s*(?:\|[^{}]*)?\}\}")
 _TEMPLATE_KEYS = ("url", "body", "headers", "prompt", "system", "params", "fields", "record_id", "filters")
 MODES = ("create", "edit")
+# kind → check(column name, config) raising ValidationError; each kind's implementation
+# registers its own (activities/http_request.py, action.py, ai_agent.py) so that bad
+# configurations are refused at column creation, not at the first run
+ConfigCheck = Callable[[str, dict[str, Any]], None]
+_CONFIG_CHECKS: dict[str, ConfigCheck] = {}
+
+
+def register_config_check(kind: str, check: ConfigCheck) -> None:
+    """Register the configuration check of a computed kind (called by its module)."""
+    _CONFIG_CHECKS[kind] = check
+
+
+def check_config(name: str, kind: str, config: dict[str, Any]) -> None:
+    """Run the registered check of ``kind`` (and of a loop's sub-step) over ``config``.
+
+    Raises:
+        ValidationError: the configuration is refused.
+    """
+    if kind == "loop":
+        step = config.get("step")
+        if isinstance(step, dict) and isinstance(step.get("type"), str):
+            sub = step.get("config") or {}
+            if not isinstance(sub, dict):
+                raise ValidationError(f"{name}: config.step.config must be an object")
+            check_config(name, step["type"], sub)
+        return
+    check = _CONFIG_CHECKS.get(kind)
+    if check is not None:
+        check(name, config)
 
 
 class ColumnLike(Protocol):
@@ -126,6 +155,8 @@ def check_computed_columns(
                 columns[c.name] = c
     for spec in specs:
         columns[spec.name] = spec
+        if spec.type.computed:
+            check_config(spec.name, spec.type.value, spec.config or {})
     graph: dict[str, set[str]] = {}
     for name, col in columns.items():
         if not col.type.computed:

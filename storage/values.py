@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from datetime import date, datetime, timezone
 from typing import Any
 from urllib.parse import quote
@@ -25,10 +26,21 @@ _URL_RE = re.compile(r"^https?://[^\s]+$", re.IGNORECASE)
 _file_base_url: str = ""
 
 
+# Signs ``(bucket_id, path)`` of an authenticated bucket into an expiring URL query
+# (``token=...``); set by the API at start (storage.objects), None → token-only URL.
+_file_url_signer: Callable[[int, str], str] | None = None
+
+
 def set_file_base_url(base_url: str) -> None:
     """Set the public base URL used to turn ``{bucket, path}`` file refs into URLs."""
     global _file_base_url
     _file_base_url = base_url.rstrip("/")
+
+
+def set_file_url_signer(signer: Callable[[int, str], str] | None) -> None:
+    """Set how file refs of authenticated buckets get their signed-URL query string."""
+    global _file_url_signer
+    _file_url_signer = signer
 
 
 def invalid_option(col: ColumnMeta, value: Any) -> ServiceError:
@@ -207,9 +219,22 @@ def _decode_number(raw: float) -> int | float:
 
 
 def file_url(ref: dict[str, Any]) -> str | None:
-    """Render a stored file reference as a URL (external URLs pass through)."""
+    """Render a stored file reference as a URL (external URLs pass through).
+
+    References resolved at write time (``{bucket_id, path, public}``) render as the
+    anonymous public URL or as a signed, expiring URL; an unresolved ``{bucket, path}``
+    renders as the token-authenticated object URL.
+    """
     if "url" in ref:
         return str(ref["url"])
+    if "bucket_id" in ref and "path" in ref:
+        bucket_id, path = int(ref["bucket_id"]), str(ref["path"])
+        quoted = quote(path, safe="/")
+        if ref.get("public"):
+            return f"{_file_base_url}/storage/v1/object/public/{bucket_id}/{quoted}"
+        if _file_url_signer is not None:
+            return f"{_file_base_url}/storage/v1/object/sign/{bucket_id}/{quoted}?{_file_url_signer(bucket_id, path)}"
+        return f"{_file_base_url}/storage/v1/object/{bucket_id}/{quoted}"
     if "bucket" in ref and "path" in ref:
         path = quote(str(ref["path"]), safe="/")
         return f"{_file_base_url}/storage/v1/object/{quote(str(ref['bucket']), safe='')}/{path}"

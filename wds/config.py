@@ -48,6 +48,19 @@ class Settings(BaseSettings):
     embeddings: str | None = None
     embeddings_model: str = "text-embedding-3-small"
 
+    # storage buckets (issue 10): local files under data_dir/storage unless a URL is set
+    # (s3://bucket[/prefix] with AWS_* credentials from the environment, file:///dir, memory:///)
+    storage_url: str | None = None
+    storage_max_object_bytes: int = 5 * 1024**3
+    storage_signed_url_ttl_s: int = 3600  # URLs of files in authenticated buckets
+    # realtime (issue 10)
+    realtime_retention_s: int = 86_400
+    realtime_queue_max: int = 1_000
+    realtime_heartbeat_s: float = 15.0
+    # app users (issue 10)
+    app_access_ttl_s: int = 900
+    app_refresh_ttl_s: int = 30 * 86_400
+
     # rate limiting on/off (bench compares both); quotas are always on
     rate_limits: bool = True
     log_level: str = "info"

@@ -33,11 +33,14 @@ REMOTE_KINDS = {"http_request": "http_step", "action": "action_step", "ai_agent"
 BUDGET_EXCEEDED = "budget_exceeded"
 LOCAL_TIMEOUT = timedelta(seconds=30)
 LOCAL_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(milliseconds=50))
+# Remote steps retry transient HTTP failures per record inside the activity (so a batch
+# never re-sends the records that succeeded); this policy covers the activity as a whole
+# (a lost worker, an activity timeout). Idempotency keys are the same on every attempt.
 REMOTE_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=200),
+    initial_interval=timedelta(milliseconds=500),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=5),
-    maximum_attempts=4,
+    maximum_attempts=3,
     non_retryable_error_types=["StepError"],
 )
 MAX_LOOP_ITEMS = 1000

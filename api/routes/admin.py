@@ -10,21 +10,24 @@ from __future__ import annotations
 import hmac
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from api import limits
 from api.deps import StateDep, bearer
 from api.responses import JSON
+from api.routes.usage import workspace_usage as usage_report
 from api.schemas import ErrorOut
 from api.state import AppState
 from storage import access, meta
 from storage.access import Perms, TokenType
 from storage.errors import Conflict, NotFound, Unauthorized, ValidationError
 from storage.plans import PLANS
+from storage.usage import MAX_DAYS
 from storage.values import iso
 
 
-def require_admin(request: Request) -> None:
+async def require_admin(request: Request) -> None:
     key = request.app.state.wds.settings.admin_key
     secret = bearer(request)
     if not key or not hmac.compare_digest(secret.encode(), key.encode()):
@@ -189,7 +192,19 @@ async def patch_workspace(workspace_id: int, body: WorkspacePatch, state: StateD
         await state.caches.notify(conn, tokens=True)
     state.caches.drop_tokens()
     assert row is not None
+    limits.note_workspace(state, workspace_id, auto_recharge=row["auto_recharge"])
     return JSON(_ws_out(row))
+
+
+@router.get("/workspaces/{workspace_id}/usage")
+async def workspace_usage(
+    workspace_id: int,
+    state: StateDep,
+    days: int = Query(30, ge=1, le=MAX_DAYS, description="how many days back, today included (UTC)"),
+) -> JSON:
+    """Request counts by day, token, door and status, and this month's quota counters."""
+    row = await _workspace(state, workspace_id)
+    return await usage_report(state, workspace_id=workspace_id, plan_name=row["plan"], days=days)
 
 
 # --------------------------------------------------------------------------- profiles

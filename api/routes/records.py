@@ -11,8 +11,10 @@ from api.deps import RestPrincipal, StateDep, require, require_writable, table_o
 from api.pipelines import run_after_write
 from api.responses import JSON
 from api.routes.tables import ERRORS
+from api.routes.views import view_query
 from api.schemas import BatchIn, BatchOut, Deleted, RecordIn, RecordList, RecordOut
 from api.state import AppState
+from storage import objects
 from storage import records as rec
 from storage.access import Action, Principal
 from storage.errors import NotFound, ServiceError
@@ -39,6 +41,14 @@ def _fields_of(body: RecordIn) -> dict[str, Any]:
     return fields
 
 
+async def _files(state: AppState, table: TableMeta, prepared: rec.PreparedRow) -> None:
+    """Resolve file-column object references (bucket of this workspace, object exists)."""
+    base = state.settings.public_base_url
+    if objects.has_object_refs(table, prepared.values, base):
+        async with state.db.connection() as conn:
+            await objects.resolve_file_refs(conn, table=table, values=prepared.values, base_url=base)
+
+
 def _with_pipeline(record: dict[str, Any], outcome: dict[str, Any] | None) -> dict[str, Any]:
     if outcome is not None:
         record["pipeline"] = outcome
@@ -63,6 +73,7 @@ async def list_(
     order: str | None = Query(None, description="`Col.asc,Col.desc`; any column incl. id, created_at"),
     select: str | None = Query(None, description="`a,b` or `Rel(Name,Score)` to embed"),
     expand: str | None = Query(None, description="relation column(s) to embed whole"),
+    view: str | None = Query(None, description="a saved view's id: its filters AND the query's; `order` overrides its sort"),
 ) -> JSON:
     """List records. Filters are query parameters `<Column>=<op>.<value>` (eq, neq, gt, gte,
     lt, lte, like, ilike, in, cs, is, and `not.<op>`), or `filter[<Column>][<op>]=<value>`.
@@ -71,6 +82,8 @@ async def list_(
     table = table_or_404(schema, table_id)
     require(principal, table, Action.READ)
     query = parse_params(list(request.query_params.multi_items()))
+    if view is not None:
+        query = await view_query(state, principal, table, view, query)
     plan = plan_query(query, table, can_read=principal.can_read, get_table=schema.tables.get)
     want_count = "count=exact" in request.headers.get("prefer", "")
     async with state.db.connection() as conn:
@@ -108,6 +121,7 @@ async def create(
     require_writable(principal)
     table = await _table(state, principal, table_id, Action.CREATE)
     prepared = rec.prepare_fields(table, _fields_of(body), creating=True)
+    await _files(state, table, prepared)
     async with state.db.connection() as conn:
         row = await rec.insert_record(conn, table=table, row=prepared)
     rows, outcome = await run_after_write(
@@ -130,6 +144,7 @@ async def update(
     table = await _table(state, principal, table_id, Action.UPDATE)
     fields = _fields_of(body)
     prepared = rec.prepare_fields(table, fields, creating=False)
+    await _files(state, table, prepared)
     async with state.db.connection() as conn:
         row = await rec.update_record(conn, table=table, record_id=_record_id(record_id), row=prepared)
     if row is None:
@@ -167,7 +182,9 @@ async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: S
             results[i] = {"index": i, "error": "a row is {fields: {...}} or a plain object of fields", "code": "VALIDATION_ERROR"}
             continue
         try:
-            valid.append((i, rec.prepare_fields(table, fields, creating=True)))
+            prepared = rec.prepare_fields(table, fields, creating=True)
+            await _files(state, table, prepared)
+            valid.append((i, prepared))
         except ServiceError as exc:
             results[i] = {"index": i, "error": exc.message, "code": exc.code}
     inserted: list[tuple[int, dict[str, Any]]] = []

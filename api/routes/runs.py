@@ -9,10 +9,10 @@ from typing import Any, Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities.snap import caller_of, table_snap
-from activities.types import BulkInput
+from activities.bulkplan import build_bulk_input
+from activities.snap import caller_of
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
-from api.pipelines import dependants_map, run_after_write
+from api.pipelines import run_after_write
 from api.responses import JSON
 from api.routes.records import _record_id
 from api.routes.tables import ERRORS
@@ -21,8 +21,6 @@ from storage import records as rec
 from storage import runs
 from storage.access import Action, Principal
 from storage.errors import NotFound, Unavailable, UnknownColumn, ValidationError
-from storage.pipelines import plan_steps
-from storage.plans import plan as plan_of
 from storage.query import parse_filter_list, parse_filter_object, plan_filters
 from storage.schema import TableMeta
 from storage.values import decode_value
@@ -102,7 +100,6 @@ async def start_bulk(
     """Start a bulk run over ids or filters (shared by run-actions, schedules and MCP)."""
     if state.temporal is None:
         raise Unavailable("the pipeline engine (Temporal) is not reachable; retry shortly")
-    levels = plan_steps(table, mode="edit", only=column_ids) if column_ids else plan_steps(table, mode="create")
     planned = plan_filters(parse_filter_list(filters), table) if filters else ()
     async with state.db.connection() as conn:
         if record_ids is not None:
@@ -113,16 +110,11 @@ async def start_bulk(
             total = await rec.count_matching(conn, table=table, filters=planned)
     run_id = f"run-{uuid.uuid4().hex[:16]}"
     wid = f"bulk/ws{table.workspace_id}/t{table.id}/{run_id}"
-    p = plan_of(principal.plan)
     async with state.db.connection() as conn:
         await runs.create_run(conn, run_id=run_id, workspace_id=table.workspace_id, table_id=table.id,
                               total=total, workflow_id=wid, kind=kind)
-    inp = BulkInput(
-        run_id=run_id, table=table_snap(table), caller=caller_of(principal),
-        levels=[[c.id for c in lvl] for lvl in levels], dependants=dependants_map(table),
-        record_ids=ids, filters=filters, mode="edit" if column_ids else "create",
-        time_budget_s=float(p.pipeline_seconds_per_row), step_budget=p.pipeline_steps_per_row,
-    )
+    inp = build_bulk_input(table, caller_of(principal), principal.plan, run_id=run_id, record_ids=ids,
+                           filters=filters, column_ids=column_ids)
     await state.temporal.start_workflow(
         BulkRunWorkflow.run, inp, id=wid, task_queue=state.settings.task_queue,
         execution_timeout=timedelta(days=7),

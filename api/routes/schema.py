@@ -12,6 +12,7 @@ from api.routes.tables import ERRORS
 from api.serialize import table_out
 from api.state import AppState
 from storage.access import Principal
+from storage.agents import agent_out, list_agents
 
 router = APIRouter(prefix="/functions/v1/rest-api", tags=["schema"])
 
@@ -30,15 +31,7 @@ async def workspace_overview(state: AppState, principal: Principal) -> dict[str,
             continue
         tables.append({**table_out(table), "access": perms.as_dict()})
     async with state.db.connection() as conn:
-        cur = await conn.execute(
-            "SELECT a.id, a.name, a.model, a.table_ids, coalesce(jsonb_agg(jsonb_build_object("
-            "'id', c.id, 'type', c.type, 'token', c.token, 'enabled', c.enabled) ORDER BY c.id)"
-            " FILTER (WHERE c.id IS NOT NULL), '[]') AS channels"
-            " FROM wds.agents a LEFT JOIN wds.channels c ON c.agent_id = a.id"
-            " WHERE a.workspace_id = %s GROUP BY a.id ORDER BY a.id",
-            (principal.workspace_id,),
-        )
-        agents = await cur.fetchall()
+        agents = [agent_out(r) for r in await list_agents(conn, workspace_id=principal.workspace_id)]
     return {"workspace_id": principal.workspace_id, "tables": tables, "agents": agents}
 
 

@@ -10,6 +10,7 @@ import psycopg
 from fastapi import APIRouter
 
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
+from api.limits import check_table_quota
 from api.responses import JSON
 from api.schemas import Deleted, ErrorOut, TableIn, TableOut, TablePatch, TableSummary
 from api.serialize import table_out, table_summary
@@ -100,6 +101,7 @@ async def create_table(body: TableIn, principal: RestPrincipal, state: StateDep)
     async with schema_change(state, principal.workspace_id) as conn:
         if await meta.table_name_taken(conn, workspace_id=principal.workspace_id, name=name):
             raise Conflict(f"a table named {name!r} already exists")
+        await check_table_quota(state, principal, conn)  # 402 PLAN_LIMIT_TABLES
         row = await meta.create_table(
             conn, workspace_id=principal.workspace_id, name=name, icon=body.icon, token_id=principal.token_id
         )

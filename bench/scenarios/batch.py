@@ -9,7 +9,7 @@ from typing import Any
 from psycopg import sql
 
 from bench.context import BenchContext, BenchTable, batch_payload
-from bench.load import Operation, OperationFailed, http_send, run_sequential_batches
+from bench.load import Operation, OperationFailed, http_send, run_alternating_batches
 from bench.report import Figure
 from bench.scenarios.registry import scenario
 
@@ -66,11 +66,13 @@ async def batch_insert(ctx: BenchContext) -> list[Figure]:
     figures = []
     for size in BATCH_SIZES:
         api_table = await ctx.create_table(f"batch{size}-api")
-        api = await run_sequential_batches(_api_ops(ctx, api_table, size))
-        base = None
+        sequences = [_api_ops(ctx, api_table, size)]
         if ctx.deployment.dsn is not None:
             pg_table = await ctx.create_table(f"batch{size}-pg")
-            base = await run_sequential_batches(await _pg_ops(ctx, pg_table, size))
+            sequences.append(await _pg_ops(ctx, pg_table, size))
+        # call by call, API and baseline alternate so foreign load hits both alike
+        results = await run_alternating_batches(sequences)
+        api, base = results[0], (results[1] if len(results) > 1 else None)
         # rate is calls/s; the mean rows per call turns it into rows/s (the last call may be short)
         rows_per_call = len(ctx.rows) / len(_chunks(ctx.rows, size))
         figures.append(ctx.figure(

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.load import OperationFailed, PhaseResult, run_phase
+from bench.load import (
+    OperationFailed,
+    PhaseResult,
+    merge,
+    run_alternating_batches,
+    run_interleaved,
+    run_phase,
+)
 from bench.report import (
     COLUMNS,
     Figure,
@@ -204,3 +211,45 @@ def test_nocodb_credentials_come_from_the_peer_env_file(tmp_path: Path, monkeypa
     monkeypatch.delenv("NOCODB_TOKEN", raising=False)
     monkeypatch.delenv("NOCODB_BASE_ID", raising=False)
     assert _nocodb_env() == {"NOCODB_TOKEN": "tok123", "NOCODB_BASE_ID": "base9"}
+
+
+def test_merge_adds_up_slices_of_a_phase() -> None:
+    a = PhaseResult(16, 10, 1, 1.0, [0.1] * 10, 0.2, "OperationFailed: x")
+    b = PhaseResult(16, 30, 0, 2.0, [0.2] * 30, 0.4, None)
+    m = merge([a, b])
+    assert (m.ops, m.errors, m.elapsed_s, len(m.latencies)) == (40, 1, 3.0, 40)
+    assert m.client_cpu_s == pytest.approx(0.6)
+    assert m.first_error == "OperationFailed: x"
+    with pytest.raises(ValueError):
+        merge([])
+
+
+async def test_run_interleaved_alternates_the_operations_slice_by_slice() -> None:
+    order: list[str] = []
+
+    def op(name: str):  # type: ignore[no-untyped-def]
+        async def run() -> None:
+            if not order or order[-1] != name:
+                order.append(name)
+            await asyncio.sleep(0)
+        return run
+
+    results = await run_interleaved([op("api"), op("pg")], concurrency=1, duration_s=10, max_ops=6, rounds=3)
+    assert order == ["api", "pg"] * 3
+    assert [r.ops for r in results] == [6, 6]
+
+
+async def test_run_alternating_batches_interleaves_calls_and_times_each_side() -> None:
+    calls: list[str] = []
+
+    def op(name: str):  # type: ignore[no-untyped-def]
+        async def run() -> None:
+            calls.append(name)
+            if name == "b2":
+                raise OperationFailed("rejected")
+        return run
+
+    api, pg = await run_alternating_batches([[op("a1"), op("a2"), op("a3")], [op("b1"), op("b2")]])
+    assert calls == ["a1", "b1", "a2", "b2", "a3"]
+    assert (api.ops, api.errors, pg.ops, pg.errors) == (3, 0, 1, 1)
+    assert pg.first_error == "OperationFailed: rejected"

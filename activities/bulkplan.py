@@ -1,0 +1,40 @@
+"""Building the input of a bulk run (run-actions, schedules, MCP) from a table and a caller.
+
+One function so that ``POST /run-actions`` and every schedule firing plan the same way:
+which columns run (all in create mode, or exactly ``column_ids`` in edit mode), in which
+levels, what each failure skips, and the plan's per-row budgets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from activities.snap import table_snap
+from activities.types import BulkInput, Caller
+from storage.pipelines import dependants, plan_steps
+from storage.plans import plan as plan_of
+from storage.schema import TableMeta
+
+
+def dependants_map(table: TableMeta) -> dict[str, list[int]]:
+    """Column id → ids of the computed columns that read it, transitively."""
+    out: dict[str, list[int]] = {}
+    for col in table.columns:
+        names = dependants(table, [col.name])
+        out[str(col.id)] = [c.id for c in table.columns if c.name in names]
+    return out
+
+
+def build_bulk_input(
+    table: TableMeta, caller: Caller, plan_name: str, *, run_id: str, record_ids: list[int] | None,
+    filters: list[dict[str, Any]], column_ids: list[int] | None,
+) -> BulkInput:
+    """The BulkRunWorkflow input for ``record_ids`` (or every record matching ``filters``)."""
+    levels = plan_steps(table, mode="edit", only=column_ids) if column_ids else plan_steps(table, mode="create")
+    p = plan_of(plan_name)
+    return BulkInput(
+        run_id=run_id, table=table_snap(table), caller=caller,
+        levels=[[c.id for c in lvl] for lvl in levels], dependants=dependants_map(table),
+        record_ids=record_ids, filters=filters, mode="edit" if column_ids else "create",
+        time_budget_s=float(p.pipeline_seconds_per_row), step_budget=p.pipeline_steps_per_row,
+    )

@@ -1,0 +1,497 @@
+"""The platform proxy: every outbound HTTP call of a pipeline step goes through here.
+
+It injects the named credential (looked up when the step runs, so secrets never travel in
+workflow payloads), sends an ``Idempotency-Key`` that is the same on every attempt,
+applies a timeout and a 5 MB response cap, follows at most 5 redirects by hand (dropping
+credentials when the origin changes) and guards against SSRF: outside ``wds dev`` a
+connection to a private, loopback, link-local, multicast, reserved or metadata address is
+refused unless the host is in ``WDS_HTTP_ALLOWED_HOSTS``. The check runs in the
+connection layer after DNS resolution, on every hop, and the socket connects to the very
+address that was checked (no rebinding window).
+
+Retries (a documented choice): transient failures — connection errors, timeouts, 429,
+502, 503, 504 — are retried *per record inside the activity* with exponential backoff
+and jitter (honouring ``Retry-After``), within the activity's own deadline. A batch where
+one record keeps failing therefore never re-sends the records that succeeded; a record
+that outlasts its attempts becomes that record's step error ("HTTP 503 after 4
+attempts"). Temporal's retry policy still covers the activity as a whole (a lost worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import ipaddress
+import logging
+import random
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpcore
+import httpx
+import orjson
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from storage.db import Database
+from storage.errors import ServiceError
+from storage.secrets import SecretBox, load_secrets
+
+MAX_RESPONSE_BYTES = 5 * 1024 * 1024
+MAX_REDIRECTS = 5
+MAX_ATTEMPTS = 4
+DEFAULT_TIMEOUT_S = 30.0
+CONCURRENCY = 32  # requests in flight per step (one activity)
+TRANSIENT_STATUS = frozenset({429, 502, 503, 504})
+REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+BACKOFF_BASE_S = 0.2
+BACKOFF_MAX_S = 5.0
+MAX_RETRY_AFTER_S = 10.0
+# hosts the guard refuses by name whatever they resolve to (cloud metadata services)
+METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data", "metadata.azure.com"})
+_STRIP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "upgrade"})
+T = TypeVar("T")
+
+
+class AddressRefused(Exception):
+    """The SSRF guard refused a destination (a permanent step error)."""
+
+
+class ResponseTooLarge(Exception):
+    """The response body exceeded the cap."""
+
+
+class RequestInvalid(Exception):
+    """The rendered request is not a valid HTTP request (bad URL, method, header)."""
+
+
+def step_error(message: str) -> ApplicationError:
+    """A whole-step configuration failure: not retried, every record gets ``message``."""
+    return ApplicationError(message, type="StepError", non_retryable=True)
+
+
+# --------------------------------------------------------------------------- SSRF guard
+
+
+def address_allowed(ip: str) -> bool:
+    """True for globally routable unicast addresses (what production may reach).
+
+    >>> [address_allowed(a) for a in ("93.184.216.34", "127.0.0.1", "10.1.2.3", "169.254.169.254")]
+    [True, False, False, False]
+    >>> [address_allowed(a) for a in ("::1", "::ffff:10.0.0.1", "fd00:ec2::254", "224.0.0.1")]
+    [False, False, False, False]
+    """
+    try:
+        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
+        elif addr.sixtofour is not None:
+            addr = addr.sixtofour
+    if addr.is_multicast or addr.is_unspecified or addr.is_reserved or addr.is_link_local:
+        return False
+    # is_global excludes private, loopback, shared (100.64/10, e.g. Alibaba metadata) ranges
+    return bool(addr.is_global)
+
+
+@dataclass(frozen=True)
+class EgressPolicy:
+    """Where pipeline HTTP may connect: ``allow_private`` in ``wds dev``; otherwise public
+    addresses only, except hosts in ``allowed_hosts`` (exact names, or ``.suffix``)."""
+
+    allow_private: bool = False
+    allowed_hosts: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> EgressPolicy:
+        hosts = {h.strip().lower().rstrip(".") for h in (settings.http_allowed_hosts or "").split(",")}
+        return cls(allow_private=bool(settings.dev_mode), allowed_hosts=frozenset(h for h in hosts if h))
+
+    def host_listed(self, host: str) -> bool:
+        h = host.lower().rstrip(".")
+        return h in self.allowed_hosts or any(
+            a.startswith(".") and (h.endswith(a) or h == a[1:]) for a in self.allowed_hosts
+        )
+
+    def check(self, host: str, addresses: Iterable[str]) -> None:
+        """Raise AddressRefused unless every address ``host`` resolved to may be reached."""
+        if self.allow_private or self.host_listed(host):
+            return
+        if host.lower().rstrip(".") in METADATA_HOSTS:
+            raise AddressRefused(f"refused: {host} is a cloud metadata host")
+        for ip in addresses:
+            if not address_allowed(ip):
+                what = host if host == ip else f"{host} resolves to {ip}, which"
+                raise AddressRefused(
+                    f"refused: {what} is a private, loopback, link-local or reserved address"
+                    " (allow the host with WDS_HTTP_ALLOWED_HOSTS)"
+                )
+
+
+class GuardedBackend(httpcore.AsyncNetworkBackend):
+    """Resolves, checks every address, then connects to a checked address.
+
+    httpcore keeps the hostname as the connection's origin, so TLS still verifies and
+    sends SNI for the name while the socket goes to the address we approved.
+    """
+
+    def __init__(self, policy: EgressPolicy) -> None:
+        self.policy = policy
+        self.inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        if self.policy.allow_private or self.policy.host_listed(host):
+            return await self.inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await asyncio.wait_for(
+                loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout=timeout or DEFAULT_TIMEOUT_S
+            )
+        except (TimeoutError, OSError) as exc:
+            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from None
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        self.policy.check(host, addresses)
+        last: Exception | None = None
+        for ip in addresses:
+            try:
+                return await self.inner.connect_tcp(ip, port, timeout, local_address, socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                last = exc
+        raise last or httpcore.ConnectError(f"no address for {host}")
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        raise AddressRefused("refused: unix sockets are not reachable from pipelines")
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+class GuardedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport over a connection pool whose network backend is the guard."""
+
+    def __init__(self, policy: EgressPolicy, *, max_connections: int = 512) -> None:
+        super().__init__(trust_env=False)
+        # replace the pool httpx built: same settings, but every connect goes through the guard
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections // 2,
+            keepalive_expiry=30.0,
+            network_backend=GuardedBackend(policy),
+        )
+
+
+def build_proxy_client(settings: Any) -> httpx.AsyncClient:
+    """The shared client of the proxy (built once per worker in ``worker.py``).
+
+    ``trust_env=False``: an ``HTTP_PROXY`` variable must not route pipeline calls around
+    the guard.
+    """
+    # httpx logs every URL at INFO: a query-parameter credential must never reach a log
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger("httpx").level))
+    return httpx.AsyncClient(
+        transport=GuardedTransport(EgressPolicy.from_settings(settings)),
+        follow_redirects=False,
+        trust_env=False,
+        timeout=DEFAULT_TIMEOUT_S,
+        headers={"User-Agent": "wds-pipeline/1"},
+    )
+
+
+# --------------------------------------------------------------------------- credentials
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A decrypted credential; ``secret`` stays out of reprs and messages."""
+
+    name: str
+    type: str  # bearer | header | basic | query
+    header_name: str | None
+    secret: str = field(repr=False)
+
+    def apply(self, headers: dict[str, str], params: list[tuple[str, str]]) -> None:
+        if self.type == "bearer":
+            headers["Authorization"] = f"Bearer {self.secret}"
+        elif self.type == "basic":
+            headers["Authorization"] = f"Basic {self._basic()}"
+        elif self.type == "header":
+            headers[self.header_name or "X-Api-Key"] = self.secret
+        elif self.type == "query":
+            params.append((self.header_name or "api_key", self.secret))
+
+    def _basic(self) -> str:
+        # the secret is "user:password": RFC 7617 is base64 of exactly that
+        return base64.b64encode(self.secret.encode()).decode()
+
+    def redact(self, data: bytes) -> bytes:
+        """Remove the secret from what a receiver echoed back (cells and errors hold this)."""
+        forms = {self.secret, quote(self.secret, safe=""), quote(self.secret)}
+        if self.type == "basic":
+            forms.add(self._basic())
+        for form in sorted(forms, key=len, reverse=True):
+            if form and len(form) >= 4:
+                data = data.replace(form.encode(), b"[redacted]")
+        return data
+
+
+async def load_credentials(
+    db: Database, secret_key: str | None, workspace_id: int, names: Sequence[str]
+) -> dict[str, Credential]:
+    """Decrypt the named credentials of a workspace.
+
+    Raises:
+        ApplicationError: (StepError) a name has no credential, or it cannot be decrypted.
+    """
+    wanted = sorted({n for n in names if n})
+    if not wanted:
+        return {}
+    async with db.connection() as conn:
+        rows = await load_secrets(conn, workspace_id=workspace_id, names=wanted)
+    missing = [n for n in wanted if n not in rows]
+    if missing:
+        raise step_error(f"credential {missing[0]!r} not found in this workspace")
+    try:
+        box = SecretBox(secret_key)
+        return {
+            name: Credential(name=name, type=row["type"], header_name=row["header_name"],
+                             secret=box.decrypt(row["secret_enc"]))
+            for name, row in rows.items()
+        }
+    except ServiceError as exc:
+        raise step_error(f"credential unusable: {exc.message}") from None
+
+
+# --------------------------------------------------------------------------- requests
+
+
+@dataclass
+class OutboundRequest:
+    method: str
+    url: str
+    headers: dict[str, str]
+    content: bytes | None
+    idempotency_key: str
+    credential: Credential | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+@dataclass
+class Outcome:
+    """One record's result: ``value`` (the parsed body) or ``error``."""
+
+    value: Any = None
+    error: str | None = None
+    status: int | None = None
+    attempts: int = 1
+
+
+def idempotency_key(step_key: str, record_id: str) -> str:
+    """Stable per workflow, column (and loop index) and record: identical on every attempt.
+
+    >>> idempotency_key("wf:3", "7") == idempotency_key("wf:3", "7") != idempotency_key("wf:3", "8")
+    True
+    """
+    return "wds-" + hashlib.sha256(f"{step_key}|{record_id}".encode()).hexdigest()[:40]
+
+
+def check_url(url: str) -> httpx.URL:
+    """Parse an outbound URL: absolute http(s) with a host.
+
+    Raises:
+        RequestInvalid: anything else.
+    """
+    try:
+        parsed = httpx.URL(url.strip())
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise RequestInvalid(f"invalid URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise RequestInvalid("the URL must be absolute http:// or https:// with a host")
+    return parsed
+
+
+def clean_headers(raw: dict[str, Any]) -> dict[str, str]:
+    """Rendered headers as sendable strings (hop-by-hop and Host headers are dropped).
+
+    Raises:
+        RequestInvalid: a header name or value that is not valid HTTP.
+    """
+    out: dict[str, str] = {}
+    for name, value in raw.items():
+        name = str(name).strip()
+        if not name or any(c in name for c in " :\r\n\t") or not name.isascii():
+            raise RequestInvalid(f"invalid header name {name!r}")
+        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+        if "\r" in text or "\n" in text:
+            raise RequestInvalid(f"header {name!r} contains a line break")
+        if name.lower() not in _STRIP_HEADERS:
+            out[name] = text
+    return out
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port
+
+
+def parse_body(data: bytes, content_type: str) -> Any:
+    """The cell value of a response body: parsed JSON when it is JSON, else text."""
+    if not data:
+        return None
+    text = data.decode("utf-8", errors="replace")
+    if "json" in content_type.lower() or (not content_type and text.lstrip()[:1] in ("{", "[")):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return text
+    return text
+
+
+async def _read_capped(resp: httpx.Response) -> bytes:
+    declared = resp.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
+        raise ResponseTooLarge(f"response larger than {MAX_RESPONSE_BYTES // (1024 * 1024)} MB")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_RESPONSE_BYTES:
+            raise ResponseTooLarge(f"response larger than {MAX_RESPONSE_BYTES // (1024 * 1024)} MB")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _exchange(
+    client: httpx.AsyncClient, req: OutboundRequest, timeout: float
+) -> tuple[int, httpx.Headers, bytes]:
+    """One attempt: the request and its redirects; returns (status, headers, body)."""
+    url = check_url(req.url)
+    first = _origin(url)
+    method, content = req.method, req.content
+    headers = dict(req.headers)
+    if not any(k.lower() == "idempotency-key" for k in headers):
+        headers["Idempotency-Key"] = req.idempotency_key
+    for _ in range(MAX_REDIRECTS + 1):
+        send_headers = dict(headers)
+        params: list[tuple[str, str]] = []
+        same_origin = _origin(url) == first
+        if req.credential is not None and same_origin:
+            req.credential.apply(send_headers, params)
+        target = url.copy_merge_params(params) if params else url
+        request = client.build_request(method, target, headers=send_headers, content=content,
+                                       timeout=httpx.Timeout(timeout))
+        resp = await client.send(request, stream=True)
+        try:
+            location = resp.headers.get("location")
+            if resp.status_code in REDIRECT_STATUS and location:
+                nxt = check_url(str(url.join(location)))
+                if resp.status_code == 303 or (resp.status_code in (301, 302) and method == "POST"):
+                    method, content = "GET", None
+                    headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+                if _origin(nxt) != _origin(url):
+                    # never carry authorisation to another origin (like browsers and httpx do)
+                    headers = {k: v for k, v in headers.items() if k.lower() not in ("authorization", "cookie")}
+                url = nxt
+                continue
+            body = b"" if method == "HEAD" else await _read_capped(resp)
+            return resp.status_code, resp.headers, body
+        finally:
+            await resp.aclose()
+    raise RequestInvalid(f"more than {MAX_REDIRECTS} redirects")
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+async def send(
+    client: httpx.AsyncClient, req: OutboundRequest, *, deadline: float, max_attempts: int = MAX_ATTEMPTS
+) -> Outcome:
+    """Send ``req`` with per-request retries of transient failures until ``deadline``
+    (a ``time.monotonic()`` value). Never raises for HTTP or network trouble."""
+    attempt = 0
+    while True:
+        attempt += 1
+        remaining = deadline - time.monotonic()
+        if remaining <= 0.05:
+            return Outcome(error="timed out (step deadline)", attempts=attempt - 1)
+        timeout = min(req.timeout_s, remaining)
+        retry_after: float | None = None
+        status: int | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                status, resp_headers, body = await _exchange(client, req, timeout)
+        except AddressRefused as exc:
+            return Outcome(error=str(exc), attempts=attempt)
+        except (ResponseTooLarge, RequestInvalid) as exc:
+            return Outcome(error=str(exc), attempts=attempt)
+        except (TimeoutError, httpx.TimeoutException):
+            reason = f"timed out ({timeout:.1f} s)"
+        except (httpx.TransportError, OSError) as exc:
+            reason = f"connection failed ({type(exc).__name__})"
+            if isinstance(exc, (httpx.UnsupportedProtocol, httpx.LocalProtocolError)):
+                return Outcome(error=f"invalid request ({type(exc).__name__})", attempts=attempt)
+        else:
+            if req.credential is not None:
+                body = req.credential.redact(body)
+            if 200 <= status < 300:
+                return Outcome(value=parse_body(body, resp_headers.get("content-type", "")), status=status,
+                               attempts=attempt)
+            snippet = body[:200].decode("utf-8", errors="replace").strip()
+            if status not in TRANSIENT_STATUS:
+                return Outcome(error=f"HTTP {status}" + (f": {snippet}" if snippet else ""), status=status,
+                               attempts=attempt)
+            reason = f"HTTP {status}"
+            retry_after = _retry_after(resp_headers.get("retry-after"))
+        if attempt >= max_attempts:
+            return Outcome(error=f"{reason} after {attempt} attempts", status=status, attempts=attempt)
+        delay = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, MAX_RETRY_AFTER_S))
+        if time.monotonic() + delay >= deadline - 0.1:
+            return Outcome(error=f"{reason} after {attempt} attempts", status=status, attempts=attempt)
+        await asyncio.sleep(delay)
+
+
+def activity_deadline(margin_s: float = 0.5) -> float:
+    """The running activity's deadline as a ``time.monotonic()`` value, minus a margin so
+    the step reports its own errors before Temporal times it out."""
+    info = activity.info()
+    now = datetime.now(timezone.utc)
+    ends = []
+    if info.start_to_close_timeout:
+        ends.append(info.started_time + info.start_to_close_timeout)
+    if info.schedule_to_close_timeout:
+        ends.append(info.scheduled_time + info.schedule_to_close_timeout)
+    remaining = min((e - now).total_seconds() for e in ends) if ends else 60.0
+    margin = min(margin_s, max(0.05, remaining * 0.1))
+    return time.monotonic() + max(0.1, remaining - margin)
+
+
+async def bounded(jobs: Sequence[Callable[[], Awaitable[T]]], limit: int = CONCURRENCY) -> list[T]:
+    """Run ``jobs`` with at most ``limit`` in flight; results in input order."""
+    sem = asyncio.Semaphore(limit)
+
+    async def run(job: Callable[[], Awaitable[T]]) -> T:
+        async with sem:
+            return await job()
+
+    return list(await asyncio.gather(*(run(j) for j in jobs)))

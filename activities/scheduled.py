@@ -1,0 +1,92 @@
+"""Schedule firings: the local activity that turns a firing into a bulk run.
+
+A Temporal Schedule starts ``ScheduledRunWorkflow`` with a fixed input (table, filters,
+columns, the creator's rights). Each firing plans against the table *as it is now* (the
+columns may have changed since the schedule was made), creates its own ``wds.runs`` row
+(so ``GET /runs/{id}`` reports it) and hands a BulkInput to the bulk workflow. The run id
+derives from the firing's workflow id, so a retried activity reuses the same row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity
+
+from activities.bulkplan import build_bulk_input
+from activities.types import BulkInput, Caller
+from storage import meta, runs
+from storage import records as rec
+from storage import schedules as sched
+from storage.db import Database
+from storage.errors import ServiceError
+from storage.query import parse_filter_list, plan_filters
+
+
+@dataclass
+class ScheduledRunInput:
+    """What a schedule's every firing starts with (no secrets: ids, filters, grants)."""
+
+    workspace_id: int
+    table_id: int
+    schedule_id: int
+    caller: Caller
+    filters: list[dict[str, Any]] = field(default_factory=list)
+    column_ids: list[int] | None = None
+
+
+@dataclass
+class PrepareInput:
+    run: ScheduledRunInput
+    workflow_id: str
+
+
+@dataclass
+class Prepared:
+    bulk: BulkInput | None = None
+    skipped: str = ""  # why nothing runs (table or schedule gone, filters now invalid)
+
+
+def run_id_for(workflow_id: str) -> str:
+    """The run id of a firing (stable across activity retries).
+
+    >>> run_id_for("scheduled/ws1/t2/3-2026") == run_id_for("scheduled/ws1/t2/3-2026")
+    True
+    """
+    return "run-s" + hashlib.sha256(workflow_id.encode()).hexdigest()[:15]
+
+
+class ScheduleSteps:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @activity.defn(name="prepare_scheduled_run")
+    async def prepare_scheduled_run(self, inp: PrepareInput) -> Prepared:
+        r = inp.run
+        async with self.db.connection() as conn:
+            row = await sched.get_schedule(conn, workspace_id=r.workspace_id, schedule_id=r.schedule_id)
+            workspace = await meta.get_workspace(conn, workspace_id=r.workspace_id)
+            schema = await meta.load_schema(conn, workspace_id=r.workspace_id)
+        table = schema.tables.get(r.table_id)
+        if row is None or workspace is None or table is None:
+            return Prepared(skipped="the schedule or its table no longer exists")
+        column_ids = r.column_ids
+        if column_ids:
+            column_ids = [c for c in column_ids if (col := table.column_by_id(c)) is not None and col.computed]
+            if not column_ids:
+                return Prepared(skipped="none of the scheduled columns exists any more")
+        try:
+            planned = plan_filters(parse_filter_list(r.filters), table) if r.filters else ()
+        except ServiceError as exc:
+            return Prepared(skipped=f"the schedule's filters no longer apply: {exc.message}")
+        run_id = run_id_for(inp.workflow_id)
+        bulk = build_bulk_input(table, r.caller, workspace["plan"], run_id=run_id, record_ids=None,
+                                filters=r.filters, column_ids=column_ids)
+        async with self.db.connection() as conn:
+            if await runs.get_run(conn, workspace_id=r.workspace_id, run_id=run_id) is None:
+                total = await rec.count_matching(conn, table=table, filters=planned)
+                await runs.create_run(conn, run_id=run_id, workspace_id=r.workspace_id, table_id=table.id,
+                                      total=total, workflow_id=inp.workflow_id, kind="schedule")
+        return Prepared(bulk=bulk)

@@ -1,0 +1,128 @@
+"""Builder tools for records in bulk: batch create, update by filter, run actions, and
+re-running one record's pipeline. Batch create, run-actions and run call the REST routes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.deps import require
+from api.mcp.builder.common import builder, model, positive_id
+from api.mcp.spec import FIELDS, ID_OR_NAME, RECORD_ID, TABLE_ID, ToolSpec, any_object, array, boolean, obj, out, string
+from api.mcp.tools_data import record_ref, route_json, table_for
+from api.pipelines import run_after_write
+from api.routes import records as rest_records
+from api.routes import runs as rest_runs
+from api.schemas import BatchIn
+from api.state import AppState
+from storage import records as rec
+from storage.access import Action, Principal
+from storage.errors import NotFound, ServiceError, ValidationError
+from storage.query import parse_filter_list, parse_filter_object, plan_filters
+from storage.schema import TableMeta
+
+MAX_UPDATE = rest_records.MAX_BATCH
+
+
+async def batch_create_records(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.CREATE)
+    body = model(BatchIn, {"rows": args["rows"], "run_pipeline": args.get("run_pipeline", True)})
+    return route_json(await rest_records.batch(table.id, body, principal, state))
+
+
+def _filters(raw: Any) -> tuple[Any, ...]:
+    return parse_filter_object(raw) if isinstance(raw, dict) else parse_filter_list(raw)
+
+
+async def batch_update_records(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    """Set the same fields on every record matching the filters (at most 500), in one
+    transaction, then run the edit pipeline over them together."""
+    table = await table_for(state, principal, args["table_id"], Action.UPDATE)
+    require(principal, table, Action.READ)
+    planned = plan_filters(_filters(args["filters"]), table)
+    fields = args["fields"]
+    prepared = rec.prepare_fields(table, fields, creating=False)
+    if not prepared.values:
+        raise ValidationError("fields is empty: nothing to change")
+    async with state.db.transaction() as conn:
+        ids = await rec.page_ids(conn, table=table, filters=planned, after_id=0, limit=MAX_UPDATE + 1)
+        if len(ids) > MAX_UPDATE:
+            raise ServiceError(f"more than {MAX_UPDATE} records match; narrow the filters",
+                               code="BATCH_TOO_LARGE")
+        rows = [r for r in [await rec.update_record(conn, table=table, record_id=i, row=prepared) for i in ids]
+                if r is not None]
+    final, outcome = await run_after_write(state, principal, table, rows, mode="edit", changed=list(fields),
+                                           enabled=args.get("run_pipeline", True))
+    out_: dict[str, Any] = {"updated": len(final), "ids": [r["id"] for r in final]}
+    if outcome is not None:
+        out_["pipeline"] = {k: v for k, v in outcome.items() if k != "per_record"}
+    return out_
+
+
+def _column_ids(table: TableMeta, refs: list[Any]) -> list[int]:
+    ids = []
+    for ref in refs:
+        col = table.column_ref(ref)
+        if col is None:
+            raise NotFound(f"column {ref!r} not found in table {table.name!r}")
+        ids.append(col.id)
+    return ids
+
+
+async def run_actions(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.UPDATE)
+    body: dict[str, Any] = {}
+    if "record_ids" in args:
+        body["record_ids"] = [positive_id(r, "record_ids") for r in args["record_ids"]]
+    if "filters" in args:
+        body["filters"] = args["filters"]
+    if args.get("columns"):
+        body["column_ids"] = _column_ids(table, args["columns"])
+    resp = await rest_runs.run_actions(table.id, model(rest_runs.RunActionsIn, body), principal, state)
+    return route_json(resp)
+
+
+async def run_record_pipeline(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.UPDATE)
+    body = model(rest_runs.RunIn, {"mode": args.get("mode", "edit"),
+                                   "changed_columns": args.get("changed_columns", [])})
+    return route_json(await rest_runs.run_record(table.id, record_ref(args["record_id"]), body, principal, state))
+
+
+_FILTERS = {"type": ["object", "array"],
+            "description": "{\"Column\": \"op.value\"} (REST grammar) or a list of {column, op, value}"}
+
+BATCH_TOOLS: list[ToolSpec] = [
+    builder("batch_create_records", "Create records in bulk",
+            "Create up to 500 records; one result per row in order (a failing row does not stop the others);"
+            " computed columns run over the batch.",
+            batch_create_records, obj({
+                "table_id": TABLE_ID,
+                "rows": array(any_object("{fields: {...}} or a plain object of fields"), "the records",
+                              minItems=1),
+                "run_pipeline": boolean("run computed columns (default true)"),
+            }, ("table_id", "rows")), out({"results": {"type": "array"}}, ("results",))),
+    builder("batch_update_records", "Update records by filter",
+            "Set the same fields on every record matching the filters (at most 500), then run their pipelines.",
+            batch_update_records, obj({"table_id": TABLE_ID, "filters": _FILTERS, "fields": FIELDS,
+                                       "run_pipeline": boolean("run computed columns (default true)")},
+                                      ("table_id", "filters", "fields")),
+            out({"updated": {"type": "integer"}, "ids": {"type": "array"}}, ("updated",)), idempotent=True),
+    builder("run_actions", "Run actions in bulk",
+            "Run computed columns (all, or the given ones) over record_ids or every record matching filters, in"
+            " the background; returns a run id with progress at GET {rest}/runs/<run_id>.",
+            run_actions, obj({"table_id": TABLE_ID,
+                              "record_ids": array({"type": ID_OR_NAME}, "records to run"),
+                              "filters": _FILTERS,
+                              "columns": array({"type": ID_OR_NAME}, "computed columns to run (default all)")},
+                             ("table_id",)),
+            out({"run_id": {"type": "string"}, "status": {"type": "string"}, "total": {"type": "integer"}},
+                ("run_id", "status"))),
+    builder("run_record_pipeline", "Run a record's pipeline",
+            "Re-run one record's computed columns as if changed_columns had changed (mode edit), or all of them"
+            " (mode create); returns the record and the pipeline outcome.",
+            run_record_pipeline, obj({"table_id": TABLE_ID, "record_id": RECORD_ID,
+                                      "mode": string("edit (default) or create", enum=["edit", "create"]),
+                                      "changed_columns": array({"type": "string"}, "column names (mode edit)")},
+                                     ("table_id", "record_id")),
+            out({"record": {"type": "object"}, "pipeline": {"type": "object"}}, ("record",))),
+]

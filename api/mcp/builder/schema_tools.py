@@ -1,0 +1,151 @@
+"""Builder tools for tables and columns: they call the REST route coroutines, so a table
+made over MCP is made exactly as over REST (validation, DDL, cache invalidation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.deps import table_or_404
+from api.mcp.builder.common import builder, model, pick
+from api.mcp.spec import DELETED_OUT, ID_OR_NAME, TABLE_ID, ToolSpec, any_object, array, boolean, integer, obj, out, string
+from api.mcp.tools_data import route_json, table_for
+from api.routes import columns as rest_columns
+from api.routes import tables as rest_tables
+from api.schemas import ColumnIn, TableIn, TablePatch
+from api.serialize import column_out, table_out
+from api.state import AppState
+from storage.access import Action, Principal
+from storage.errors import NotFound, ValidationError
+
+_COLUMN_FIELDS = ("name", "type", "required", "options", "formula", "config", "relation_table_id",
+                  "relation_source_column_id", "position")
+
+
+def column_props(for_patch: bool = False) -> dict[str, dict[str, Any]]:
+    return {
+        "name": string("column name, unique in the table"),
+        "type": string("a column type (see check_column_types): text, number, date, checkbox, single_select,"
+                       " multi_select, relation, file, formula, http_request, json_parser, ..."),
+        "required": boolean("enforced when records are created"),
+        "options": array({"type": ["string", "object"]},
+                         "select options: labels, or {id?, label, color?} (colors: red, orange, amber, green,"
+                         " teal, blue, indigo, purple, pink, gray)" + (" — the full new list" if for_patch else "")),
+        "formula": string("formula columns: the expression, e.g. CONCAT({First}, \" \", {Last})"),
+        "config": any_object("computed columns: the kind's settings (see check_column_types)"),
+        "relation_table_id": integer("relation columns: the related table's id"),
+        "relation_source_column_id": integer("relation columns: the related table's label column id"),
+        "position": integer("0-based place among the columns", minimum=0),
+    }
+
+
+_SEMANTIC = obj({"columns": array({"type": "string"}, "text columns to embed")}, ("columns",),
+                description="enable semantic search over these columns (null disables)")
+_COLUMN = {"type": ID_OR_NAME, "description": "the column's id or name"}
+_TABLE_OUT = out({"id": {"type": "integer"}, "name": {"type": "string"}, "columns": {"type": "array"}},
+                 ("id", "name", "columns"))
+_COLUMN_OUT = out({"id": {"type": "integer"}, "name": {"type": "string"}, "type": {"type": "string"}},
+                  ("id", "name", "type"))
+
+
+async def create_table(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    body = model(TableIn, pick(args, "name", "icon", "columns", "semantic_search"))
+    return route_json(await rest_tables.create_table(body, principal, state))
+
+
+async def update_table(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.READ)
+    changes = pick(args, "name", "icon", "semantic_search")
+    if not changes:
+        raise ValidationError("nothing to change: send name, icon or semantic_search")
+    return route_json(await rest_tables.patch_table(table.id, model(TablePatch, changes), principal, state))
+
+
+async def delete_table(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.READ)
+    return route_json(await rest_tables.delete_table(table.id, principal, state))
+
+
+async def get_table(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.READ)
+    return {**table_out(table), "access": principal.perms(table.id).as_dict()}
+
+
+async def create_column(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.READ)
+    body = model(ColumnIn, pick(args, *_COLUMN_FIELDS))
+    return route_json(await rest_columns.create_column(table.id, body, principal, state))
+
+
+def _column_id(table: Any, ref: Any) -> int:
+    col = table.column_ref(ref)
+    if col is None:
+        raise NotFound(f"column {ref!r} not found in table {table.name!r}")
+    return int(col.id)
+
+
+async def update_column(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.READ)
+    body = model(ColumnIn, pick(args, *_COLUMN_FIELDS))
+    resp = await rest_columns.patch_column(table.id, _column_id(table, args["column"]), body, principal, state)
+    return route_json(resp)
+
+
+async def delete_column(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    table = await table_for(state, principal, args["table_id"], Action.READ)
+    resp = await rest_columns.delete_column(table.id, _column_id(table, args["column"]), principal, state)
+    return route_json(resp)
+
+
+async def reorder_columns(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    """Listed columns first, in the given order; the others keep their relative order after."""
+    table = await table_for(state, principal, args["table_id"], Action.READ)
+    rest_tables.require_manage(principal, table)
+    listed = [_column_id(table, ref) for ref in args["columns"]]
+    if len(set(listed)) != len(listed):
+        raise ValidationError("a column is listed twice")
+    rest = [c.id for c in sorted(table.columns, key=lambda c: c.position) if c.id not in set(listed)]
+    order = listed + rest
+    async with rest_tables.schema_change(state, principal.workspace_id) as conn:
+        await conn.execute(
+            "UPDATE wds.columns c SET position = o.pos - 1, updated_at = now()"
+            " FROM unnest(%s::bigint[]) WITH ORDINALITY AS o(id, pos)"
+            " WHERE c.id = o.id AND c.table_id = %s",
+            (order, table.id),
+        )
+    fresh = table_or_404(await state.schema(principal.workspace_id), table.id)
+    return {"table_id": fresh.id, "columns": [column_out(c) for c in fresh.columns]}
+
+
+SCHEMA_TOOLS: list[ToolSpec] = [
+    builder("create_table", "Create a table",
+            "Create a table with its columns (each {name, type, required?, options?, formula?, config?}).",
+            create_table, obj({
+                "name": string("table name, unique in the workspace"), "icon": string("icon name"),
+                "columns": array(obj(column_props(), ("name",)), "the columns to create"),
+                "semantic_search": _SEMANTIC,
+            }, ("name",)), _TABLE_OUT),
+    builder("update_table", "Update a table", "Rename a table, change its icon or its semantic-search columns.",
+            update_table, obj({"table_id": TABLE_ID, "name": string("new name"), "icon": string("new icon"),
+                               "semantic_search": {**_SEMANTIC, "type": ["object", "null"]}}, ("table_id",)),
+            _TABLE_OUT, idempotent=True),
+    builder("delete_table", "Delete a table", "Drop a table and all its records (irreversible).",
+            delete_table, obj({"table_id": TABLE_ID}, ("table_id",)), DELETED_OUT, destructive=True,
+            idempotent=True),
+    builder("get_table", "Get a table", "A table with all its columns and settings.",
+            get_table, obj({"table_id": TABLE_ID}, ("table_id",)), _TABLE_OUT, read_only=True, idempotent=True),
+    builder("create_column", "Create a column", "Add a data or computed column to a table.",
+            create_column, obj({"table_id": TABLE_ID, **column_props()}, ("table_id", "name", "type")), _COLUMN_OUT),
+    builder("update_column", "Update a column",
+            "Rename a column or change its type, options, formula, config or required flag.",
+            update_column, obj({"table_id": TABLE_ID, "column": _COLUMN, **column_props(True)},
+                               ("table_id", "column")), _COLUMN_OUT, idempotent=True),
+    builder("delete_column", "Delete a column", "Remove a column and its values.",
+            delete_column, obj({"table_id": TABLE_ID, "column": _COLUMN}, ("table_id", "column")), DELETED_OUT,
+            destructive=True, idempotent=True),
+    builder("reorder_columns", "Reorder columns",
+            "Put the listed columns first, in this order; unlisted columns follow in their current order.",
+            reorder_columns, obj({"table_id": TABLE_ID,
+                                  "columns": array({"type": ID_OR_NAME}, "column ids or names", minItems=1)},
+                                 ("table_id", "columns")),
+            out({"table_id": {"type": "integer"}, "columns": {"type": "array"}}, ("columns",)), idempotent=True),
+]

@@ -1,0 +1,329 @@
+"""``POST {rest}/sql``: the read-only grammar over HTTP, refusals, timeout and isolation."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psycopg
+import pytest
+from psycopg import sql
+
+ROWS = [
+    {"Title": "alpha", "Score": 1, "Done": True, "Status": "todo", "Tags": ["red"], "Due": "2026-01-01", "Full name": "Ann A"},
+    {"Title": "beta", "Score": 5, "Done": False, "Status": "doing", "Tags": ["red", "blue"], "Due": "2026-02-01", "Full name": "Bob B"},
+    {"Title": "gamma", "Score": 3, "Status": "done", "Tags": [], "Full name": "Cy C"},
+    {"Title": "delta", "Score": 4, "Done": True, "Status": "todo", "Tags": ["blue"], "Due": "2026-03-01"},
+    {"Title": "epsilon", "Status": "doing"},
+]
+
+
+@pytest.fixture
+def tasks(ws):
+    t = ws.create_table("Tasks", [
+        {"name": "Title", "type": "text", "required": True},
+        {"name": "Score", "type": "number"},
+        {"name": "Done", "type": "checkbox"},
+        {"name": "Status", "type": "single_select", "options": ["todo", "doing", "done"]},
+        {"name": "Tags", "type": "multi_select", "options": ["red", "blue"]},
+        {"name": "Due", "type": "date"},
+        {"name": "Full name", "type": "text"},
+    ])
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": ROWS})
+    assert r.status_code == 200 and all("record" in x for x in r.json()["results"]), r.text
+    return t
+
+
+def q(client, query):
+    return client.post("/sql", json={"query": query})
+
+
+def titles(r):
+    assert r.status_code == 200, r.text
+    return [row["Title"] for row in r.json()["rows"]]
+
+
+def opt(table, col, label):
+    c = next(c for c in table["columns"] if c["name"] == col)
+    return next(o["id"] for o in c["options"] if o["label"] == label)
+
+
+# --------------------------------------------------------------------------- grammar
+
+
+def test_select_star_returns_rows_keyed_by_human_names_with_rest_values(ws, tasks):
+    r = q(ws.api, "SELECT * FROM Tasks WHERE Title = 'beta'")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert set(body) == {"rows", "total", "table", "limit", "offset"}
+    assert body["table"] == "Tasks" and body["total"] == 1 and body["limit"] == 100 and body["offset"] == 0
+    row = body["rows"][0]
+    assert list(row) == ["id", "created_at", "updated_at", "Title", "Score", "Done", "Status", "Tags", "Due", "Full name"]
+    # values as REST shows them: select options by id, dates as ISO text
+    rest = ws.api.get(f"/tables/{tasks['id']}/records/{row['id']}").json()
+    assert {k: row[k] for k in rest["fields"]} == rest["fields"]
+    assert row["Status"] == opt(tasks, "Status", "doing")
+    assert row["Tags"] == [opt(tasks, "Tags", "red"), opt(tasks, "Tags", "blue")]
+
+
+def test_select_fields_returns_only_those(ws, tasks):
+    r = q(ws.api, 'SELECT Title, "Full name", Score FROM Tasks ORDER BY Score DESC NULLS LAST LIMIT 2')
+    assert r.status_code == 200, r.text
+    assert r.json()["rows"] == [{"Title": "beta", "Full name": "Bob B", "Score": 5},
+                                {"Title": "delta", "Full name": None, "Score": 4}]
+
+
+def test_count_form(ws, tasks):
+    assert q(ws.api, "SELECT COUNT(*) FROM Tasks").json() == {"count": 5}
+    assert q(ws.api, "select count(*) from Tasks where Score >= 3 order by Title limit 1").json() == {"count": 3}
+
+
+@pytest.mark.parametrize("where,expected", [
+    ("Title = 'gamma'", ["gamma"]),
+    ("Title != 'gamma'", ["alpha", "beta", "delta", "epsilon"]),
+    ("Title <> 'gamma'", ["alpha", "beta", "delta", "epsilon"]),
+    ("Score > 3", ["beta", "delta"]),
+    ("Score < 3", ["alpha"]),
+    ("Score >= 3", ["beta", "gamma", "delta"]),
+    ("Score <= 3", ["alpha", "gamma"]),
+    ("Title LIKE '%ta'", ["beta", "delta"]),
+    ("Title NOT LIKE '%a'", ["epsilon"]),
+    ("Title LIKE 'g_mma'", ["gamma"]),
+    ("Title IN ('alpha', 'delta', 'zeta')", ["alpha", "delta"]),
+    ("Title NOT IN ('alpha', 'delta')", ["beta", "gamma", "epsilon"]),
+    ("Score IS NULL", ["epsilon"]),
+    ("Score IS NOT NULL", ["alpha", "beta", "gamma", "delta"]),
+    ("Score > 1 AND Score < 5", ["gamma", "delta"]),
+    ("(Score > 1) AND (Done = true) AND Title LIKE 'd%'", ["delta"]),
+    ("Done = false", ["beta", "gamma", "epsilon"]),
+    ("Status = 'todo'", ["alpha", "delta"]),
+    ("Status IN ('doing', 'done')", ["beta", "gamma", "epsilon"]),
+    ("Tags = 'blue'", ["beta", "delta"]),
+    ("Tags IS NULL", ["gamma", "epsilon"]),
+    ("Due >= '2026-02-01'", ["beta", "delta"]),
+    ('"Full name" = \'Cy C\'', ["gamma"]),
+    ("Score = -1", []),
+    ("id > 0", ["alpha", "beta", "gamma", "delta", "epsilon"]),
+])
+def test_every_condition_operator(ws, tasks, where, expected):
+    assert titles(q(ws.api, f"SELECT Title FROM Tasks WHERE {where}")) == expected
+
+
+def test_select_options_by_id_or_label(ws, tasks):
+    assert titles(q(ws.api, f"SELECT Title FROM Tasks WHERE Status = '{opt(tasks, 'Status', 'done')}'")) == ["gamma"]
+
+
+@pytest.mark.parametrize("order,expected", [
+    ("Score", ["alpha", "gamma", "delta", "beta", "epsilon"]),
+    ("Score ASC", ["alpha", "gamma", "delta", "beta", "epsilon"]),
+    ("Score DESC", ["epsilon", "beta", "delta", "gamma", "alpha"]),
+    ("Score DESC NULLS LAST", ["beta", "delta", "gamma", "alpha", "epsilon"]),
+    ("Status, Title DESC", ["delta", "alpha", "epsilon", "beta", "gamma"]),
+    ("Title", ["alpha", "beta", "delta", "epsilon", "gamma"]),
+])
+def test_order_by(ws, tasks, order, expected):
+    assert titles(q(ws.api, f"SELECT Title FROM Tasks ORDER BY {order}")) == expected
+
+
+def test_limit_and_offset_page_while_total_counts_all_matches(ws, tasks):
+    r = q(ws.api, "SELECT Title FROM Tasks WHERE Score IS NOT NULL ORDER BY Score LIMIT 2 OFFSET 1")
+    body = r.json()
+    assert [x["Title"] for x in body["rows"]] == ["gamma", "delta"]
+    assert body["total"] == 4 and body["limit"] == 2 and body["offset"] == 1
+
+
+def test_names_are_case_insensitive_and_quotable(ws, tasks):
+    assert titles(q(ws.api, 'SELECT "Title" FROM "Tasks" WHERE "Score" = 5')) == ["beta"]
+    assert titles(q(ws.api, "select title from tasks where score = 5")) == ["beta"]
+    assert titles(q(ws.api, 'SELECT Tasks.Title FROM Tasks WHERE "Tasks"."Score" = 5')) == ["beta"]
+
+
+def test_table_names_with_spaces_need_double_quotes(ws):
+    t = ws.create_table("My Tasks", [{"name": "Odd 'name'", "type": "text"}])
+    ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Odd 'name'": "it's"}})
+    r = q(ws.api, """SELECT "Odd 'name'" FROM "My Tasks" WHERE "Odd 'name'" = 'it''s'""")
+    assert r.status_code == 200 and r.json()["rows"] == [{"Odd 'name'": "it's"}], r.text
+    r = q(ws.api, "SELECT * FROM My Tasks")
+    assert r.status_code == 400 and r.json()["code"] == "INVALID_SQL"
+
+
+def test_a_trailing_semicolon_is_harmless(ws, tasks):
+    assert q(ws.api, "SELECT COUNT(*) FROM Tasks;").json() == {"count": 5}
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+REFUSED = [
+    "DELETE FROM Tasks",
+    "UPDATE Tasks SET Title = 'x'",
+    "INSERT INTO Tasks (Title) VALUES ('x')",
+    "DROP TABLE Tasks",
+    "TRUNCATE Tasks",
+    "SELECT * FROM Tasks; DELETE FROM Tasks",
+    "SELECT * FROM Tasks; SELECT * FROM Tasks",
+    "SELECT pg_sleep(10) FROM Tasks",
+    "SELECT * FROM Tasks WHERE pg_sleep(10) IS NULL",
+    "SELECT upper(Title) FROM Tasks",
+    "SELECT * FROM Tasks WHERE Title IN (SELECT Title FROM Tasks)",
+    "SELECT * FROM (SELECT * FROM Tasks) AS x",
+    "SELECT * FROM Tasks JOIN Tasks AS b ON true",
+    "SELECT * FROM Tasks, Tasks",
+    "SELECT Title FROM Tasks UNION SELECT Title FROM Tasks",
+    "WITH x AS (SELECT 1) SELECT * FROM Tasks",
+    "SELECT * FROM Tasks WHERE Score = 1 OR Score = 5",
+    "SELECT * FROM Tasks WHERE Score::text = '1'",
+    "SELECT Title AS t FROM Tasks",
+    "SELECT DISTINCT Title FROM Tasks",
+    "SELECT Status, COUNT(*) FROM Tasks GROUP BY Status",
+    "SELECT * FROM Tasks FOR UPDATE",
+    "SELECT * FROM Tasks WHERE Score BETWEEN 1 AND 3",
+    "SELECT * FROM Tasks WHERE Title ILIKE 'a%'",
+    "SELECT * FROM Tasks WHERE Score = $1",
+    "SELECT * FROM pg_catalog.pg_tables",
+    "SELECT * FROM pg_tables",
+    "SELECT * FROM pg_roles",
+    "SELECT * FROM information_schema.tables",
+    "SELECT * FROM wds.tokens",
+    "SELECT * FROM tokens",
+    "SELECT 1",
+    "SELECT * FROM Nope",
+    "SELECT Nope FROM Tasks",
+    "SELECT * FROM Tasks WHERE Score = 'abc'",
+    "",
+    "EXPLAIN SELECT * FROM Tasks",
+    "COPY Tasks TO STDOUT",
+    "SET ROLE postgres",
+]
+
+
+@pytest.mark.parametrize("query", REFUSED)
+def test_anything_outside_the_grammar_is_refused_before_running(ws, tasks, query):
+    r = q(ws.api, query)
+    assert r.status_code == 400, r.text
+    assert r.json()["code"] == "INVALID_SQL" and r.json()["error"]
+
+
+def test_refused_statements_change_nothing(ws, tasks):
+    before = q(ws.api, "SELECT * FROM Tasks ORDER BY id").json()["rows"]
+    for query in ("DELETE FROM Tasks", "SELECT * FROM Tasks; DELETE FROM Tasks",
+                  "SELECT * FROM Tasks; UPDATE Tasks SET Title = 'x'", "DROP TABLE Tasks",
+                  "SELECT * FROM Tasks WHERE Title = '' ; TRUNCATE Tasks --'"):
+        assert q(ws.api, query).json()["code"] == "INVALID_SQL"
+    assert q(ws.api, "SELECT * FROM Tasks ORDER BY id").json()["rows"] == before
+    assert len(ws.api.get(f"/tables/{tasks['id']}/records").json()["records"]) == 5
+
+
+def test_a_refused_sleep_returns_at_once(ws, tasks):
+    for query in ("SELECT * FROM Tasks WHERE pg_sleep(5) IS NULL", "SELECT pg_sleep(5)",
+                  "SELECT * FROM Tasks; SELECT pg_sleep(5)"):
+        started = time.monotonic()
+        r = q(ws.api, query)
+        assert r.status_code == 400 and r.json()["code"] == "INVALID_SQL"
+        assert time.monotonic() - started < 1.0
+
+
+def test_malicious_literals_are_only_values(ws, tasks):
+    for query in ("SELECT Title FROM Tasks WHERE Title = 'x''; DELETE FROM Tasks; --'",
+                  "SELECT Title FROM Tasks WHERE Title = 'alpha' -- ; DELETE FROM Tasks"):
+        r = q(ws.api, query)
+        assert r.status_code in (200, 400), r.text
+    assert q(ws.api, "SELECT COUNT(*) FROM Tasks").json() == {"count": 5}
+
+
+@pytest.mark.parametrize("query,code", [
+    ("SELECT * FROM Tasks LIMIT 1001", "LIMIT_TOO_LARGE"),
+    ("SELECT * FROM Tasks WHERE Status = 'maybe'", "INVALID_OPTION"),
+    ("SELECT * FROM Tasks WHERE Title IN (" + ", ".join(f"'{i}'" for i in range(201)) + ")", "TOO_MANY_VALUES"),
+    ("SELECT * FROM Tasks WHERE Title = '" + "x" * 10_001 + "'", "PAYLOAD_TOO_LARGE"),
+])
+def test_limits_have_their_own_codes(ws, tasks, query, code):
+    r = q(ws.api, query)
+    assert r.status_code in (400, 413) and r.json()["code"] == code, r.text
+
+
+def test_bad_body_is_a_validation_error(ws):
+    for body in ({}, {"query": 5}, {"query": "SELECT 1", "extra": True}):
+        r = ws.api.post("/sql", json=body)
+        assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR"
+
+
+# --------------------------------------------------------------------------- access
+
+
+def test_a_table_without_read_grant_is_refused(ws, tasks):
+    other = ws.create_table("Hidden", [{"name": "Code", "type": "text"}])
+    prof = ws.profile([{"table_id": tasks["id"], "read": True}])
+    c = ws.client(ws.token("rest_api", profile_id=prof["id"])["token"])
+    assert q(c, "SELECT COUNT(*) FROM Tasks").json() == {"count": 5}
+    r = q(c, "SELECT * FROM Hidden")
+    assert r.status_code == 400 and r.json()["code"] == "INVALID_SQL"
+    # a grant without read (create only) does not read either
+    prof2 = ws.profile([{"table_id": other["id"], "read": False, "create": True}])
+    c2 = ws.client(ws.token("rest_api", profile_id=prof2["id"])["token"])
+    assert q(c2, "SELECT * FROM Hidden").json()["code"] == "INVALID_SQL"
+
+
+def test_another_workspaces_tables_are_unknown(ws, tasks, make_workspace):
+    other = make_workspace()
+    theirs = other.create_table("Theirs", [{"name": "Secret", "type": "text"}])
+    other.api.post(f"/tables/{theirs['id']}/records", json={"fields": {"Secret": "s3cret"}})
+    mine_unknown = q(ws.api, "SELECT * FROM Theirs").json()
+    nope = q(ws.api, "SELECT * FROM Nope").json()
+    assert mine_unknown["code"] == nope["code"] == "INVALID_SQL"
+    # physical names of either workspace do not resolve either
+    for query in (
+        f"SELECT * FROM ws_{other.id}.t_{theirs['id']}",
+        f'SELECT * FROM "ws_{other.id}"."t_{theirs["id"]}"',
+        f"SELECT * FROM t_{theirs['id']}",
+        f"SELECT * FROM ws_{ws.id}.t_{tasks['id']}",
+        f"SELECT * FROM t_{tasks['id']}",
+    ):
+        r = q(ws.api, query)
+        assert r.status_code == 400 and r.json()["code"] == "INVALID_SQL", query
+    # each workspace sees its own table of a shared name
+    other.create_table("Tasks", [{"name": "Title", "type": "text"}])
+    assert q(other.api, "SELECT COUNT(*) FROM Tasks").json() == {"count": 0}
+    assert q(ws.api, "SELECT COUNT(*) FROM Tasks").json() == {"count": 5}
+
+
+def test_user_mcp_tokens_are_refused_on_rest(ws, tasks):
+    r = q(ws.client(ws.token("user_mcp")["token"]), "SELECT COUNT(*) FROM Tasks")
+    assert r.status_code == 403 and r.json()["code"] == "WRONG_PROTOCOL"
+
+
+# --------------------------------------------------------------------------- timeout
+
+# PostgreSQL's LIKE matcher retries the literal after '%' at every text position, so
+# '%' + 'a'*N + 'b' against a long run of 'a' costs N comparisons per position. One
+# value is not interruptible, so the work is spread over many rows of ~0.25 s each:
+# the whole scan takes well over the free plan's 5 s, and the timeout lands between rows.
+SLOW_ROWS = 80
+SLOW_TEXT = 50_000
+SLOW_PATTERN = "%" + "a" * 5_000 + "b"
+
+
+def test_a_query_over_the_plans_timeout_is_sql_timeout(make_workspace):
+    dsn = os.environ.get("WDS_TEST_SCRATCH_DSN")
+    if not dsn:
+        pytest.skip("needs the session PostgreSQL (WDS_TEST_SCRATCH_DSN) to load rows physically")
+    free = make_workspace(plan="free")
+    t = free.create_table("Big", [{"name": "Body", "type": "text"}])
+    col = t["columns"][0]["id"]
+    # test setup: rows written straight into the workspace's physical table (the REST
+    # batch path would need minutes for the same volume)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("INSERT INTO {}.{} ({}) SELECT repeat('a', %s) FROM generate_series(1, %s)").format(
+                sql.Identifier(f"ws_{free.id}"), sql.Identifier(f"t_{t['id']}"), sql.Identifier(f"c_{col}")),
+            (SLOW_TEXT, SLOW_ROWS),
+        )
+    assert q(free.api, "SELECT COUNT(*) FROM Big").json() == {"count": SLOW_ROWS}
+    started = time.monotonic()
+    r = q(free.api, f"SELECT COUNT(*) FROM Big WHERE Body LIKE '{SLOW_PATTERN}'")
+    elapsed = time.monotonic() - started
+    assert r.status_code == 408, r.text
+    assert r.json()["code"] == "SQL_TIMEOUT"
+    assert 4.5 <= elapsed < 10, elapsed
+    # the connection is usable again at once
+    assert q(free.api, "SELECT COUNT(*) FROM Big WHERE Body LIKE 'a%'").json() == {"count": SLOW_ROWS}

@@ -1,0 +1,178 @@
+"""App users: sign-up, sign-in, relay access, expiry, refresh rotation, sign-out, throttling."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ApiProcess, Services, start_api
+from tests.realtime.conftest import open_ws, recv, subscribe
+
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture(scope="module")
+def short_api(services: Services) -> Iterator[ApiProcess]:
+    """An API process whose app-user access tokens live one second."""
+    proc = start_api(services, name="api-short", WDS_APP_ACCESS_TTL_S="1")
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def _auth(base_url: str) -> httpx.Client:
+    return httpx.Client(base_url=f"{base_url}/functions/v1/auth", timeout=60)
+
+
+def _as_user(ws, token: str) -> httpx.Client:
+    return ws.client(token)
+
+
+def _app(ws, admin) -> dict[str, Any]:
+    """Notes (relay: read + create) and Secret (no grant); app users enabled."""
+    notes = ws.create_table("Notes", [{"name": "Title", "type": "text"}])
+    secret = ws.create_table("Secret", [{"name": "X", "type": "text"}])
+    profile = ws.profile([{"table_id": notes["id"], "read": True, "create": True}], name="relay")
+    assert admin.patch(f"/workspaces/{ws.id}", json={"relay_profile_id": profile["id"]}).status_code == 200
+    return {"notes": notes, "secret": secret, "profile": profile}
+
+
+def _signup(ws, email: str | None = None, password: str = PASSWORD, **extra: Any) -> httpx.Response:
+    with _auth(ws.base_url) as auth:
+        return auth.post("/signup", json={"workspace_id": ws.id, "email": email or f"u{secrets.token_hex(4)}@example.com",
+                                          "password": password, **extra})
+
+
+def _signin(base_url: str, ws_id: int, email: str, password: str = PASSWORD) -> httpx.Response:
+    with _auth(base_url) as auth:
+        return auth.post("/token", json={"grant_type": "password", "workspace_id": ws_id, "email": email, "password": password})
+
+
+def _refresh(base_url: str, ws_id: int, token: str) -> httpx.Response:
+    with _auth(base_url) as auth:
+        return auth.post("/token", json={"grant_type": "refresh_token", "workspace_id": ws_id, "refresh_token": token})
+
+
+def test_signup_creates_the_users_record_and_a_session(ws, admin):
+    assert _signup(ws).json()["code"] == "FORBIDDEN"  # no relay profile: app users are off
+    _app(ws, admin)
+    r = _signup(ws, "Ada@Example.com", fields={"Name": "Ada"})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["expires_in"] == 900 and body["token_type"] == "bearer" and body["refresh_token"]
+    assert body["user"]["email"] == "ada@example.com" and body["user"]["name"] == "Ada"
+    users_id = next(t["id"] for t in ws.api.get("/tables").json() if t["name"] == "Users")
+    users = ws.api.get(f"/tables/{users_id}").json()
+    assert [c["name"] for c in users["columns"]] == ["Email", "Name"]
+    rows = ws.api.get(f"/tables/{users['id']}/records").json()["records"]
+    assert [r["fields"] for r in rows] == [{"Email": "ada@example.com", "Name": "Ada"}]
+    assert rows[0]["id"] == body["user"]["id"]
+    sql = ws.api.post("/sql", json={"query": "SELECT * FROM Users"})
+    assert PASSWORD not in sql.text and "argon2" not in sql.text
+    assert _signup(ws, "ADA@example.com").json()["code"] == "CONFLICT"
+
+
+@pytest.mark.parametrize("password", ["short", "password123", "aaaaaaaaaa", "qwertyuiop"])
+def test_weak_passwords_are_refused(ws, admin, password):
+    _app(ws, admin)
+    r = _signup(ws, password=password)
+    assert r.status_code == 400 and r.json()["code"] == "WEAK_PASSWORD"
+
+
+def test_signin_and_relay_access_allows_only_what_the_profile_grants(ws, admin):
+    app = _app(ws, admin)
+    email = "bob@example.com"
+    _signup(ws, email)
+    assert _signin(ws.base_url, ws.id, email, "wrong password!").json()["code"] == "INVALID_CREDENTIALS"
+    assert _signin(ws.base_url, ws.id, "nobody@example.com").status_code == 401
+    s = _signin(ws.base_url, ws.id, email)
+    assert s.status_code == 200, s.text
+    user = _as_user(ws, s.json()["access_token"])
+    notes, secret = app["notes"]["id"], app["secret"]["id"]
+    assert user.post(f"/tables/{notes}/records", json={"fields": {"Title": "hi"}}).status_code == 201
+    listed = user.get(f"/tables/{notes}/records").json()["records"]
+    assert [r["fields"]["Title"] for r in listed] == ["hi"]
+    assert user.patch(f"/tables/{notes}/records/{listed[0]['id']}", json={"fields": {"Title": "x"}}).json()["code"] == "FORBIDDEN"
+    assert user.delete(f"/tables/{notes}/records/{listed[0]['id']}").status_code == 403
+    assert user.get(f"/tables/{secret}/records").status_code == 403
+    assert user.post("/tables", json={"name": "Mine", "columns": []}).json()["code"] == "FORBIDDEN"
+    assert user.post("/sql", json={"query": "SELECT 1"}).status_code == 403
+    assert [t["name"] for t in user.get("/tables").json()] == ["Notes"]
+    with _auth(ws.base_url) as auth:
+        me = auth.get("/user", headers={"Authorization": f"Bearer {s.json()['access_token']}"}).json()
+    assert me["email"] == email and me["id"] == s.json()["user"]["id"]
+    # the relay profile's grants change → the session's rights change
+    admin.put(f"/workspaces/{ws.id}/profiles/{app['profile']['id']}/grants",
+              json=[{"table_id": notes, "read": True}])
+    time.sleep(0.3)
+    assert user.post(f"/tables/{notes}/records", json={"fields": {"Title": "no"}}).status_code == 403
+
+
+def test_access_tokens_expire_and_refresh_rotates(ws, admin, short_api):
+    app = _app(ws, admin)
+    email = "carol@example.com"
+    _signup(ws, email)
+    s = _signin(short_api.base_url, ws.id, email).json()
+    assert s["expires_in"] == 1
+    user = _as_user(ws, s["access_token"])
+    assert user.get(f"/tables/{app['notes']['id']}/records").status_code == 200
+    time.sleep(2.2)
+    expired = user.get(f"/tables/{app['notes']['id']}/records")
+    assert expired.status_code == 401 and expired.json()["code"] == "TOKEN_EXPIRED"
+    r1 = s["refresh_token"]
+    s2 = _refresh(ws.base_url, ws.id, r1)
+    assert s2.status_code == 200 and s2.json()["refresh_token"] != r1
+    fresh = _as_user(ws, s2.json()["access_token"])
+    assert fresh.get(f"/tables/{app['notes']['id']}/records").status_code == 200
+    # reusing the rotated token revokes the whole family, including the new session
+    assert _refresh(ws.base_url, ws.id, r1).status_code == 401
+    assert _refresh(ws.base_url, ws.id, s2.json()["refresh_token"]).status_code == 401
+    time.sleep(0.3)
+    assert fresh.get(f"/tables/{app['notes']['id']}/records").status_code == 401
+
+
+def test_logout_ends_the_session(ws, admin):
+    app = _app(ws, admin)
+    s = _signup(ws).json()
+    user = _as_user(ws, s["access_token"])
+    assert user.get(f"/tables/{app['notes']['id']}/records").status_code == 200
+    with _auth(ws.base_url) as auth:
+        assert auth.post("/logout", headers={"Authorization": f"Bearer {s['access_token']}"}).status_code == 204
+    time.sleep(0.3)
+    assert user.get(f"/tables/{app['notes']['id']}/records").status_code == 401
+    assert _refresh(ws.base_url, ws.id, s["refresh_token"]).status_code == 401
+
+
+def test_failed_signins_are_throttled_per_email(ws, admin):
+    _app(ws, admin)
+    email = f"dave{secrets.token_hex(3)}@example.com"
+    _signup(ws, email)
+    codes = [_signin(ws.base_url, ws.id, email, "not the password").status_code for _ in range(5)]
+    assert codes == [401] * 5
+    r = _signin(ws.base_url, ws.id, email)  # even the right password, for a while
+    assert r.status_code == 429 and r.json()["code"] == "AUTH_RATE_LIMIT" and int(r.headers["retry-after"]) > 0
+
+
+def test_app_users_use_storage_under_their_own_prefix_and_realtime_through_the_relay(ws, admin):
+    app = _app(ws, admin)
+    assert httpx.post(f"{ws.base_url}/storage/v1/bucket", json={"name": "avatars"},
+                      headers={"Authorization": f"Bearer {ws.builder_token}"}).status_code == 201
+    s = _signup(ws).json()
+    uid, token = s["user"]["id"], s["access_token"]
+    with httpx.Client(base_url=f"{ws.base_url}/storage/v1", headers={"Authorization": f"Bearer {token}"}) as st:
+        assert st.post(f"/object/avatars/users/{uid}/me.png", content=b"\x89PNG\r\n\x1a\n").status_code == 201
+        assert st.post("/object/avatars/users/999999/me.png", content=b"x").json()["code"] == "FORBIDDEN"
+        assert st.post("/bucket", json={"name": "mine"}).json()["code"] == "FORBIDDEN"
+    with open_ws(ws.base_url, token) as conn:
+        conn.send(json.dumps({"type": "subscribe", "table": app["secret"]["id"]}))
+        assert recv(conn)["code"] == "FORBIDDEN"
+        subscribe(conn, "Notes")
+        ws.api.post(f"/tables/{app['notes']['id']}/records", json={"fields": {"Title": "live"}})
+        assert recv(conn)["record"]["fields"]["Title"] == "live"

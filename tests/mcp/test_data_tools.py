@@ -1,0 +1,194 @@
+"""The 12 data tools over the official MCP client: happy paths, errors, grants per tool,
+pipelines on writes, pagination hints and read-only plans."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.mcp.conftest import data, error_code
+
+COLUMNS = [
+    {"name": "Title", "type": "text", "required": True},
+    {"name": "Score", "type": "number"},
+    {"name": "Status", "type": "single_select", "options": ["todo", "done"]},
+    {"name": "Double", "type": "formula", "formula": "{Score} * 2"},
+]
+
+
+@pytest.fixture
+def table(ws):
+    return ws.create_table("Tasks", COLUMNS)
+
+
+def seed(ws, table, n):
+    rows = [{"fields": {"Title": f"t{i}", "Score": i, "Status": "done" if i % 2 else "todo"}} for i in range(n)]
+    r = ws.api.post(f"/tables/{table['id']}/records/batch", json={"rows": rows})
+    assert r.status_code == 200, r.text
+    return [x["record"] for x in r.json()["results"]]
+
+
+async def test_check_column_types_lists_data_computed_types_and_formula_functions(ws, mcp):
+    async with mcp(ws.builder_token) as c:
+        out = data(await c.call_tool("check_column_types", {}))
+    assert {t["type"] for t in out["data_types"]} == {"text", "number", "date", "checkbox", "single_select",
+                                                     "multi_select", "relation", "file"}
+    assert {"formula", "http_request", "json_parser", "loop", "delay"} <= {t["type"] for t in out["computed_types"]}
+    assert {"SUM", "IF", "CONCAT"} <= {f["name"] for f in out["formula_functions"]}
+    assert isinstance(out["integrations"], list)  # the special-fields catalogue, when installed
+
+
+async def test_list_tables_and_columns_by_id_or_name(ws, mcp, table):
+    async with mcp(ws.builder_token) as c:
+        tables = data(await c.call_tool("list_tables", {}))["tables"]
+        assert [(t["id"], t["name"], t["columns"]) for t in tables] == [(table["id"], "Tasks", 4)]
+        by_id = data(await c.call_tool("list_columns", {"table_id": table["id"]}))
+        by_name = data(await c.call_tool("list_columns", {"table_id": "Tasks"}))
+        assert by_id == by_name
+        assert [col["name"] for col in by_id["columns"]] == ["Title", "Score", "Status", "Double"]
+        assert error_code(await c.call_tool("list_columns", {"table_id": "Nope"})) == "NOT_FOUND"
+
+
+async def test_create_record_runs_the_pipeline_and_returns_computed_values(ws, mcp, table):
+    async with mcp(ws.builder_token) as c:
+        rec = data(await c.call_tool("create_record", {"table_id": "Tasks",
+                                                       "fields": {"Title": "a", "Score": 21, "Status": "todo"}}))
+        assert rec["fields"]["Double"] == 42
+        assert rec["pipeline"]["status"] == "ok"
+        todo = next(o["id"] for o in table["columns"][2]["options"] if o["label"] == "todo")
+        assert rec["fields"]["Status"] == todo
+        upd = data(await c.call_tool("update_record", {"table_id": table["id"], "record_id": rec["id"],
+                                                       "fields": {"Score": 5}}))
+        assert upd["fields"]["Double"] == 10 and upd["fields"]["Title"] == "a"
+        got = data(await c.call_tool("get_record", {"table_id": "Tasks", "record_id": str(rec["id"])}))
+        assert got["fields"] == upd["fields"]
+        cell = data(await c.call_tool("compute_cell", {"table_id": "Tasks", "record_id": rec["id"],
+                                                       "column": "Double"}))
+        assert cell["record_id"] == rec["id"] and cell["column"] == "Double" and cell["value"] == 10
+        assert data(await c.call_tool("delete_record", {"table_id": "Tasks", "record_id": rec["id"]})) == {
+            "id": rec["id"], "deleted": True}
+        assert error_code(await c.call_tool("get_record", {"table_id": "Tasks", "record_id": rec["id"]})) == "NOT_FOUND"
+    # the same record is gone for REST too: one engine behind both doors
+    assert ws.api.get(f"/tables/{table['id']}/records/{rec['id']}").status_code == 404
+
+
+@pytest.mark.parametrize("tool,args,code", [
+    ("create_record", {"fields": {}}, "REQUIRED_FIELD"),
+    ("create_record", {"fields": {"Title": "x", "Nope": 1}}, "UNKNOWN_COLUMN"),
+    ("create_record", {"fields": {"Title": "x", "Score": "abc"}}, "INVALID_VALUE"),
+    ("create_record", {"fields": {"Title": "x", "Status": "maybe"}}, "INVALID_OPTION"),
+    ("create_record", {"fields": {"Title": "x", "Double": 3}}, "READ_ONLY_COLUMN"),
+    ("update_record", {"record_id": 999999, "fields": {"Score": 1}}, "NOT_FOUND"),
+    ("update_record", {"record_id": "abc", "fields": {"Score": 1}}, "NOT_FOUND"),
+    ("delete_record", {"record_id": 999999}, "NOT_FOUND"),
+    ("get_record", {"record_id": 999999}, "NOT_FOUND"),
+    ("compute_cell", {"record_id": 999999, "column": "Double"}, "NOT_FOUND"),
+    ("list_records", {"filters": {"Nope": "eq.1"}}, "UNKNOWN_COLUMN"),
+    ("list_records", {"filters": {"Score": "zz.1"}}, "UNKNOWN_OPERATOR"),
+    ("list_records", {"order": "Nope.desc"}, "UNKNOWN_COLUMN"),
+    ("list_records", {"limit": 201}, "LIMIT_TOO_LARGE"),
+    ("semantic_search", {"query": "urgent things"}, "NOT_CONFIGURED"),
+])
+async def test_data_tool_errors_carry_the_rest_codes(ws, mcp, table, tool, args, code):
+    async with mcp(ws.builder_token) as c:
+        assert error_code(await c.call_tool(tool, {"table_id": table["id"], **args})) == code
+
+
+async def test_compute_cell_refuses_data_columns(ws, mcp, table):
+    rec = seed(ws, table, 1)[0]
+    async with mcp(ws.builder_token) as c:
+        res = await c.call_tool("compute_cell", {"table_id": table["id"], "record_id": rec["id"], "column": "Score"})
+        assert error_code(res) == "VALIDATION_ERROR"
+        res = await c.call_tool("compute_cell", {"table_id": table["id"], "record_id": rec["id"], "column": "Nope"})
+        assert error_code(res) == "UNKNOWN_COLUMN"
+
+
+async def test_list_records_pages_with_metadata_and_a_hint(ws, mcp, table):
+    seed(ws, table, 30)
+    async with mcp(ws.builder_token) as c:
+        first = data(await c.call_tool("list_records", {"table_id": "Tasks", "order": "Score.asc"}))
+        assert (first["limit"], first["offset"], first["total"], first["has_more"]) == (25, 0, 30, True)
+        assert len(first["records"]) == 25 and "offset=25" in first["hint"]
+        rest = data(await c.call_tool("list_records", {"table_id": "Tasks", "order": "Score.asc", "offset": 25}))
+        assert [r["fields"]["Score"] for r in rest["records"]] == [25, 26, 27, 28, 29]
+        assert rest["has_more"] is False and "hint" not in rest
+        done = data(await c.call_tool("list_records", {
+            "table_id": "Tasks", "filters": {"Status": "eq.done", "Score": "gte.20"},
+            "order": ["Score.desc"], "select": "Title,Score", "limit": 3}))
+        assert done["total"] == 5 and done["has_more"] is True
+        assert [r["fields"] for r in done["records"]] == [{"Title": "t29", "Score": 29}, {"Title": "t27", "Score": 27},
+                                                          {"Title": "t25", "Score": 25}]
+        ranged = data(await c.call_tool("list_records", {
+            "table_id": "Tasks", "filters": [{"column": "Score", "op": "gt", "value": 3},
+                                             {"column": "Score", "op": "lt", "value": 6}]}))
+        assert sorted(r["fields"]["Score"] for r in ranged["records"]) == [4, 5]
+        past = data(await c.call_tool("list_records", {"table_id": "Tasks", "offset": 100}))
+        assert past["records"] == [] and past["has_more"] is False and "past the last" in past["hint"]
+
+
+async def test_list_views_and_sql_query(ws, mcp, table):
+    seed(ws, table, 3)
+    r = ws.api.post(f"/tables/{table['id']}/views", json={"name": "Done", "view_type": "grid",
+                                                          "config": {"filters": {"Status": "eq.done"}}})
+    assert r.status_code == 201, r.text
+    async with mcp(ws.builder_token) as c:
+        views = data(await c.call_tool("list_views", {"table_id": "Tasks"}))["views"]
+        assert [(v["name"], v["view_type"], v["config"], v["published"]) for v in views] == [
+            ("Done", "grid", {"filters": {"Status": "eq.done"}}, None)]
+        out = data(await c.call_tool("sql_query", {"query": "SELECT Title FROM Tasks WHERE Score >= 1 ORDER BY Score"}))
+        assert [row["Title"] for row in out["rows"]] == ["t1", "t2"]
+        assert data(await c.call_tool("sql_query", {"query": "SELECT COUNT(*) FROM Tasks"}))["count"] == 3
+        assert error_code(await c.call_tool("sql_query", {"query": "DELETE FROM Tasks"})) == "INVALID_SQL"
+
+
+async def test_semantic_search_on_an_enabled_table_is_a_clear_error(ws, mcp):
+    ws.create_table("Notes", [{"name": "Body", "type": "text"}], semantic_search={"columns": ["Body"]})
+    async with mcp(ws.builder_token) as c:
+        res = await c.call_tool("semantic_search", {"table_id": "Notes", "query": "hello"})
+    assert error_code(res) == "NOT_CONFIGURED"
+
+
+async def test_grants_apply_to_every_tool(ws, mcp, table):
+    other = ws.create_table("Secret", [{"name": "Name", "type": "text"}])
+    rec = seed(ws, table, 1)[0]
+    secret = ws.api.post(f"/tables/{other['id']}/records", json={"fields": {"Name": "s"}}).json()
+    prof = ws.profile([{"table_id": table["id"], "read": True, "create": False, "update": False, "delete": False}])
+    token = ws.token("user_mcp", profile_id=prof["id"])["token"]
+    async with mcp(token) as c:
+        assert [t["name"] for t in data(await c.call_tool("list_tables", {}))["tables"]] == ["Tasks"]
+        assert data(await c.call_tool("list_records", {"table_id": "Tasks"}))["total"] == 1
+        assert data(await c.call_tool("get_record", {"table_id": "Tasks", "record_id": rec["id"]}))["id"] == rec["id"]
+        t, r = table["id"], rec["id"]
+        forbidden = [
+            ("create_record", {"table_id": t, "fields": {"Title": "x"}}),
+            ("update_record", {"table_id": t, "record_id": r, "fields": {"Score": 1}}),
+            ("delete_record", {"table_id": t, "record_id": r}),
+            ("compute_cell", {"table_id": t, "record_id": r, "column": "Double"}),
+            ("list_columns", {"table_id": "Secret"}),
+            ("list_records", {"table_id": "Secret"}),
+            ("get_record", {"table_id": "Secret", "record_id": secret["id"]}),
+            ("create_record", {"table_id": "Secret", "fields": {"Name": "x"}}),
+            ("list_views", {"table_id": "Secret"}),
+            ("semantic_search", {"table_id": "Secret", "query": "x"}),
+        ]
+        for tool, args in forbidden:
+            res = await c.call_tool(tool, args)
+            assert error_code(res) == "FORBIDDEN", (tool, res.structured_content)
+            assert "s" not in str(res.structured_content.get("records", ""))
+        res = await c.call_tool("sql_query", {"query": "SELECT * FROM Secret"})
+        assert res.is_error and "rows" not in res.structured_content
+        # embedding a relation into an unreadable table is refused too
+        res = await c.call_tool("list_records", {"table_id": "Tasks", "select": "Title"})
+        assert not res.is_error
+
+
+async def test_read_only_plan_refuses_writes_but_serves_reads(ws, mcp, table, admin):
+    rec = seed(ws, table, 1)[0]
+    assert admin.patch(f"/workspaces/{ws.id}", json={"read_only": True}).status_code == 200
+    async with mcp(ws.builder_token) as c:
+        for tool, args in [("create_record", {"fields": {"Title": "x"}}),
+                           ("update_record", {"record_id": rec["id"], "fields": {"Score": 2}}),
+                           ("delete_record", {"record_id": rec["id"]}),
+                           ("compute_cell", {"record_id": rec["id"], "column": "Double"})]:
+            assert error_code(await c.call_tool(tool, {"table_id": table["id"], **args})) == "PLAN_READ_ONLY"
+        assert error_code(await c.call_tool("create_table", {"name": "New"})) == "PLAN_READ_ONLY"
+        assert data(await c.call_tool("list_records", {"table_id": table["id"]}))["total"] == 1

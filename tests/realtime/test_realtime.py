@@ -1,0 +1,176 @@
+"""The realtime change feed end to end: real API processes, real PostgreSQL triggers."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+
+from tests.realtime.conftest import changes, open_ws, recv, subscribe
+
+
+def _table(ws, name="RT"):
+    return ws.create_table(name, [{"name": "Name", "type": "text"}, {"name": "Score", "type": "number"},
+                                  {"name": "When", "type": "date"}])
+
+
+def test_insert_update_delete_arrive_with_record_and_old_record(ws):
+    t = _table(ws)
+    with open_ws(ws.base_url, ws.builder_token) as conn:
+        ack = subscribe(conn, t["name"])
+        assert ack["table_id"] == t["id"] and ack["events"] == ["DELETE", "INSERT", "UPDATE"]
+        rec = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": "a", "Score": 1, "When": "2024-03-01"}}).json()
+        ws.api.patch(f"/tables/{t['id']}/records/{rec['id']}", json={"fields": {"Score": 2}})
+        ws.api.delete(f"/tables/{t['id']}/records/{rec['id']}")
+        ins, upd, dele = changes(conn, 3)
+    assert ins["event"] == "INSERT" and ins["old_record"] is None
+    assert ins["record"] == {k: rec[k] for k in ("id", "fields", "created_at", "updated_at")}
+    assert upd["event"] == "UPDATE" and upd["record"]["fields"]["Score"] == 2 and upd["old_record"]["fields"]["Score"] == 1
+    assert dele["event"] == "DELETE" and dele["record"] is None and dele["old_record"]["id"] == rec["id"]
+    assert ins["seq"] < upd["seq"] < dele["seq"] and ins["table_id"] == t["id"]
+
+
+def test_batch_insert_emits_one_event_per_row_in_order(ws):
+    t = _table(ws)
+    with open_ws(ws.base_url, ws.builder_token) as conn:
+        subscribe(conn, t["id"], events=["INSERT"])
+        r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"Score": i} for i in range(20)]})
+        assert r.status_code == 200
+        got = changes(conn, 20)
+    assert [c["record"]["fields"]["Score"] for c in got] == list(range(20))
+    assert [c["seq"] for c in got] == sorted(c["seq"] for c in got)
+
+
+def test_event_written_through_one_api_reaches_a_client_of_another(ws, tuned_api):
+    t = _table(ws)
+    with open_ws(tuned_api.base_url, ws.builder_token) as conn:
+        subscribe(conn, t["id"])
+        ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": "cross"}})
+        (got,) = changes(conn, 1)
+    assert got["record"]["fields"]["Name"] == "cross"
+
+
+@pytest.mark.parametrize("flt,expected", [
+    ({"Score": "gt.5"}, [7, 9]),
+    ({"Name": "ilike.B*"}, [7]),
+    ({"Score": "in.(1,9)"}, [1, 9]),
+    ({"Name": "is.null"}, [9]),
+    ({"Score": "not.gt.5"}, [1]),
+])
+def test_filters_select_the_events_a_list_would_return(ws, flt, expected):
+    t = _table(ws)
+    with open_ws(ws.base_url, ws.builder_token) as conn:
+        subscribe(conn, t["id"], events=["INSERT"], filter=flt)
+        for name, score in (("alpha", 1), ("beta", 7), (None, 9)):
+            ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": name, "Score": score}})
+        got = changes(conn, len(expected))
+        with pytest.raises(TimeoutError):
+            recv(conn, timeout=0.7)
+    assert [c["record"]["fields"]["Score"] for c in got] == expected
+    listed = ws.api.get(f"/tables/{t['id']}/records", params={**flt, "order": "Score.asc"}).json()["records"]
+    assert [r["fields"]["Score"] for r in listed] == expected
+
+
+def test_bad_subscriptions_answer_errors_and_keep_the_socket(ws):
+    t = _table(ws)
+    with open_ws(ws.base_url, ws.builder_token) as conn:
+        for msg, code in (
+            ({"type": "subscribe", "table": "nope"}, "NOT_FOUND"),
+            ({"type": "subscribe", "table": t["id"], "filter": {"Missing": "eq.1"}}, "UNKNOWN_COLUMN"),
+            ({"type": "subscribe", "table": t["id"], "events": ["TRUNCATE"]}, "VALIDATION_ERROR"),
+            ({"type": "dance"}, "VALIDATION_ERROR"),
+        ):
+            conn.send(json.dumps(msg))
+            got = recv(conn)
+            assert got["type"] == "error" and got["code"] == code, got
+        conn.send(json.dumps({"type": "ping"}))
+        assert recv(conn) == {"type": "pong"}
+
+
+def test_only_readable_tables_and_grant_removal_stops_delivery(ws, admin):
+    a, b = _table(ws, "A"), _table(ws, "B")
+    profile = ws.profile([{"table_id": a["id"], "read": True}])
+    token = ws.token("rest_api", profile_id=profile["id"])["token"]
+    with open_ws(ws.base_url, token) as conn:
+        conn.send(json.dumps({"type": "subscribe", "table": b["id"]}))
+        assert recv(conn)["code"] == "FORBIDDEN"
+        subscribe(conn, a["id"])
+        ws.api.post(f"/tables/{a['id']}/records", json={"fields": {"Name": "seen"}})
+        assert changes(conn, 1)[0]["record"]["fields"]["Name"] == "seen"
+        r = admin.put(f"/workspaces/{ws.id}/profiles/{profile['id']}/grants", json=[{"table_id": b["id"], "read": True}])
+        assert r.status_code == 200, r.text
+        time.sleep(0.3)  # the grant change reaches the token cache by NOTIFY
+        ws.api.post(f"/tables/{a['id']}/records", json={"fields": {"Name": "hidden"}})
+        got = recv(conn)
+        assert got["type"] == "error" and got["code"] == "FORBIDDEN" and got["table_id"] == a["id"]
+        with pytest.raises(TimeoutError):
+            recv(conn, timeout=0.7)
+
+
+def test_resume_with_since_replays_what_was_missed(ws):
+    t = _table(ws)
+    with open_ws(ws.base_url, ws.builder_token) as conn:
+        subscribe(conn, t["id"])
+        ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": "first"}})
+        last = changes(conn, 1)[0]["seq"]
+    ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": "missed-1"}})
+    ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": "missed-2"}})
+    with open_ws(ws.base_url, ws.builder_token, since=last) as conn:
+        ack = subscribe(conn, t["id"])
+        assert ack["since"] == last
+        replayed = changes(conn, 2)
+        ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": "live"}})
+        live = changes(conn, 1)
+    assert [c["record"]["fields"]["Name"] for c in replayed + live] == ["missed-1", "missed-2", "live"]
+    with open_ws(ws.base_url, ws.builder_token) as conn:  # since in the subscribe message
+        subscribe(conn, t["id"], since=last, events=["INSERT"], filter={"Name": "eq.missed-2"})
+        assert changes(conn, 1)[0]["record"]["fields"]["Name"] == "missed-2"
+
+
+def test_auth_by_query_or_first_message_and_refusals(ws):
+    t = _table(ws)
+    with open_ws(ws.base_url) as conn:
+        conn.send(json.dumps({"type": "auth", "token": ws.builder_token}))
+        subscribe(conn, t["id"])
+    for token, code in (("wds_rest_nope", "UNAUTHORIZED"), (ws.token("user_mcp")["token"], "WRONG_PROTOCOL")):
+        with open_ws(ws.base_url, token) as conn:
+            assert recv(conn)["code"] == code
+            with pytest.raises(ConnectionClosed) as info:
+                conn.recv(timeout=5)
+            assert info.value.rcvd.code == 1008
+
+
+def test_heartbeats_and_pings(ws, tuned_api):
+    with open_ws(tuned_api.base_url, ws.builder_token) as conn:
+        assert recv(conn, timeout=5, skip=()) == {"type": "heartbeat"}
+        conn.send(json.dumps({"type": "ping"}))
+        assert recv(conn) == {"type": "pong"}
+        conn.ping().wait(5)  # protocol-level pings are answered too
+
+
+def test_slow_consumer_is_disconnected_with_a_reason(ws, tuned_api):
+    t = _table(ws)
+    big = "x" * 200_000
+    with open_ws(tuned_api.base_url, ws.builder_token, max_queue=1) as conn:
+        subscribe(conn, t["id"])
+        for _ in range(4):  # ~16 MB of events while the client reads nothing
+            r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"Name": big}] * 20})
+            assert r.status_code == 200
+        with pytest.raises(ConnectionClosed) as info:
+            while True:
+                conn.recv(timeout=20)
+    assert info.value.rcvd is not None and info.value.rcvd.code == 4000
+    assert "slow consumer" in info.value.rcvd.reason
+
+
+def test_computed_values_written_by_the_pipeline_arrive_as_updates(ws):
+    t = ws.create_table("P", [{"name": "A", "type": "number"}, {"name": "B", "type": "formula", "formula": "{A} * 3"}])
+    with open_ws(ws.base_url, ws.builder_token) as conn:
+        subscribe(conn, t["id"])
+        r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": 4}})
+        assert r.json()["fields"]["B"] == 12
+        ins, upd = changes(conn, 2)
+    assert ins["event"] == "INSERT" and ins["record"]["fields"]["B"] is None
+    assert upd["event"] == "UPDATE" and upd["record"]["fields"]["B"] == 12 and upd["old_record"]["fields"]["B"] is None
