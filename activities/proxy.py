@@ -154,6 +154,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         if self.policy.allow_private or self.policy.host_listed(host):
             return await self.inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        self.policy.check(host, ())  # names refused whatever they resolve to
         loop = asyncio.get_running_loop()
         try:
             infos = await asyncio.wait_for(

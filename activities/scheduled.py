@@ -10,13 +10,13 @@ derives from the firing's workflow id, so a retried activity reuses the same row
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from temporalio import activity
 
 from activities.bulkplan import build_bulk_input
-from activities.types import BulkInput, Caller
+from activities.types import Caller
 from storage import meta, runs
 from storage import records as rec
 from storage import schedules as sched
@@ -45,7 +45,10 @@ class PrepareInput:
 
 @dataclass
 class Prepared:
-    bulk: BulkInput | None = None
+    # the BulkInput as plain JSON: the workflow only hands it on to the bulk child, which
+    # decodes it as its own input (an optional nested dataclass does not decode in the
+    # workflow sandbox)
+    bulk: dict[str, Any] | None = None
     skipped: str = ""  # why nothing runs (table or schedule gone, filters now invalid)
 
 
@@ -89,4 +92,4 @@ class ScheduleSteps:
                 total = await rec.count_matching(conn, table=table, filters=planned)
                 await runs.create_run(conn, run_id=run_id, workspace_id=r.workspace_id, table_id=table.id,
                                       total=total, workflow_id=inp.workflow_id, kind="schedule")
-        return Prepared(bulk=bulk)
+        return Prepared(bulk=asdict(bulk))

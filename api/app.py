@@ -14,7 +14,7 @@ from temporalio.client import Client
 from api import errors, limits
 from api.routes import admin, agents, columns, health, records, runs, schema, sql, tables, usage, views, publish
 from api.routes import catalogue, credentials, schedules
-from api.routes import auth, realtime, storage as storage_routes
+from api.routes import auth, realtime, sdk, storage as storage_routes
 from api.mcp import server as mcp_server
 from api.state import AppState
 from api.usage import ApiMiddleware
@@ -110,6 +110,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.add_middleware(ApiMiddleware)  # rate limits + quotas on REST/SQL, usage log of every door
     for module in (health, admin, tables, columns, records, runs, sql, schema, views, agents, usage, publish,
-                   credentials, catalogue, schedules, auth, realtime, storage_routes):
+                   credentials, catalogue, schedules, auth, realtime, storage_routes, sdk):
         app.include_router(module.router)
     return app

@@ -28,9 +28,10 @@ given, the principal and the headers are also stashed in it so the usage middlew
 workspace and token; a second call for the same request is a no-op, so a door may call
 it even where the middleware already did.
 
-REST and SQL are covered by the middleware (it resolves the bearer token with
-:func:`api.deps.resolve_principal`); MCP and chat, whose principals are resolved inside
-their handlers, call :func:`enforce_limits` themselves right after resolving.
+REST, SQL and bearer-token storage calls are covered by the middleware (it resolves the
+token with :func:`api.deps.resolve_principal`, or an app-user session, before routing);
+MCP and chat, whose principals are resolved inside their handlers, call
+:func:`enforce_limits` themselves right after resolving (``scope=request.scope``).
 
 Other quotas are charged where the work happens: :func:`charge_automation_runs`
 (pipelines), :func:`check_table_quota` (table creation), :func:`check_storage_quota`
@@ -45,6 +46,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable, MutableMapping
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -92,8 +94,16 @@ class RateLimiter:
     def __init__(self, *, redis_url: str | None, enabled: bool = True) -> None:
         self.enabled = enabled
         self.shared = bool(redis_url)
-        options: dict[str, Any] = {"implementation": "redispy"} if redis_url else {}
-        self.strategy = MovingWindowRateLimiter(storage_from_string(_storage_uri(redis_url), **options))
+        # short timeouts: a hung Redis must not hang requests (they fail open instead)
+        options: dict[str, Any] = (
+            {"implementation": "redispy", "socket_timeout": 0.5, "socket_connect_timeout": 0.5} if redis_url else {}
+        )
+        try:
+            storage = storage_from_string(_storage_uri(redis_url), **options)
+        except Exception as exc:  # a malformed URL: say so loudly, limit per process meanwhile
+            log.error("WDS_REDIS_URL unusable (%s); rate limits are per process", exc)
+            storage, self.shared = storage_from_string("async+memory://"), False
+        self.strategy = MovingWindowRateLimiter(storage)
         self._items: dict[int, RateLimitItem] = {}
         self._warned = 0.0
 
@@ -157,17 +167,25 @@ class RateLimiter:
 # --------------------------------------------------------------------------- runtime
 
 
-def clock_of(settings: Settings) -> Any:
+def clock_of(settings: Settings) -> Callable[[], datetime]:
     """The clock quotas read their month from: the real UTC time, or — in dev mode only,
     for tests of the month rollover — ``WDS_CLOCK_OVERRIDE`` (an ISO date or datetime)
     moving forward from process start."""
     raw = getattr(settings, "clock_override", None) or os.environ.get("WDS_CLOCK_OVERRIDE")
+
+    def real() -> datetime:
+        return datetime.now(timezone.utc)
+
     if not raw:
-        return lambda: datetime.now(timezone.utc)
+        return real
     if not settings.dev_mode:
         log.warning("WDS_CLOCK_OVERRIDE is ignored outside dev mode")
-        return lambda: datetime.now(timezone.utc)
-    start = datetime.fromisoformat(raw)
+        return real
+    try:
+        start = datetime.fromisoformat(raw)
+    except ValueError:
+        log.error("WDS_CLOCK_OVERRIDE=%r is not an ISO date; using the real clock", raw)
+        return real
     if start.tzinfo is None:
         start = start.replace(tzinfo=timezone.utc)
     t0 = time.monotonic()
@@ -231,7 +249,7 @@ async def stop(state: AppState) -> None:
 
 
 async def enforce_limits(
-    state: AppState, principal: Principal, door: str, *, scope: dict[str, Any] | None = None
+    state: AppState, principal: Principal, door: str, *, scope: MutableMapping[str, Any] | None = None
 ) -> dict[str, str]:
     """Apply rate limits and the monthly API-request quota to one call through ``door``.
 

@@ -107,6 +107,20 @@ def decode_change(table: TableMeta, row: dict[str, Any]) -> Change:
     return Change(row["seq"], table.id, row["event"], new, old, orjson.dumps(message).decode())
 
 
+def _stale(schema: Any, rows: list[dict[str, Any]]) -> bool:
+    known: dict[int, set[str]] = {}
+    for r in rows:
+        table = schema.tables.get(r["table_id"])
+        if table is None:
+            return True
+        cols = known.get(table.id)
+        if cols is None:
+            cols = known[table.id] = {c.physical for c in table.columns}
+        if any(k.startswith("c_") and k not in cols for k in (r["record"] or r["old_record"] or ())):
+            return True
+    return False
+
+
 class Client:
     """One WebSocket: its credential, subscriptions, bounded queue and sender task."""
 
@@ -213,6 +227,7 @@ class Hub:
         self.clients: dict[int, set[Client]] = {}
         self.seen: dict[int, _Seen] = {}
         self.pending: dict[int, list[tuple[int, int]]] = {}
+        self.high: dict[int, int] = {}  # highest seq delivered per workspace
         self.wake = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
         self.listening = asyncio.Event()
@@ -262,13 +277,7 @@ class Hub:
     async def decode(self, workspace_id: int, rows: Iterable[dict[str, Any]]) -> list[Change]:
         rows = list(rows)
         schema = await self.state.schema(workspace_id)
-        stale = any(
-            r["table_id"] not in schema.tables
-            or any(k.startswith("c_") and schema.tables[r["table_id"]].column_by_id(int(k[2:])) is None
-                   for k in (r["record"] or r["old_record"] or {}))
-            for r in rows
-        )
-        if stale:  # a table or column newer than our cached schema: reload once
+        if _stale(schema, rows):  # a table or column newer than our cached schema: reload once
             self.state.caches.drop_schema(workspace_id)
             schema = await self.state.schema(workspace_id)
         return [decode_change(schema.tables[r["table_id"]], r) for r in rows if r["table_id"] in schema.tables]
@@ -276,11 +285,18 @@ class Hub:
     # ------------------------------------------------------------------ listening
     async def _listen(self) -> None:
         dsn = self.state.settings.database_url
+        first = True
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self.listening.set()
+                    if not first:  # catch up on what committed while we were not listening
+                        for ws in list(self.clients):
+                            if ws in self.high:
+                                self.pending.setdefault(ws, []).append((self.high[ws] + 1, 2**62))
+                        self.wake.set()
+                    first = False
                     async for note in conn.notifies():
                         self._on_note(note.payload)
             except asyncio.CancelledError:
@@ -329,6 +345,7 @@ class Hub:
             fresh = [r for r in rows if seen.add(r["seq"])]
             if not fresh:
                 continue
+            self.high[ws] = max(self.high.get(ws, 0), fresh[-1]["seq"])
             changes = await self.decode(ws, fresh)
             for client in list(self.clients.get(ws, ())):
                 for change in changes:

@@ -4,7 +4,8 @@ A pure ASGI middleware (no per-request task or body buffering, unlike Starlette'
 ``BaseHTTPMiddleware``) that, for calls to an API door:
 
 * on ``/functions/v1/rest-api`` (doors ``rest`` and ``sql``) resolves the bearer token
-  (:func:`api.deps.resolve_principal`, cached) and applies :func:`api.limits.enforce_limits`
+  (:func:`api.deps.resolve_principal`, or an app-user session through
+  :func:`api.appusers.app_user_principal`; both cached) and applies :func:`api.limits.enforce_limits`
   before routing; a refusal (429/402) is answered here. A token that does not resolve is
   left to the route, which answers 401;
 * adds the ``X-RateLimit-*`` headers stashed by ``enforce_limits`` (any door) to the
@@ -12,6 +13,7 @@ A pure ASGI middleware (no per-request task or body buffering, unlike Starlette'
 * logs the call — workspace, token, door, method, route template (never the raw path, so
   ids do not leak and the cardinality stays bounded), status and duration — into the
   in-memory usage queue (:class:`storage.usage.UsageBuffer`), written once a second.
+  App-user sessions are logged under ``token_id = -<user id>`` (they have no token row).
 
 The MCP (``/functions/v1/mcp-server``) and chat (``/functions/v1/agent-webhook``) doors
 resolve their principals inside their handlers and call ``enforce_limits(...,
@@ -28,7 +30,7 @@ from typing import Any
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api import limits
+from api import appusers, limits
 from api.deps import resolve_principal
 from api.errors import error_response
 from storage.errors import ServiceError
@@ -42,7 +44,7 @@ DOORS: tuple[tuple[str, str], ...] = (
     ("/functions/v1/agent-webhook", "chat"),
     ("/storage/v1", "storage"),
 )
-ENFORCED_HERE = frozenset({"rest", "sql"})
+ENFORCED_HERE = frozenset({"rest", "sql", "storage"})  # bearer-token doors routed here
 
 
 def door_of(path: str) -> str | None:
@@ -133,7 +135,10 @@ class ApiMiddleware:
                 principal = None
                 if secret:
                     try:
-                        principal = await resolve_principal(state, secret)
+                        if appusers.is_app_token(secret):  # an app-user session (JWT)
+                            principal = await appusers.app_user_principal(state, secret)
+                        else:
+                            principal = await resolve_principal(state, secret)
                     except ServiceError:
                         principal = None  # the route answers 401 / 503 itself
                 if principal is not None:

@@ -303,7 +303,7 @@ def machine_facts(**extra: str) -> dict[str, str]:
         "OS": f"{platform.system()} {platform.release()}",
     }
     try:
-        facts["load average (1/5/15 min)"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+        facts["load average at end (1/5/15 min)"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         pass
     facts.update(extra)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -122,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[red]no scenario matches {args.only}; see --list[/]")
         return 2
     config = config_from(args)
+    load_before = _load_average()
     crashed: list[str] = []
     passes: dict[str, list[Figure]] = {}
     try:
@@ -134,7 +136,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StackError as exc:
         console.print(f"[bold red]stack error:[/] {exc}")
         return 2
-    report = RunReport(_facts(args, config, pg_version), passes, _notes(args, config, passes))
+    facts = _facts(args, config, pg_version)
+    notes = _notes(args, config, passes)
+    if load_before is not None:
+        facts["load average before start (1 min)"] = f"{load_before:.2f}"
+        cores = os.cpu_count() or 1
+        if load_before > 0.5 * cores:
+            notes.insert(0, f"The machine was already busy before the run (load average {load_before:.2f} on "
+                            f"{cores} cores): other processes competed with the stack, so raw figures are low "
+                            "and noisy; ratios to the interleaved baselines are the figures to read.")
+    report = RunReport(facts, passes, notes)
     print_report(report, console)
     output = args.output or (QUICK_OUTPUT if args.quick else DEFAULT_OUTPUT)
     output.write_text(render_markdown(report))
@@ -311,6 +322,13 @@ def _git_commit() -> str:
         if out.returncode == 0:
             return out.stdout.strip()
     return "unknown"
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
 
 
 def _loop_name() -> str:

@@ -78,8 +78,12 @@ async def create_table(conn: AsyncConnection[Any], workspace_id: int, table_id: 
                 sql.Identifier(sys_col),
             )
         )
-    for statement in change_trigger_sql(workspace_id, table_id):
-        await conn.execute(statement)
+    # the capture function comes with migration m0006; a bare scratch database (storage
+    # tests building tables without migrating) gets tables without change capture
+    found = await (await conn.execute("SELECT to_regprocedure('wds.capture_changes()') IS NOT NULL AS ok")).fetchone()
+    if found and (found["ok"] if isinstance(found, dict) else found[0]):
+        for statement in change_trigger_sql(workspace_id, table_id):
+            await conn.execute(statement)
 
 
 # --------------------------------------------------------------------------- realtime capture

@@ -38,7 +38,8 @@ import psycopg
 
 from storage.db import Database
 from storage.errors import PlanLimit
-from storage.plans import Plan, plan as plan_of
+from storage.plans import Plan
+from storage.plans import plan as plan_of
 
 log = logging.getLogger("wds.quotas")
 

@@ -65,11 +65,13 @@ class UsageBuffer:
         batch = list(self._rows)
         self._rows.clear()
         try:
-            async with db.connection() as conn:
-                async with conn.cursor() as cur:
-                    async with cur.copy(f"COPY wds.usage ({COLUMNS}) FROM STDIN") as copy:
-                        for row in batch:
-                            await copy.write_row(row)
+            async with (
+                db.connection() as conn,
+                conn.cursor() as cur,
+                cur.copy(f"COPY wds.usage ({COLUMNS}) FROM STDIN") as copy,
+            ):
+                for row in batch:
+                    await copy.write_row(row)
         except Exception as exc:
             merged = batch + list(self._rows)
             overflow = max(0, len(merged) - self.capacity)

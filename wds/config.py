@@ -64,6 +64,8 @@ class Settings(BaseSettings):
     # rate limiting on/off (bench compares both); quotas are always on
     rate_limits: bool = True
     log_level: str = "info"
+    # tests only, honoured in dev mode: pretend today is this ISO date (quota months)
+    clock_override: str | None = None
 
 
 @lru_cache(maxsize=1)

@@ -33,6 +33,6 @@ class ScheduledRunWorkflow:
             workflow.logger.info("schedule %s skipped: %s", inp.schedule_id, prepared.skipped)
             return {"skipped": prepared.skipped}
         counts: dict[str, int] = await workflow.execute_child_workflow(
-            BulkRunWorkflow.run, prepared.bulk, id=f"{wid}/bulk", execution_timeout=timedelta(days=7),
+            BulkRunWorkflow.run, prepared.bulk, id=f"{wid}/bulk", execution_timeout=timedelta(days=7),  # type: ignore[arg-type]
         )
-        return {"run_id": prepared.bulk.run_id, **counts}
+        return {"run_id": prepared.bulk["run_id"], **counts}

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+from jsonschema.exceptions import best_match  # type: ignore[import-untyped]
 
 from api.deps import require_writable
 from api.mcp.spec import ToolSpec

@@ -8,7 +8,7 @@ helpers and storage functions as REST, so both doors behave identically.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -34,7 +34,6 @@ class ToolSpec:
     read_only: bool = False
     destructive: bool = False
     idempotent: bool = False
-    annotations_extra: dict[str, Any] = field(default_factory=dict)
 
     def listing(self) -> dict[str, Any]:
         """The tool as JSON (MCP ``Tool`` shape, camelCase), for ``GET .../tools`` and docs."""

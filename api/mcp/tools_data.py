@@ -15,8 +15,21 @@ from starlette.responses import Response
 
 from api.deps import require, table_or_404
 from api.mcp.spec import (
-    DELETED_OUT, FIELDS, ID_OR_NAME, RECORD_ID, RECORD_OUT, TABLE_ID, ToolSpec, any_object, array,
-    boolean, integer, jsonable, obj, out, string,
+    DELETED_OUT,
+    FIELDS,
+    ID_OR_NAME,
+    RECORD_ID,
+    RECORD_OUT,
+    TABLE_ID,
+    ToolSpec,
+    any_object,
+    array,
+    boolean,
+    integer,
+    jsonable,
+    obj,
+    out,
+    string,
 )
 from api.routes import records as rest_records
 from api.routes import runs as rest_runs

@@ -182,10 +182,10 @@ async def _submitted_fields(request: Request, form: dict[str, Any]) -> dict[str,
             body = await request.json()
         except ValueError:
             raise ServiceError("the request body is not valid JSON") from None
-        fields = body.get("fields") if isinstance(body, dict) else None
-        if not isinstance(fields, dict):
+        sent = body.get("fields") if isinstance(body, dict) else None
+        if not isinstance(sent, dict):
             raise ServiceError("send {\"fields\": {...}} keyed by the form's field names")
-        return fields
+        return sent
     data = await request.form()
     fields: dict[str, Any] = {}
     for name, kind in kinds.items():

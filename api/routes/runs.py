@@ -108,6 +108,8 @@ async def start_bulk(
         else:
             ids = None
             total = await rec.count_matching(conn, table=table, filters=planned)
+    # the monthly automation-run quota is charged up front: a 402 comes before anything starts
+    await charge_automation_runs(state, principal, total)
     run_id = f"run-{uuid.uuid4().hex[:16]}"
     wid = f"bulk/ws{table.workspace_id}/t{table.id}/{run_id}"
     async with state.db.connection() as conn:

@@ -66,7 +66,6 @@ $fn$
 
 def upgrade(conn: Connection) -> None:
     conn.execute(text(CAPTURE_FUNCTION))
-    conn.execute(text("CREATE INDEX IF NOT EXISTS events_table ON wds.events (workspace_id, table_id, seq)"))
     conn.execute(
         text(
             "CREATE TABLE IF NOT EXISTS wds.event_horizon ("

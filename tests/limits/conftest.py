@@ -31,7 +31,8 @@ def next_month() -> tuple[str, str]:
 
 
 @pytest.fixture(scope="session")
-def db(services: Services) -> Iterator[psycopg.Connection]:
+def db(services: Services, api: ApiProcess) -> Iterator[psycopg.Connection]:
+    """Autocommit connection to the test database (migrated: the session API has started)."""
     with psycopg.connect(services.pg.dsn, autocommit=True) as conn:
         yield conn
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -48,3 +49,13 @@ def mcp(base_url: str) -> Callable[..., Any]:
         return connect(base_url, token, mode=mode)
 
     return make
+
+
+def call_tool_sync(base_url: str, token: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    """One tool call from a synchronous test (its own event loop); returns the result data."""
+
+    async def go() -> dict[str, Any]:
+        async with connect(base_url, token) as client:
+            return data(await client.call_tool(tool, args))
+
+    return asyncio.run(go())

@@ -148,3 +148,14 @@ async def test_unknown_tool_is_a_protocol_error(ws, mcp):
 async def test_bad_arguments_are_tool_errors(ws, mcp, tool, args):
     async with mcp(ws.builder_token) as c:
         assert error_code(await c.call_tool(tool, args)) == "VALIDATION_ERROR"
+
+
+def test_docs_list_exactly_the_54_tools_with_their_doors():
+    import re
+    from pathlib import Path
+
+    from api.mcp import catalog
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "mcp.md").read_text()
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| (data|builder) \|", doc, flags=re.MULTILINE))
+    assert rows == {t.name: t.door for t in catalog.ALL_TOOLS}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.mcp.conftest import data
+from tests.mcp.conftest import call_tool_sync
 
 COLUMNS = [
     {"name": "Name", "type": "text", "required": True},
@@ -27,15 +27,15 @@ def table(ws):
     return t
 
 
-async def publish(ws, mcp, table, view_type, config):
+def publish(ws, table, view_type, config):
     r = ws.api.post(f"/tables/{table['id']}/views", json={"name": view_type, "view_type": view_type, "config": config})
     assert r.status_code == 201, r.text
-    async with mcp(ws.builder_token) as c:
-        return data(await c.call_tool("publish_view", {"table_id": table["id"], "view_id": r.json()["id"]}))
+    return call_tool_sync(ws.base_url, ws.builder_token, "publish_view",
+                          {"table_id": table["id"], "view_id": r.json()["id"]})
 
 
-async def test_published_view_shows_only_visible_columns_filtered_and_sorted(ws, mcp, table):
-    pub = await publish(ws, mcp, table, "grid", {"column_order": ["Name", "Score", "Secret"],
+def test_published_view_shows_only_visible_columns_filtered_and_sorted(ws, table):
+    pub = publish(ws, table, "grid", {"column_order": ["Name", "Score", "Secret"],
                                                  "hidden_columns": ["Secret"], "filters": {"Score": "gte.2"},
                                                  "sort": "Score.desc"})
     r = httpx.get(pub["url"])  # no token
@@ -47,23 +47,23 @@ async def test_published_view_shows_only_visible_columns_filtered_and_sorted(ws,
     assert "hush" not in r.text and "@x.io" not in r.text
 
 
-async def test_published_view_renders_html_for_browsers(ws, mcp, table):
-    pub = await publish(ws, mcp, table, "grid", {"hidden_columns": ["Secret", "Email"]})
+def test_published_view_renders_html_for_browsers(ws, table):
+    pub = publish(ws, table, "grid", {"hidden_columns": ["Secret", "Email"]})
     r = httpx.get(pub["url"], headers={"Accept": "text/html,application/xhtml+xml"})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert "<table>" in r.text and "ann" in r.text and "hush" not in r.text and "@x.io" not in r.text
     assert httpx.get(pub["url"], params={"format": "html"}).headers["content-type"].startswith("text/html")
 
 
-async def test_html_is_escaped(ws, mcp, table):
+def test_html_is_escaped(ws, table):
     ws.api.post(f"/tables/{table['id']}/records", json={"fields": {"Name": "<script>alert(1)</script>"}})
-    pub = await publish(ws, mcp, table, "grid", {})
+    pub = publish(ws, table, "grid", {})
     r = httpx.get(pub["url"], params={"format": "html"})
     assert "<script>alert(1)</script>" not in r.text and "&lt;script&gt;" in r.text
 
 
-async def test_published_form_accepts_submissions_through_the_write_path(ws, mcp, table):
-    pub = await publish(ws, mcp, table, "form", {"fields": ["Name", "Email", "Tier"], "title": "Join us"})
+def test_published_form_accepts_submissions_through_the_write_path(ws, table):
+    pub = publish(ws, table, "form", {"fields": ["Name", "Email", "Tier"], "title": "Join us"})
     assert pub["published"] == "form"
     form = httpx.get(pub["url"]).json()["form"]
     assert form["title"] == "Join us" and [f["name"] for f in form["fields"]] == ["Name", "Email", "Tier"]
@@ -78,8 +78,8 @@ async def test_published_form_accepts_submissions_through_the_write_path(ws, mcp
     assert httpx.post(pub["url"], json={"fields": {"Name": "x", "Tier": "gold"}}).json()["code"] == "INVALID_OPTION"
 
 
-async def test_html_form_posts_create_records(ws, mcp, table):
-    pub = await publish(ws, mcp, table, "form", {"fields": ["Name", "Score"]})
+def test_html_form_posts_create_records(ws, table):
+    pub = publish(ws, table, "form", {"fields": ["Name", "Score"]})
     page = httpx.get(pub["url"], params={"format": "html"})
     assert "<form" in page.text and 'name="Score"' in page.text
     r = httpx.post(pub["url"], params={"format": "html"}, data={"Name": "eve", "Score": "7"})
@@ -90,10 +90,10 @@ async def test_html_form_posts_create_records(ws, mcp, table):
     assert bad.status_code == 400 and "required" in bad.text
 
 
-async def test_forms_are_refused_on_read_only_plans_and_views_take_no_posts(ws, mcp, table, admin):
-    grid = await publish(ws, mcp, table, "grid", {})
+def test_forms_are_refused_on_read_only_plans_and_views_take_no_posts(ws, table, admin):
+    grid = publish(ws, table, "grid", {})
     assert httpx.post(grid["url"], json={"fields": {"Name": "x"}}).status_code == 404
-    form = await publish(ws, mcp, table, "form", {"fields": ["Name"]})
+    form = publish(ws, table, "form", {"fields": ["Name"]})
     assert admin.patch(f"/workspaces/{ws.id}", json={"read_only": True}).status_code == 200
     r = httpx.post(form["url"], json={"fields": {"Name": "x"}})
     assert r.status_code == 403 and r.json()["code"] == "PLAN_READ_ONLY"

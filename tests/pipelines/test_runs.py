@@ -77,7 +77,8 @@ def test_record_steps_create_update_fetch_and_delete(ws):
     t = ws.create_table("Src", [
         {"name": "Name", "type": "text"},
         {"name": "Logged", "type": "create_record", "config": {"table_id": log["id"], "fields": {"Msg": "hello {{ Name }}"}}},
-        {"name": "Found", "type": "fetch_records", "config": {"table_id": log["id"], "filters": {"Msg": "eq.hello {{ Name }}"}}},
+        {"name": "Found", "type": "fetch_records", "config": {"table_id": log["id"], "filters": {"Msg": "eq.hello {{ Name }}"},
+                                                              "depends_on": ["Logged"]}},
     ])
     r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": "Ann"}})
     assert r.status_code == 201, r.text

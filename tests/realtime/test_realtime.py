@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+import psycopg
 import pytest
 from websockets.exceptions import ConnectionClosed
 
@@ -165,7 +166,7 @@ def test_slow_consumer_is_disconnected_with_a_reason(ws, tuned_api):
     assert "slow consumer" in info.value.rcvd.reason
 
 
-def test_computed_values_written_by_the_pipeline_arrive_as_updates(ws):
+def test_computed_values_written_by_the_pipeline_arrive_as_updates(ws, services):
     t = ws.create_table("P", [{"name": "A", "type": "number"}, {"name": "B", "type": "formula", "formula": "{A} * 3"}])
     with open_ws(ws.base_url, ws.builder_token) as conn:
         subscribe(conn, t["id"])
@@ -174,3 +175,7 @@ def test_computed_values_written_by_the_pipeline_arrive_as_updates(ws):
         ins, upd = changes(conn, 2)
     assert ins["event"] == "INSERT" and ins["record"]["fields"]["B"] is None
     assert upd["event"] == "UPDATE" and upd["record"]["fields"]["B"] == 12 and upd["old_record"]["fields"]["B"] is None
+    with psycopg.connect(services.pg.dsn) as conn:  # internal columns never reach events
+        stored = conn.execute("SELECT record FROM wds.events WHERE workspace_id = %s AND seq = %s",
+                              (ws.id, upd["seq"])).fetchone()[0]
+    assert "_pipeline" not in stored and stored["id"] == upd["record"]["id"]

@@ -7,7 +7,19 @@ from typing import Any
 
 from api.deps import require
 from api.mcp.builder.common import builder, model, positive_id
-from api.mcp.spec import FIELDS, ID_OR_NAME, RECORD_ID, TABLE_ID, ToolSpec, any_object, array, boolean, obj, out, string
+from api.mcp.spec import (
+    FIELDS,
+    ID_OR_NAME,
+    RECORD_ID,
+    TABLE_ID,
+    ToolSpec,
+    any_object,
+    array,
+    boolean,
+    obj,
+    out,
+    string,
+)
 from api.mcp.tools_data import record_ref, route_json, table_for
 from api.pipelines import run_after_write
 from api.routes import records as rest_records

@@ -7,7 +7,19 @@ from typing import Any
 
 from api.deps import table_or_404
 from api.mcp.builder.common import builder, model, pick
-from api.mcp.spec import DELETED_OUT, ID_OR_NAME, TABLE_ID, ToolSpec, any_object, array, boolean, integer, obj, out, string
+from api.mcp.spec import (
+    DELETED_OUT,
+    ID_OR_NAME,
+    TABLE_ID,
+    ToolSpec,
+    any_object,
+    array,
+    boolean,
+    integer,
+    obj,
+    out,
+    string,
+)
 from api.mcp.tools_data import route_json, table_for
 from api.routes import columns as rest_columns
 from api.routes import tables as rest_tables

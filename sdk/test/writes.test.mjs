@@ -1,0 +1,154 @@
+// Writes: insert one/many (batches of 500), update/delete by id and by filter (8 in
+// flight, measured at a proxy in front of the API), run_pipeline=false, idempotency keys.
+import { test, before } from "node:test";
+import assert from "node:assert/strict";
+import { createClient, flattenRecord } from "../wds.js";
+import { URL_, TOKEN, api, createTable, freshToken, rawList, recordingProxy } from "./helpers.mjs";
+
+let table, client;
+
+before(async () => {
+  table = await createTable("W", [
+    { name: "N", type: "number", required: true },
+    { name: "Tag", type: "text" },
+    { name: "Double", type: "formula", formula: "{N} * 2" },
+  ]);
+  client = createClient(URL_, { token: TOKEN });
+});
+
+const recordPaths = (stats, method, suffix = "") =>
+  stats.requests.filter((r) => r.method === method && new URL(r.url, "http://x").pathname.endsWith(`/tables/${table.id}/records${suffix}`));
+
+test("insert one record returns it flat, with computed columns run", async () => {
+  const r = await client.from(table.id).insert({ N: 21, Tag: "one" });
+  assert.equal(r.error, null);
+  assert.equal(r.status, 201);
+  assert.equal(r.count, 1);
+  assert.equal(r.data.N, 21);
+  assert.equal(r.data.Double, 42);
+  const ref = await api("GET", `/tables/${table.id}/records/${r.data.id}`);
+  assert.deepEqual(r.data, flattenRecord(ref.body));
+});
+
+test("insert with runPipeline: false sends run_pipeline=false and skips computed columns", async () => {
+  const proxy = await recordingProxy();
+  try {
+    const c = createClient(proxy.base, { token: TOKEN });
+    const one = await c.from(table.id).insert({ N: 5, Tag: "nopipe" }, { runPipeline: false });
+    assert.equal(one.data.Double, null);
+    const many = await c.from(table.id).insert([{ N: 6 }, { N: 7 }], { runPipeline: false });
+    assert.deepEqual(many.data.map((x) => x.Double), [null, null]);
+    const [post] = recordPaths(proxy.stats, "POST");
+    assert.equal(new URL(post.url, "http://x").searchParams.get("run_pipeline"), "false");
+    const [batch] = recordPaths(proxy.stats, "POST", "/batch");
+    assert.equal(JSON.parse(batch.body).run_pipeline, false);
+  } finally {
+    await proxy.close();
+  }
+});
+
+test("insert of 1,001 rows is split into 3 batch calls and keeps input order", async () => {
+  const proxy = await recordingProxy();
+  try {
+    const c = createClient(proxy.base, { token: TOKEN });
+    const rows = Array.from({ length: 1001 }, (_, i) => ({ N: i, Tag: "bulk" }));
+    const r = await c.from(table.id).insert(rows, { runPipeline: false });
+    assert.equal(r.error, null);
+    assert.equal(r.count, 1001);
+    assert.deepEqual(r.data.map((x) => x.N), rows.map((x) => x.N));
+    const batches = recordPaths(proxy.stats, "POST", "/batch");
+    assert.deepEqual(batches.map((b) => JSON.parse(b.body).rows.length), [500, 500, 1]);
+    const keys = new Set(batches.map((b) => b.headers["idempotency-key"]));
+    assert.equal(keys.size, 3, "a fresh Idempotency-Key per call");
+    const stored = await client.from(table.id).select("N", { count: "exact" }).eq("Tag", "bulk").limit(1);
+    assert.equal(stored.count, 1001);
+  } finally {
+    await proxy.close();
+  }
+});
+
+test("a failing row does not hide the others: PARTIAL_FAILURE with per-row errors", async () => {
+  const r = await client.from(table.id).insert([{ N: 1, Tag: "p" }, { Tag: "missing N" }, { N: "x" }, { N: 4, Tag: "p" }]);
+  assert.equal(r.error.code, "PARTIAL_FAILURE");
+  assert.deepEqual(r.error.errors.map((e) => [e.index, e.code]), [[1, "REQUIRED_FIELD"], [2, "INVALID_VALUE"]]);
+  assert.equal(r.count, 2);
+  assert.deepEqual(r.data.map((x) => x && x.N), [1, null, null, 4]);
+});
+
+test("insert of an empty list sends nothing", async () => {
+  const r = await client.from(table.id).insert([]);
+  assert.deepEqual([r.data, r.error, r.count], [[], null, 0]);
+});
+
+test("update and delete by id touch exactly that record", async () => {
+  const { data: rec } = await client.from(table.id).insert({ N: 10, Tag: "byid" });
+  const up = await client.from(table.id).update({ N: 11 }).eq("id", rec.id);
+  assert.equal(up.error, null);
+  assert.equal(up.data.length, 1);
+  assert.deepEqual([up.data[0].id, up.data[0].N, up.data[0].Double, up.data[0].Tag], [rec.id, 11, 22, "byid"]);
+  const one = await client.from(table.id).update({ Tag: "byid2" }, { id: rec.id }).single();
+  assert.equal(one.data.Tag, "byid2");
+  const del = await client.from(table.id).delete().eq("id", rec.id);
+  assert.deepEqual(del.data, [{ id: rec.id, deleted: true }]);
+  const gone = await api("GET", `/tables/${table.id}/records/${rec.id}`);
+  assert.equal(gone.status, 404);
+  const again = await client.from(table.id).delete({ id: rec.id });
+  assert.equal(again.error.code, "NOT_FOUND");
+});
+
+test("update and delete without any filter are refused locally", async () => {
+  const up = await client.from(table.id).update({ N: 0 });
+  assert.equal(up.error.code, "FILTER_REQUIRED");
+  assert.equal(up.status, 0);
+  const del = await client.from(table.id).delete();
+  assert.equal(del.error.code, "FILTER_REQUIRED");
+});
+
+test("write-by-filter resolves ids by paging and sends one request per record, exactly 8 in flight", async () => {
+  const rows = Array.from({ length: 1040 }, (_, i) => ({ N: i, Tag: "wbf" }));
+  await client.from(table.id).insert(rows, { runPipeline: false });
+  const proxy = await recordingProxy({ delayMs: 15 });
+  try {
+    // ~2,100 requests: a token of its own keeps under the per-token minute budget
+    const c = createClient(proxy.base, { token: await freshToken() });
+    const up = await c.from(table.id).update({ Tag: "wbf2" }, { runPipeline: false }).eq("Tag", "wbf").lt("N", 1030);
+    assert.equal(up.error, null);
+    assert.equal(up.count, 1030);
+    assert.ok(up.data.every((x) => x.Tag === "wbf2"));
+    const lists = recordPaths(proxy.stats, "GET");
+    assert.equal(lists.length, 2, "1030 matches: two id pages of at most 1000");
+    for (const l of lists) assert.equal(new URL(l.url, "http://x").searchParams.get("limit"), "1000");
+    const patches = proxy.stats.requests.filter((r) => r.method === "PATCH");
+    assert.equal(patches.length, 1030);
+    assert.ok(patches.every((p) => new URL(p.url, "http://x").searchParams.get("run_pipeline") === "false"));
+    assert.equal(new Set(patches.map((p) => p.headers["idempotency-key"])).size, 1030);
+    assert.equal(proxy.stats.maxInFlight, 8, "exactly 8 requests in flight at once");
+    const left = await rawList(table.id, { Tag: "eq.wbf", limit: "100" });
+    assert.deepEqual(left.map((x) => x.fields.N).sort((a, b) => a - b), [1030, 1031, 1032, 1033, 1034, 1035, 1036, 1037, 1038, 1039]);
+
+    proxy.stats.maxInFlight = 0;
+    const del = await c.from(table.id).delete().in("Tag", ["wbf", "wbf2"]);
+    assert.equal(del.error, null);
+    assert.equal(del.count, 1040);
+    assert.equal(proxy.stats.maxInFlight, 8);
+    assert.equal((await rawList(table.id, { Tag: "in.(wbf,wbf2)" })).length, 0);
+  } finally {
+    await proxy.close();
+  }
+});
+
+test("write-by-filter honours limit and order: only the first matches change", async () => {
+  await client.from(table.id).insert([3, 1, 2, 5, 4].map((N) => ({ N, Tag: "ord" })));
+  const r = await client.from(table.id).update({ Tag: "ord-top" }).eq("Tag", "ord").order("N", { ascending: false }).limit(2);
+  assert.deepEqual(r.data.map((x) => x.N), [5, 4]);
+  const rest = await client.from(table.id).select("N").eq("Tag", "ord").order("N");
+  assert.deepEqual(rest.data.map((x) => x.N), [1, 2, 3]);
+});
+
+test("write-by-filter with some failures reports them per record", async () => {
+  await client.from(table.id).insert([{ N: 1, Tag: "pf" }, { N: 2, Tag: "pf" }]);
+  const r = await client.from(table.id).update({ N: "not a number" }).eq("Tag", "pf");
+  assert.equal(r.error.code, "INVALID_VALUE", "every record failed alike: its code");
+  assert.equal(r.error.errors.length, 2);
+  assert.equal(r.count, 0);
+});

@@ -1,0 +1,101 @@
+"""Schedules: Temporal Schedules that run run-actions for a table; each firing is a run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from tests.outside.conftest import wait_run
+
+
+def formula_table(ws, rows: int = 5) -> dict:
+    t = ws.create_table("S", [{"name": "A", "type": "number"},
+                              {"name": "B", "type": "formula", "formula": "{A} * 2"},
+                              {"name": "C", "type": "formula", "formula": "{A} + 100"}])
+    ws.api.post(f"/tables/{t['id']}/records/batch",
+                json={"rows": [{"A": i} for i in range(rows)], "run_pipeline": False})
+    return t
+
+
+def wait_recent_run(ws, table_id: int, sid: int, timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = ws.api.get(f"/tables/{table_id}/schedules/{sid}").json()
+        if got.get("recent_runs"):
+            return got
+        time.sleep(0.3)
+    raise AssertionError("the schedule did not fire")
+
+
+def test_an_interval_schedule_fires_and_runs_the_table(ws):
+    t = formula_table(ws)
+    b = t["columns"][1]["id"]
+    r = ws.api.post(f"/tables/{t['id']}/schedules", json={
+        "name": "every 2 s", "interval_seconds": 2, "filters": {"A": "gte.3"}, "column_ids": [b]})
+    assert r.status_code == 201, r.text
+    s = r.json()
+    assert s["schedule_id"] == f"schedule/ws{ws.id}/t{t['id']}/{s['id']}" and s["paused"] is False
+    got = wait_recent_run(ws, t["id"], s["id"])
+    assert got["next_run_at"]
+    run = wait_run(ws.api, got["recent_runs"][0]["run_id"])
+    assert run["total"] == 2 and run["done"] == 2 and run["failed"] == 0
+    rows = ws.api.get(f"/tables/{t['id']}/records?order=A.asc").json()["records"]
+    assert [x["fields"]["B"] for x in rows] == [None, None, None, 6, 8]
+    assert all(x["fields"]["C"] is None for x in rows)  # only column_ids ran
+    assert ws.api.delete(f"/tables/{t['id']}/schedules/{s['id']}").json() == {"id": s["id"], "deleted": True}
+
+
+def test_trigger_pause_unpause_patch_list_and_delete(ws, services):
+    t = formula_table(ws, rows=3)
+    base = f"/tables/{t['id']}/schedules"
+    s = ws.api.post(base, json={"name": "yearly", "cron": "0 0 1 1 *", "paused": True}).json()
+    assert s["paused"] is True and s["cron"] == "0 0 1 1 *" and s["interval_seconds"] is None
+    r = ws.api.post(f"{base}/{s['id']}/trigger")
+    assert r.status_code == 202 and r.json() == {"id": s["id"], "triggered": True}
+    run = wait_run(ws.api, wait_recent_run(ws, t["id"], s["id"])["recent_runs"][0]["run_id"])
+    assert run["done"] == 3
+    assert [x["fields"]["C"] for x in ws.api.get(f"{base[:-10]}/records?order=A.asc").json()["records"]] == [100, 101, 102]
+    assert ws.api.post(f"{base}/{s['id']}/unpause").json()["paused"] is False
+    assert ws.api.post(f"{base}/{s['id']}/pause").json()["paused"] is True
+    r = ws.api.patch(f"{base}/{s['id']}", json={"name": "hourly", "interval_seconds": 3600})
+    assert r.status_code == 200 and r.json()["name"] == "hourly" and r.json()["cron"] is None
+    assert [x["id"] for x in ws.api.get(base).json()] == [s["id"]]
+    desc = asyncio.run(_describe(services.temporal.address, s["schedule_id"]))
+    assert desc.schedule.state.paused and desc.schedule.spec.intervals[0].every.total_seconds() == 3600
+    assert ws.api.delete(f"{base}/{s['id']}").status_code == 200
+    with pytest.raises(RPCError):
+        asyncio.run(_describe(services.temporal.address, s["schedule_id"]))
+    assert ws.api.get(f"{base}/{s['id']}").json()["code"] == "NOT_FOUND"
+
+
+async def _describe(address: str, schedule_id: str):
+    client = await Client.connect(address)
+    return await client.get_schedule_handle(schedule_id).describe()
+
+
+@pytest.mark.parametrize(("body", "code"), [
+    ({"name": "x"}, "VALIDATION_ERROR"),
+    ({"name": "x", "cron": "* * * * *", "interval_seconds": 60}, "VALIDATION_ERROR"),
+    ({"name": "x", "interval_seconds": 0}, "VALIDATION_ERROR"),
+    ({"name": "x", "cron": "not a cron"}, "VALIDATION_ERROR"),
+    ({"name": "x", "interval_seconds": 60, "column_ids": [999999]}, "VALIDATION_ERROR"),
+    ({"name": "x", "interval_seconds": 60, "filters": {"Nope": "eq.1"}}, "UNKNOWN_COLUMN"),
+])
+def test_bad_schedules_are_refused(ws, body, code):
+    t = formula_table(ws, rows=0)
+    r = ws.api.post(f"/tables/{t['id']}/schedules", json=body)
+    assert r.status_code == 400 and r.json()["code"] == code, r.text
+    assert ws.api.get(f"/tables/{t['id']}/schedules").json() == []
+
+
+def test_schedules_need_update_rights(ws):
+    t = formula_table(ws, rows=0)
+    prof = ws.profile([{"table_id": t["id"], "read": True}])
+    reader = ws.client(ws.token("rest_api", profile_id=prof["id"])["token"])
+    r = reader.post(f"/tables/{t['id']}/schedules", json={"name": "x", "interval_seconds": 60})
+    assert r.status_code == 403 and r.json()["code"] == "FORBIDDEN"
+    assert reader.get(f"/tables/{t['id']}/schedules").status_code == 200
