@@ -225,7 +225,7 @@ class Credential:
     header_name: str | None
     secret: str = field(repr=False)
 
-    def apply(self, headers: dict[str, str], params: list[tuple[str, str]]) -> None:
+    def apply(self, headers: dict[str, str], params: list[tuple[str, str | int | float | bool | None]]) -> None:
         if self.type == "bearer":
             headers["Authorization"] = f"Bearer {self.secret}"
         elif self.type == "basic":
@@ -387,7 +387,7 @@ async def _exchange(
         headers["Idempotency-Key"] = req.idempotency_key
     for _ in range(MAX_REDIRECTS + 1):
         send_headers = dict(headers)
-        params: list[tuple[str, str]] = []
+        params: list[tuple[str, str | int | float | bool | None]] = []
         same_origin = _origin(url) == first
         if req.credential is not None and same_origin:
             req.credential.apply(send_headers, params)

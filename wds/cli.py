@@ -106,7 +106,7 @@ def dev(
     host: str = typer.Option("127.0.0.1", help="API listen address"),
     port: int = typer.Option(8000, help="API port"),
     data_dir: Path = typer.Option(Path(".wds"), help="where Postgres, Temporal and files keep their state"),
-    pg_port: int = typer.Option(54329, help="embedded PostgreSQL port (loopback)"),
+    pg_port: int = typer.Option(55433, help="embedded PostgreSQL port (loopback)"),
     temporal_port: int = typer.Option(7233, help="Temporal dev server port"),
     ui_port: int = typer.Option(8233, help="Temporal UI port"),
 ) -> None:

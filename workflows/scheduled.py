@@ -14,7 +14,6 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.scheduled import Prepared, PrepareInput, ScheduledRunInput
-    from workflows.bulk import BulkRunWorkflow
 
 PREPARE_TIMEOUT = timedelta(seconds=60)
 PREPARE_RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(milliseconds=200))
@@ -32,7 +31,9 @@ class ScheduledRunWorkflow:
         if prepared.bulk is None:
             workflow.logger.info("schedule %s skipped: %s", inp.schedule_id, prepared.skipped)
             return {"skipped": prepared.skipped}
+        # by name: the input is the BulkInput as JSON, decoded by the child itself
         counts: dict[str, int] = await workflow.execute_child_workflow(
-            BulkRunWorkflow.run, prepared.bulk, id=f"{wid}/bulk", execution_timeout=timedelta(days=7),  # type: ignore[arg-type]
+            "BulkRunWorkflow", prepared.bulk, id=f"{wid}/bulk", execution_timeout=timedelta(days=7),
+            result_type=dict,
         )
         return {"run_id": prepared.bulk["run_id"], **counts}

@@ -8,7 +8,7 @@ never returned, listed or logged again. Pipeline steps name a credential in
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import psycopg
 from fastapi import APIRouter, Depends
@@ -47,7 +47,7 @@ class CredentialOut(BaseModel):
     created_at: str
 
 
-def credential_out(row: dict[str, object]) -> dict[str, object]:
+def credential_out(row: dict[str, Any]) -> dict[str, Any]:
     return {"id": row["id"], "name": row["name"], "type": row["type"], "header_name": row["header_name"],
             "created_at": iso(row["created_at"])}
 

@@ -203,3 +203,33 @@ def test_file_columns_store_references_and_return_urls(make_workspace):
         {"Files": [{"bucket": "pub", "path": "a.png"}]}, {"Files": [{"bucket": "pub", "path": "zzz"}]},
     ]}).json()["results"]
     assert res[0]["record"]["fields"]["Files"] == [public_url] and res[1]["code"] == "INVALID_VALUE"
+
+
+@pytest.fixture(scope="module")
+def small_api(services):
+    """An API process whose objects may be at most 1,000 bytes."""
+    from tests.conftest import start_api
+
+    proc = start_api(services, name="api-small", WDS_STORAGE_MAX_OBJECT_BYTES="1000")
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def test_objects_above_the_size_limit_are_refused_even_when_streamed(ws, small_api):
+    h = {"Authorization": f"Bearer {ws.builder_token}"}
+    with httpx.Client(base_url=f"{small_api.base_url}/storage/v1", headers=h, timeout=60) as st:
+        _bucket(st)
+        assert st.post("/object/files/ok.bin", content=b"x" * 1000).status_code == 201
+        r = st.post("/object/files/big.bin", content=b"x" * 1001)
+        assert r.status_code == 413 and r.json()["code"] == "PAYLOAD_TOO_LARGE"
+
+        def chunks():  # no Content-Length: the limit is enforced while streaming
+            for _ in range(10):
+                yield b"y" * 300
+
+        r = st.post("/object/files/streamed.bin", content=chunks())
+        assert r.status_code == 413 and r.json()["code"] == "PAYLOAD_TOO_LARGE"
+        assert [o["path"] for o in st.get("/object/list/files").json()["objects"]] == ["ok.bin"]
+        assert st.get("/object/files/streamed.bin").status_code == 404
