@@ -3,25 +3,28 @@
 A Temporal Schedule starts ``ScheduledRunWorkflow`` with a fixed input (table, filters,
 columns, the creator's rights). Each firing plans against the table *as it is now* (the
 columns may have changed since the schedule was made), creates its own ``wds.runs`` row
-(so ``GET /runs/{id}`` reports it) and hands a BulkInput to the bulk workflow. The run id
-derives from the firing's workflow id, so a retried activity reuses the same row.
+(so ``GET /runs/{id}`` reports it), charges its records to the monthly automation-run
+quota (a firing past the quota is skipped) and hands a BulkInput to the bulk workflow.
+The run id derives from the firing's workflow id, so a retried activity reuses the row.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from temporalio import activity
 
 from activities.bulkplan import build_bulk_input
 from activities.types import Caller
-from storage import meta, runs
+from storage import meta, quotas, runs
 from storage import records as rec
 from storage import schedules as sched
 from storage.db import Database
-from storage.errors import ServiceError
+from storage.errors import PlanLimit, ServiceError
+from storage.plans import plan as plan_of
 from storage.query import parse_filter_list, plan_filters
 
 
@@ -87,9 +90,33 @@ class ScheduleSteps:
         run_id = run_id_for(inp.workflow_id)
         bulk = build_bulk_input(table, r.caller, workspace["plan"], run_id=run_id, record_ids=None,
                                 filters=r.filters, column_ids=column_ids)
-        async with self.db.connection() as conn:
+        async with self.db.transaction() as conn:
             if await runs.get_run(conn, workspace_id=r.workspace_id, run_id=run_id) is None:
                 total = await rec.count_matching(conn, table=table, filters=planned)
+                try:
+                    await _charge_runs(conn, workspace_id=r.workspace_id, plan_name=workspace["plan"],
+                                       auto_recharge=bool(workspace.get("auto_recharge")), runs=total)
+                except PlanLimit as exc:
+                    return Prepared(skipped=f"{exc.code}: {exc.message}")
                 await runs.create_run(conn, run_id=run_id, workspace_id=r.workspace_id, table_id=table.id,
                                       total=total, workflow_id=inp.workflow_id, kind="schedule")
         return Prepared(bulk=asdict(bulk))
+
+
+async def _charge_runs(conn: Any, *, workspace_id: int, plan_name: str, auto_recharge: bool, runs: int) -> None:
+    """Charge a firing's records to the monthly automation-run quota, like run-actions does.
+
+    Raises:
+        PlanLimit: ``PLAN_LIMIT_AUTOMATION_RUNS`` — nothing is counted and the firing is skipped.
+    """
+    if runs <= 0:
+        return
+    month = quotas.month_key(datetime.now(timezone.utc))
+    totals, _ = await quotas.load_counters(conn, pairs=[(workspace_id, month)])
+    used = totals.get((workspace_id, month, quotas.AUTOMATION_RUNS), 0)
+    excess = quotas.decide(plan_of(plan_name), quotas.AUTOMATION_RUNS, used=used, adding=runs,
+                           auto_recharge=auto_recharge)
+    deltas = {(workspace_id, month, quotas.AUTOMATION_RUNS): runs}
+    if excess:
+        deltas[(workspace_id, month, quotas.EXCESS)] = excess
+    await quotas.add_counters(conn, deltas=deltas)

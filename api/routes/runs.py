@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from activities.bulkplan import build_bulk_input
 from activities.snap import caller_of
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
+from api.limits import charge_automation_runs
 from api.pipelines import run_after_write
 from api.responses import JSON
 from api.routes.records import _record_id

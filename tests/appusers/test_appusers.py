@@ -75,6 +75,7 @@ def test_signup_creates_the_users_record_and_a_session(ws, admin):
     assert [r["fields"] for r in rows] == [{"Email": "ada@example.com", "Name": "Ada"}]
     assert rows[0]["id"] == body["user"]["id"]
     sql = ws.api.post("/sql", json={"query": "SELECT * FROM Users"})
+    assert sql.status_code == 200, sql.text
     assert PASSWORD not in sql.text and "argon2" not in sql.text
     assert _signup(ws, "ADA@example.com").json()["code"] == "CONFLICT"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import psycopg
 import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -99,3 +100,24 @@ def test_schedules_need_update_rights(ws):
     r = reader.post(f"/tables/{t['id']}/schedules", json={"name": "x", "interval_seconds": 60})
     assert r.status_code == 403 and r.json()["code"] == "FORBIDDEN"
     assert reader.get(f"/tables/{t['id']}/schedules").status_code == 200
+
+
+def test_a_firing_past_the_automation_run_quota_is_skipped(make_workspace, services):
+    ws = make_workspace(plan="free")
+    t = formula_table(ws, rows=2)
+    month = time.strftime("%Y-%m", time.gmtime())
+    with psycopg.connect(services.pg.dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO wds.quota_counters (workspace_id, month, kind, used) VALUES (%s, %s,"
+                     " 'automation_runs', 1000) ON CONFLICT (workspace_id, month, kind) DO UPDATE SET used = 1000",
+                     (ws.id, month))
+    s = ws.api.post(f"/tables/{t['id']}/schedules", json={"name": "q", "cron": "0 0 1 1 *"}).json()
+    ws.api.post(f"/tables/{t['id']}/schedules/{s['id']}/trigger")
+    wid = wait_recent_run(ws, t["id"], s["id"])["recent_runs"][0]["workflow_id"]
+    result = asyncio.run(_result(services.temporal.address, wid))
+    assert result["skipped"].startswith("PLAN_LIMIT_AUTOMATION_RUNS")
+    assert all(x["fields"]["B"] is None for x in ws.api.get(f"/tables/{t['id']}/records").json()["records"])
+
+
+async def _result(address: str, workflow_id: str) -> dict:
+    client = await Client.connect(address)
+    return await client.get_workflow_handle(workflow_id).result()
