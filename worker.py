@@ -18,8 +18,8 @@ from temporalio.worker import Worker
 from activities.action import ActionStep
 from activities.ai_agent import AiStep
 from activities.bulk import BulkSteps
+from activities.egress import build_proxy_client
 from activities.http_request import HttpStep
-from activities.proxy import build_proxy_client
 from activities.records import RecordSteps
 from activities.records_io import RecordIO
 from activities.scheduled import ScheduleSteps

@@ -11,6 +11,7 @@ from typing import Any
 
 from temporalio import activity
 
+from activities.bulkplan import dependants_map
 from activities.snap import caller_can, table_snap
 from activities.steps import column_for_step
 from activities.templates import TemplateFailure, render, render_value
@@ -20,7 +21,7 @@ from storage import records as rec
 from storage.access import Action
 from storage.db import Database
 from storage.errors import ServiceError
-from storage.pipelines import dependants, plan_steps
+from storage.pipelines import plan_steps
 from storage.query import Query, list_records, parse_filter_object, plan_query
 from storage.schema import TableMeta, WorkspaceSchema
 
@@ -35,10 +36,7 @@ def _child(table: TableMeta, record_ids: list[int], mode: str, changed: list[str
     levels = plan_steps(table, mode=mode, changed=changed)
     if not levels or not record_ids:
         return None
-    deps = {
-        str(c.id): [table.column(n).id for n in dependants(table, [c.name]) if table.column(n)]  # type: ignore[union-attr]
-        for c in table.columns if c.computed
-    }
+    deps = dependants_map(table)
     snap = table_snap(table)
     return {
         "table": {"id": snap.id, "workspace_id": snap.workspace_id, "name": snap.name,

@@ -17,6 +17,7 @@ from api.routes import catalogue, credentials, schedules
 from api.routes import auth, realtime, sdk, storage as storage_routes
 from api.mcp import server as mcp_server
 from api.state import AppState
+from api.idempotency import IdempotencyMiddleware
 from api.usage import ApiMiddleware
 from storage import access
 from storage.db import Database
@@ -108,6 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.wds = state
     mcp_door = mcp_server.install(app, state, version=VERSION)  # {base_url}/functions/v1/mcp-server
     errors.install(app)
+    app.add_middleware(IdempotencyMiddleware)  # inner: runs after limits resolved the principal
     app.add_middleware(ApiMiddleware)  # rate limits + quotas on REST/SQL, usage log of every door
     for module in (health, admin, tables, columns, records, runs, sql, schema, views, agents, usage, publish,
                    credentials, catalogue, schedules, auth, realtime, storage_routes, sdk):

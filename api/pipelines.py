@@ -16,6 +16,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
+from activities.bulkplan import dependants_map
 from activities.snap import caller_of, table_snap
 from activities.types import PipelineInput, PipelineResult
 from api.limits import charge_automation_runs
@@ -23,7 +24,7 @@ from api.state import AppState
 from storage import records as rec
 from storage.access import Principal
 from storage.errors import PlanLimit
-from storage.pipelines import dependants, plan_steps
+from storage.pipelines import plan_steps
 from storage.plans import plan as plan_of
 from storage.schema import ColumnMeta, TableMeta
 from workflows.pipeline import PipelineWorkflow
@@ -34,14 +35,6 @@ SA_WORKSPACE = SearchAttributeKey.for_int("WdsWorkspace")
 SA_TABLE = SearchAttributeKey.for_int("WdsTable")
 SA_MODE = SearchAttributeKey.for_keyword("WdsMode")
 SA_RECORDS = SearchAttributeKey.for_keyword_list("WdsRecords")
-
-
-def dependants_map(table: TableMeta) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for col in table.columns:
-        names = dependants(table, [col.name])
-        out[str(col.id)] = [c.id for c in table.columns if c.name in names]
-    return out
 
 
 def workflow_id(table: TableMeta, mode: str, record_ids: list[int]) -> str:

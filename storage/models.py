@@ -291,6 +291,30 @@ class AppRefreshToken(SQLModel, table=True):
     expires_at: datetime | None = _ts(nullable=False, default=False)
     revoked_at: datetime | None = _ts(nullable=True, default=False)
     created_at: datetime | None = _ts()
+    family_id: str | None = None  # added by m0006: rotation family (reuse revokes it)
+
+
+class AppUser(SQLModel, table=True):
+    """An app user's sign-in identity (m0006); the profile row lives in the Users table."""
+
+    __tablename__ = "app_users"
+    __table_args__ = (UniqueConstraint("workspace_id", "email"), {"schema": SCHEMA})
+    id: int | None = _pk()
+    workspace_id: int = _fk("workspaces.id")
+    table_id: int = Field(sa_type=BigInteger)
+    record_id: int = Field(sa_type=BigInteger)
+    email: str
+    password_hash: str
+    created_at: datetime | None = _ts()
+
+
+class EventHorizon(SQLModel, table=True):
+    """The highest purged realtime event seq per workspace (m0006)."""
+
+    __tablename__ = "event_horizon"
+    __table_args__ = {"schema": SCHEMA}
+    workspace_id: int = Field(default=None, primary_key=True, sa_type=BigInteger)
+    purged_through: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
 
 
 class Outbox(SQLModel, table=True):

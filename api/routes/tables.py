@@ -12,6 +12,7 @@ from fastapi import APIRouter
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.limits import check_table_quota
 from api.responses import JSON
+from api.schedules import delete_table_schedules
 from api.schemas import Deleted, ErrorOut, TableIn, TableOut, TablePatch, TableSummary
 from api.serialize import table_out, table_summary
 from api.state import AppState
@@ -152,6 +153,8 @@ async def delete_table(table_id: int, principal: RestPrincipal, state: StateDep)
     require_writable(principal)
     table = table_or_404(await state.schema(principal.workspace_id), table_id)
     require_manage(principal, table)
+    # Temporal Schedules live outside the database: remove them first (their rows cascade)
+    await delete_table_schedules(state, workspace_id=principal.workspace_id, table_id=table.id)
     async with schema_change(state, principal.workspace_id) as conn:
         await meta.delete_table(conn, workspace_id=principal.workspace_id, table_id=table.id)
         await state.caches.notify(conn, tokens=True)

@@ -14,12 +14,13 @@ import json
 import secrets
 import time
 from types import SimpleNamespace
-from typing import Any
+from typing import Self
 
 import httpx
 from aiohttp import web
 
-from activities.proxy import CONCURRENCY, OutboundRequest, bounded, build_proxy_client, send
+from activities.egress import build_proxy_client
+from activities.proxy import CONCURRENCY, OutboundRequest, bounded, send
 from bench.context import BenchContext, BenchError
 from bench.load import PhaseResult, http_send
 from bench.report import Figure
@@ -49,7 +50,7 @@ class _Echo:
         finally:
             self.in_flight -= 1
 
-    async def __aenter__(self) -> _Echo:
+    async def __aenter__(self) -> Self:
         app = web.Application()
         app.router.add_get("/latency", self.handle)
         self.runner = web.AppRunner(app, access_log=None)
@@ -57,7 +58,7 @@ class _Echo:
         await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         if self.runner is not None:
             await self.runner.cleanup()
 

@@ -3,7 +3,8 @@
 import { test, before } from "node:test";
 import assert from "node:assert/strict";
 import { createClient, flattenRecord } from "../wds.js";
-import { URL_, TOKEN, api, createTable, freshToken, rawList, recordingProxy } from "./helpers.mjs";
+import http from "node:http";
+import { URL_, TOKEN, api, close, createTable, freshToken, listen, rawList, recordingProxy } from "./helpers.mjs";
 
 let table, client;
 
@@ -151,4 +152,46 @@ test("write-by-filter with some failures reports them per record", async () => {
   assert.equal(r.error.code, "INVALID_VALUE", "every record failed alike: its code");
   assert.equal(r.error.errors.length, 2);
   assert.equal(r.count, 0);
+});
+
+test("a write whose answer is lost is retried with the same key and applied once", async () => {
+  // a proxy that lets the first POST reach the API, then drops the connection instead of
+  // answering: the SDK must retry, and the server must recognise the retry by its key
+  const t = new URL(URL_);
+  let dropped = 0;
+  const keys = [];
+  const server = http.createServer((req, res) => {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => {
+      if (req.method === "POST") keys.push(req.headers["idempotency-key"]);
+      const up = http.request({ host: t.hostname, port: t.port, method: req.method, path: req.url, headers: req.headers }, (upRes) => {
+        const body = [];
+        upRes.on("data", (c) => body.push(c));
+        upRes.on("end", () => {
+          if (req.method === "POST" && dropped === 0) {
+            dropped++;
+            return req.socket.destroy();
+          }
+          res.writeHead(upRes.statusCode, upRes.headers);
+          res.end(Buffer.concat(body));
+        });
+      });
+      up.end(Buffer.concat(chunks));
+    });
+  });
+  const base = await listen(server);
+  try {
+    const c = createClient(base, { token: TOKEN });
+    const r = await c.from(table.id).insert({ N: 77, Tag: "idem" });
+    assert.equal(r.error, null, JSON.stringify(r.error));
+    assert.equal(r.data.N, 77);
+    assert.equal(keys.length, 2);
+    assert.equal(keys[0], keys[1]);
+    const stored = await rawList(table.id, { Tag: "eq.idem" });
+    assert.equal(stored.length, 1, "created once");
+    assert.equal(stored[0].id, r.data.id);
+  } finally {
+    await close(server);
+  }
 });

@@ -132,12 +132,20 @@ def test_relation_returns_the_related_id_and_checks_it_exists(ws):
     assert ws.api.get(f"/tables/{tasks['id']}/records/{r.json()['id']}").json()["fields"]["Owner"] is None
 
 
-def test_file_cells_accept_bucket_references_and_return_urls(ws):
+def test_file_cells_accept_bucket_references_and_return_urls(ws, base_url):
+    storage = ws.client(ws.builder_token)
+    storage.base_url = f"{base_url}/storage/v1"
+    assert storage.post("/bucket", json={"name": "docs", "public": True}).status_code in (200, 201)
+    assert storage.post("/object/docs/a/b.pdf", content=b"%PDF-1.4 x", headers={"Content-Type": "application/pdf"}).status_code in (200, 201)
     t = ws.create_table("F", [{"name": "Doc", "type": "file"}])
     r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Doc": [{"bucket": "docs", "path": "a/b.pdf"}]}})
     assert r.status_code == 201, r.text
     url = r.json()["fields"]["Doc"][0]
-    assert url.startswith("http") and url.endswith("/storage/v1/object/docs/a/b.pdf")
+    assert url.startswith("http") and url.endswith("/a/b.pdf")
+    got = storage.get(url.replace(f"{base_url}/storage/v1", ""))
+    assert got.status_code == 200 and got.content == b"%PDF-1.4 x"
+    missing = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Doc": [{"bucket": "docs", "path": "nope.pdf"}]}})
+    assert missing.status_code == 400 and missing.json()["code"] == "INVALID_VALUE"
 
 
 def test_computed_columns_refuse_client_writes(ws):

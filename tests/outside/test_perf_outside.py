@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from activities.proxy import OutboundRequest, build_proxy_client, send
+from activities.egress import build_proxy_client
+from activities.proxy import OutboundRequest, send
 
 ROWS = 1000
 pytestmark = pytest.mark.skipif(not os.environ.get("WDS_PERF"), reason="set WDS_PERF=1 to measure")

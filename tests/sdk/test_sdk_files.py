@@ -104,5 +104,5 @@ def test_package_metadata_matches_the_service():
 
 def test_the_module_imports_nothing():
     source = (SDK / "wds.js").read_text()
-    assert not re.search(r"^\s*import\s", source, re.M)
+    assert not re.search(r"^\s*import\s", source, re.MULTILINE)
     assert "require(" not in source

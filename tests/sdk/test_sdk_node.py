@@ -3,8 +3,7 @@ session's API process, one pytest case per test file.
 
 Each file gets ``WDS_URL`` (the API), ``WDS_TOKEN`` (the builder token of a fresh
 enterprise-plan workspace per file: no workspace rate limit, so the request-heavy files
-can run),
-``WDS_WORKSPACE_ID`` and ``WDS_ADMIN_KEY``. Optional tools (playwright-core, typescript,
+can run), ``WDS_WORKSPACE_ID`` and ``WDS_ADMIN_KEY``. Optional tools (playwright-core, typescript,
 deno, bun; ``sdk/test/package.json``) are installed with npm into ``sdk/test/node_modules``
 once and reused while ``package.json`` is unchanged; without them (offline, no Chromium)
 the node tests that need them skip with their reason, which is reported here as a pytest
@@ -26,12 +25,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import Services, Workspace
+
 ROOT = Path(__file__).resolve().parents[2]
 SDK_TEST = ROOT / "sdk" / "test"
 FILES = sorted(p.name for p in SDK_TEST.glob("*.test.mjs"))
 NODE = shutil.which("node")
 NPM = shutil.which("npm")
-_SKIP = re.compile(r"^\s*ok \d+ - (.+?) # SKIP (.*)$", re.M)
+_SKIP = re.compile(r"^\s*ok \d+ - (.+?) # SKIP (.*)$", re.MULTILINE)
 
 
 def _install_tools() -> str | None:
@@ -45,7 +46,7 @@ def _install_tools() -> str | None:
         return "npm is not installed"
     r = subprocess.run(
         [NPM, "install", "--no-package-lock", "--no-audit", "--no-fund", "--loglevel=error"],
-        cwd=SDK_TEST, capture_output=True, text=True, timeout=600,
+        cwd=SDK_TEST, check=False, capture_output=True, text=True, timeout=600,
     )
     if r.returncode != 0:
         return f"npm install failed: {(r.stderr or r.stdout)[-500:]}"
@@ -54,7 +55,7 @@ def _install_tools() -> str | None:
 
 
 @pytest.fixture
-def node_env(make_workspace: Callable[..., object], base_url: str, services: object) -> dict[str, str]:
+def node_env(make_workspace: Callable[..., Workspace], base_url: str, services: Services) -> dict[str, str]:
     """The environment of one node test file: a workspace of its own (and so a per-token
     request budget of its own)."""
     if NODE is None:
@@ -66,9 +67,9 @@ def node_env(make_workspace: Callable[..., object], base_url: str, services: obj
     env = dict(os.environ)
     env.update({
         "WDS_URL": base_url,
-        "WDS_TOKEN": ws.builder_token,  # type: ignore[attr-defined]
-        "WDS_WORKSPACE_ID": str(ws.id),  # type: ignore[attr-defined]
-        "WDS_ADMIN_KEY": services.admin_key,  # type: ignore[attr-defined]
+        "WDS_TOKEN": ws.builder_token,
+        "WDS_WORKSPACE_ID": str(ws.id),
+        "WDS_ADMIN_KEY": services.admin_key,
         "NO_COLOR": "1",
     })
     return env
@@ -77,7 +78,8 @@ def node_env(make_workspace: Callable[..., object], base_url: str, services: obj
 @functools.cache
 def _node_flags() -> list[str]:
     # Node 20 has a WebSocket only behind a flag; 22+ has it by default
-    r = subprocess.run([NODE or "node", "-e", "process.stdout.write(typeof WebSocket)"], capture_output=True, text=True)
+    r = subprocess.run([NODE or "node", "-e", "process.stdout.write(typeof WebSocket)"],
+                       check=False, capture_output=True, text=True)
     return [] if r.stdout == "function" else ["--experimental-websocket"]
 
 
@@ -86,7 +88,7 @@ def _node_flags() -> list[str]:
 def test_sdk_node_file(name: str, node_env: dict[str, str], record_property: Callable[[str, object], None]) -> None:
     r = subprocess.run(
         [NODE or "node", *_node_flags(), "--test", "--test-reporter=tap", str(SDK_TEST / name)],
-        cwd=ROOT, env=node_env, capture_output=True, text=True, timeout=900,
+        check=False, cwd=ROOT, env=node_env, capture_output=True, text=True, timeout=900,
     )
     out = r.stdout + r.stderr
     for line in out.splitlines():
@@ -97,7 +99,7 @@ def test_sdk_node_file(name: str, node_env: dict[str, str], record_property: Cal
             break
     assert r.returncode == 0, out[-12000:]
     skipped = _SKIP.findall(out)
-    total = len(re.findall(r"^\s*(?:not )?ok \d+ - ", out, re.M))
+    total = len(re.findall(r"^\s*(?:not )?ok \d+ - ", out, re.MULTILINE))
     if skipped and len(skipped) == total:
         pytest.skip("; ".join(sorted({reason for _, reason in skipped})))
     for test_name, reason in skipped:
