@@ -20,12 +20,15 @@ from activities.ai_agent import AiStep
 from activities.bulk import BulkSteps
 from activities.egress import build_proxy_client
 from activities.http_request import HttpStep
+from activities.metrics import start_worker_exporter
 from activities.records import RecordSteps
 from activities.records_io import RecordIO
 from activities.scheduled import ScheduleSteps
 from activities.steps import pure_step
 from storage.db import Database
 from storage.migrations import migrate
+from wds.relay import run_relay
+from wds import tracing
 from wds.config import Settings, get_settings
 from workflows.bulk import BulkRunWorkflow
 from workflows.pipeline import PipelineWorkflow
@@ -61,14 +64,32 @@ def build_worker(client: Client, settings: Settings, db: Database) -> Worker:
     )
 
 
+async def connect_temporal(settings: Settings) -> Client:
+    """Connect, retrying with backoff while Temporal is not reachable yet."""
+    delay = 0.2
+    while True:
+        try:
+            return await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace,
+                                        interceptors=tracing.temporal_interceptors())  # OpenTelemetry if on
+        except Exception as exc:
+            log.warning("temporal not reachable at %s: %s", settings.temporal_address, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
 async def run_worker(settings: Settings | None = None) -> None:
     settings = settings or get_settings()
+    tracing.setup_tracing("wds-worker")  # off unless WDS_OTEL / OTEL_EXPORTER_OTLP_ENDPOINT
+    start_worker_exporter()  # Prometheus step metrics on WDS_WORKER_METRICS_PORT, when set
     await asyncio.to_thread(migrate, settings.database_url)
     db = Database(settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max,
                   timeout_s=settings.db_timeout_s)
     await db.open()
-    client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+    client = await connect_temporal(settings)
     worker = build_worker(client, settings, db)
+    # pipelines committed while Temporal was unreachable are started from the outbox
+    relay = asyncio.create_task(run_relay(lambda: client, db, task_queue=settings.task_queue,
+                                          search_attributes=settings.temporal_search_attributes))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -76,6 +97,7 @@ async def run_worker(settings: Settings | None = None) -> None:
     async with worker:
         log.info("worker polling %s on %s", settings.task_queue, settings.temporal_address)
         await stop.wait()
+    relay.cancel()
     await db.close()
 
 

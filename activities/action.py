@@ -23,6 +23,7 @@ from activities.http_request import (
     timeout_of,
     to_result,
 )
+from activities.metrics import timed_step
 from activities.proxy import (
     Credential,
     OutboundRequest,
@@ -198,6 +199,7 @@ class ActionStep:
         self.client = client
 
     @activity.defn(name="action_step")
+    @timed_step  # Prometheus wds_step_duration_seconds{kind, status}
     async def action_step(self, inp: StepInput) -> StepResult:
         config = column_for_step(inp).config or {}
         gid, rid_ = str(config.get("group_id")), str(config.get("request_id"))

@@ -25,6 +25,7 @@ import orjson
 from temporalio import activity
 
 from activities.http_request import check_timeout, record_extra, to_result
+from activities.metrics import timed_step
 from activities.proxy import (
     DEFAULT_TIMEOUT_S,
     Credential,
@@ -207,6 +208,7 @@ class AiStep:
         self.client = client
 
     @activity.defn(name="ai_step")
+    @timed_step  # Prometheus wds_step_duration_seconds{kind, status}
     async def ai_step(self, inp: StepInput) -> StepResult:
         base_url = (self.settings.ai_base_url or "").rstrip("/")
         if not base_url:

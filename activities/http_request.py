@@ -15,6 +15,7 @@ import httpx
 import orjson
 from temporalio import activity
 
+from activities.metrics import timed_step
 from activities.proxy import (
     DEFAULT_TIMEOUT_S,
     METHODS,
@@ -181,6 +182,7 @@ class HttpStep:
         self.client = client
 
     @activity.defn(name="http_step")
+    @timed_step  # Prometheus wds_step_duration_seconds{kind, status}
     async def http_step(self, inp: StepInput) -> StepResult:
         col = column_for_step(inp)
         config = col.config or {}

@@ -12,6 +12,7 @@ from typing import Any
 from temporalio import activity
 
 from activities.bulkplan import dependants_map
+from activities.metrics import timed_step
 from activities.snap import caller_can, table_snap
 from activities.steps import column_for_step
 from activities.templates import TemplateFailure, render, render_value
@@ -55,6 +56,7 @@ class RecordSteps:
             return await meta.load_schema(conn, workspace_id=workspace_id)
 
     @activity.defn(name="record_step")
+    @timed_step  # Prometheus wds_step_duration_seconds{kind, status}
     async def record_step(self, inp: StepInput) -> StepResult:
         col = column_for_step(inp)
         schema = await self._schema(inp.table.workspace_id)

@@ -7,6 +7,7 @@ from datetime import datetime
 from temporalio import activity
 
 from activities import formula, json_parser
+from activities.metrics import timed_step
 from activities.types import ColumnSnap, StepInput, StepResult
 
 
@@ -20,6 +21,7 @@ def column_for_step(inp: StepInput) -> ColumnSnap:
 
 
 @activity.defn(name="pure_step")
+@timed_step  # Prometheus wds_step_duration_seconds{kind, status}
 async def pure_step(inp: StepInput) -> StepResult:
     col = column_for_step(inp)
     records = inp.records

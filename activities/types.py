@@ -56,6 +56,7 @@ class PipelineInput:
     write: bool = True
     # column id → ids of the computed columns that read it, transitively (skipped on failure)
     dependants: dict[str, list[int]] = field(default_factory=dict)
+    outbox_id: int | None = None  # the outbox row this run was committed with
 
 
 @dataclass

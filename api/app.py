@@ -9,9 +9,10 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from temporalio.client import Client
 
-from api import errors, limits
+from api import errors, limits, metrics
 from api.routes import admin, agents, columns, health, records, runs, schema, sql, tables, usage, views, publish
 from api.routes import catalogue, credentials, schedules
 from api.routes import auth, realtime, sdk, storage as storage_routes
@@ -23,8 +24,10 @@ from storage import access
 from storage.db import Database
 from storage.migrations import migrate
 from storage.values import set_file_base_url
+from wds import tracing
 from wds.config import Settings, get_settings
 from worker import build_worker
+from wds.relay import run_relay
 
 log = logging.getLogger("wds.api")
 VERSION = "0.1.0"
@@ -40,7 +43,8 @@ async def _connect_temporal(state: AppState) -> None:
     while state.temporal is None:
         try:
             client = await Client.connect(
-                state.settings.temporal_address, namespace=state.settings.temporal_namespace
+                state.settings.temporal_address, namespace=state.settings.temporal_namespace,
+                interceptors=tracing.temporal_interceptors(),  # OpenTelemetry when WDS_OTEL is on
             )
         except Exception as exc:
             log.warning("temporal not reachable at %s: %s", state.settings.temporal_address, exc)
@@ -87,6 +91,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(_connect_temporal(state), name="wds-temporal-connect"),
             asyncio.create_task(_flush_token_use(state), name="wds-token-use"),
         ]
+        if settings.inprocess_worker:  # the outbox relay runs beside every worker
+            tasks.append(asyncio.create_task(run_relay(
+                lambda: state.temporal, db, task_queue=settings.task_queue,
+                search_attributes=settings.temporal_search_attributes), name="wds-outbox-relay"))
         try:
             async with mcp_door.run():  # the MCP SDK's (stateless) session manager
                 yield
@@ -111,7 +119,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.add_middleware(IdempotencyMiddleware)  # inner: runs after limits resolved the principal
     app.add_middleware(ApiMiddleware)  # rate limits + quotas on REST/SQL, usage log of every door
+    # browsers on other origins may call the API with bearer tokens (no cookies are used)
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=["*"],
+        allow_methods=["GET", "POST", "PATCH", "PUT", "DELETE", "OPTIONS"],
+        allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Prefer", "Accept", "x-upsert"],
+        expose_headers=["X-Total-Count", "Content-Range", "Retry-After", "X-RateLimit-Limit",
+                        "X-RateLimit-Remaining", "X-RateLimit-Reset", "Idempotent-Replayed"],
+        max_age=600,
+    )
+    app.add_middleware(metrics.MetricsMiddleware)  # outermost: Prometheus request histograms (GET /metrics)
+    if tracing.setup_tracing("wds-api"):  # OpenTelemetry: off unless WDS_OTEL / OTEL_EXPORTER_OTLP_ENDPOINT
+        tracing.instrument_app(app)
     for module in (health, admin, tables, columns, records, runs, sql, schema, views, agents, usage, publish,
-                   credentials, catalogue, schedules, auth, realtime, storage_routes, sdk):
+                   credentials, catalogue, schedules, auth, realtime, storage_routes, sdk, metrics):
         app.include_router(module.router)
     return app

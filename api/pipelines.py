@@ -1,40 +1,45 @@
 """Running a table's computed columns after a write (DESIGN §5).
 
-The API starts the pipeline workflow for the written records (eager start on the
-in-process worker when there is one) and waits for its result, so the write response
-carries the computed values and ``pipeline: {status, run_id, errors}``. Tables without
-computed columns to run (and ``run_pipeline=false``) skip it.
+A write that will run computed columns queues its pipeline in the outbox inside the
+write's own transaction (:func:`queue_pipeline`); after the commit the API starts the
+workflow (eager start on the in-process worker when there is one) and waits for its
+result (:func:`await_pipeline`), so the write response carries the computed values and
+``pipeline: {status, run_id, errors}``. If Temporal cannot be reached the response says
+``status: "queued"`` and the outbox relay (``wds/relay.py``) starts the run later,
+exactly once. Tables without computed columns to run (and ``run_pipeline=false``) skip
+all of it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 import uuid
-from datetime import timedelta
+from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
 
-from temporalio.client import Client
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from psycopg import AsyncConnection
 
 from activities.bulkplan import dependants_map
 from activities.snap import caller_of, table_snap
 from activities.types import PipelineInput, PipelineResult
 from api.limits import charge_automation_runs
+from api.metrics import observe_pipeline
+from api.routes.search import refresh_after_write
 from api.state import AppState
+from storage import outbox
 from storage import records as rec
 from storage.access import Principal
-from storage.errors import PlanLimit
+from storage.errors import PlanLimit, ServiceError
 from storage.pipelines import plan_steps
 from storage.plans import plan as plan_of
 from storage.schema import ColumnMeta, TableMeta
-from workflows.pipeline import PipelineWorkflow
+from wds.relay import GRACE_S, encode_input, start_pipeline
 
+log = logging.getLogger("wds.pipelines")
 CHUNK = 500  # records per workflow for batches
-GRACE_S = 5.0
-SA_WORKSPACE = SearchAttributeKey.for_int("WdsWorkspace")
-SA_TABLE = SearchAttributeKey.for_int("WdsTable")
-SA_MODE = SearchAttributeKey.for_keyword("WdsMode")
-SA_RECORDS = SearchAttributeKey.for_keyword_list("WdsRecords")
 
 
 def workflow_id(table: TableMeta, mode: str, record_ids: list[int]) -> str:
@@ -59,32 +64,136 @@ def pipeline_input(
     )
 
 
-async def start_and_wait(state: AppState, client: Client, inp: PipelineInput, table: TableMeta) -> PipelineResult:
-    wid = workflow_id(table, inp.mode, inp.record_ids)
-    handle = await client.start_workflow(
-        PipelineWorkflow.run,
-        inp,
-        id=wid,
-        task_queue=state.settings.task_queue,
-        execution_timeout=timedelta(seconds=inp.time_budget_s + GRACE_S * 4),
-        request_eager_start=state.worker is not None,
-        memo={"workspace": table.workspace_id, "table": table.id, "mode": inp.mode,
-              "records": inp.record_ids[:100]},
-        search_attributes=TypedSearchAttributes([
-            SearchAttributePair(SA_WORKSPACE, table.workspace_id),
-            SearchAttributePair(SA_TABLE, table.id),
-            SearchAttributePair(SA_MODE, inp.mode),
-            SearchAttributePair(SA_RECORDS, [str(r) for r in inp.record_ids[:100]]),
-        ]) if state.settings.temporal_search_attributes else None,
-    )
-    return await asyncio.wait_for(handle.result(), timeout=inp.time_budget_s + GRACE_S)
-
-
 def outcome_of(result: PipelineResult, record_id: int) -> dict[str, Any]:
     o = result.records.get(str(record_id))
     if o is None:
         return {"status": "error", "run_id": result.run_id, "errors": {"_record": "record vanished during the run"}}
     return {"status": o.status, "run_id": result.run_id, "errors": o.errors}
+
+
+@dataclass
+class Pending:
+    """A pipeline queued in the outbox with its write, waiting to be started."""
+
+    runs: list[tuple[str, PipelineInput]]  # (workflow id, input) per chunk of records
+    outcome: dict[str, Any] | None = None  # set when the run cannot happen (quota)
+
+
+def will_run(table: TableMeta, *, mode: str, changed: list[str] | None, enabled: bool,
+             only: list[int] | None = None) -> list[list[ColumnMeta]]:
+    """The levels a write would run (empty: no pipeline, no transaction needed)."""
+    if not enabled:
+        return []
+    return plan_steps(table, mode=mode, changed=changed or (), only=only)
+
+
+async def queue_pipeline(
+    state: AppState, principal: Principal, table: TableMeta, conn: AsyncConnection[Any],
+    rows: list[dict[str, Any]], *, mode: str, levels: list[list[ColumnMeta]],
+) -> Pending | None:
+    """Inside the write's transaction: charge the automation runs and add outbox rows."""
+    if not rows or not levels:
+        return None
+    ids = [r["id"] for r in rows]
+    try:  # one automation run per record (monthly quota); the write itself still happens
+        await charge_automation_runs(state, principal, len(ids))
+    except PlanLimit as exc:
+        outcome = {"status": "error", "run_id": None, "errors": {"_pipeline": exc.message},
+                   "code": exc.code, "upgrade": True}
+        return Pending([], outcome)
+    runs = []
+    for i in range(0, len(ids), CHUNK):
+        chunk = ids[i:i + CHUNK]
+        inp = pipeline_input(principal, table, chunk, mode, levels)
+        oid = await outbox.add(conn, workspace_id=table.workspace_id, table_id=table.id, payload={})
+        inp.outbox_id = oid
+        wid = f"{workflow_id(table, mode, chunk)}/ob{oid}"
+        await outbox.set_payload(conn, outbox_id=oid, payload={"workflow_id": wid, "input": encode_input(inp)})
+        runs.append((wid, inp))
+    return Pending(runs)
+
+
+def _single_or_batch(outcome: dict[str, Any], n: int) -> dict[str, Any]:
+    return outcome if n == 1 else {**outcome, "per_record": {}}
+
+
+async def _forget(state: AppState, outbox_ids: list[int]) -> None:
+    with suppress(ServiceError):
+        async with state.db.connection() as conn:
+            await outbox.remove(conn, outbox_ids=outbox_ids)
+
+
+async def await_pipeline(
+    state: AppState, table: TableMeta, rows: list[dict[str, Any]], pending: Pending | None,
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """After the commit: start the queued runs and wait for them.
+
+    For one row the outcome is ``{status, run_id, errors}``; for several it adds
+    ``per_record`` (record id → outcome) and ``status`` is ``error`` if any row failed.
+    """
+    if pending is None:
+        return rows, None
+    if pending.outcome is not None:
+        return rows, _single_or_batch(pending.outcome, len(rows))
+    run_ids = [wid for wid, _ in pending.runs]
+    if state.temporal is None:
+        queued = {"status": "queued", "run_id": run_ids[0], "errors": {}}
+        return rows, _single_or_batch({**queued, "run_ids": run_ids} if len(rows) > 1 else queued, len(rows))
+    started: list[int] = []
+
+    async def one(wid: str, inp: PipelineInput) -> PipelineResult | None:
+        try:
+            handle = await start_pipeline(
+                state.temporal, workflow_id=wid, inp=inp, task_queue=state.settings.task_queue,
+                eager=state.worker is not None, search_attributes=state.settings.temporal_search_attributes,
+            )
+        except Exception as exc:  # Temporal unreachable: the relay starts it from the outbox
+            log.warning("pipeline %s queued: %s", wid, type(exc).__name__)
+            return None
+        started.append(inp.outbox_id or 0)
+        try:
+            return await asyncio.wait_for(handle.result(), timeout=inp.time_budget_s + GRACE_S)
+        except asyncio.TimeoutError:
+            raise
+        except Exception as exc:  # lost Temporal while waiting: the run goes on without us
+            log.warning("pipeline %s still running: %s", wid, type(exc).__name__)
+            return None
+
+    clock, measured = time.perf_counter(), "failed"  # Prometheus: the wait, by mode and outcome
+    try:
+        results = await asyncio.gather(*(one(wid, inp) for wid, inp in pending.runs))
+        measured = ("queued" if any(r is None for r in results)
+                    else "error" if any(r.status == "error" for r in results if r is not None) else "ok")
+    except asyncio.TimeoutError:
+        measured = "timeout"
+        outcome = {"status": "error", "run_id": run_ids[0], "errors": {"_pipeline": "budget_exceeded"}}
+        return rows, _single_or_batch(outcome, len(rows))
+    finally:
+        observe_pipeline(pending.runs[0][1].mode, measured, time.perf_counter() - clock, len(rows))
+        # started runs no longer need their outbox rows (in the background: not on the answer's path)
+        if started:
+            task = asyncio.create_task(_forget(state, started))
+            background: set[asyncio.Task[None]] = state.extras.setdefault("background", set())
+            background.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(background.discard)
+    ids = [r["id"] for r in rows]
+    done = [r for r in results if r is not None]
+    if len(done) < len(results):
+        status = "queued" if len(started) < len(results) else "running"
+        outcome = {"status": status, "run_id": run_ids[0], "errors": {}}
+        if not done:
+            return rows, _single_or_batch({**outcome, "run_ids": run_ids} if len(rows) > 1 else outcome, len(rows))
+    async with state.db.connection() as conn:
+        final = await rec.get_record_rows(conn, table=table, record_ids=ids)
+    by_record = {rid: res for res in done for rid in res.records}
+    if len(rows) == 1:
+        return final, outcome_of(done[0], ids[0])
+    per = {str(i): outcome_of(by_record[str(i)], i) for i in ids if str(i) in by_record}
+    status = "error" if any(o["status"] == "error" for o in per.values()) else "ok"
+    if len(done) < len(results):
+        status = "queued"
+    return final, {"status": status, "run_id": run_ids[0] if len(run_ids) == 1 else None,
+                   "run_ids": run_ids, "errors": {}, "per_record": per}
 
 
 async def run_after_write(
@@ -98,44 +207,32 @@ async def run_after_write(
     enabled: bool = True,
     only: list[int] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """Run the pipeline over freshly written rows; returns the final rows and the outcome.
+    """Queue and run the pipeline for rows already written (re-runs: ``run``, ``compute``).
 
-    For one row the outcome is ``{status, run_id, errors}``; for several it adds
-    ``per_record`` (record id → outcome) and ``status`` is ``error`` if any row failed.
+    Writes use :func:`queue_pipeline` inside their own transaction instead.
     """
-    if not enabled or not rows:
+    levels = will_run(table, mode=mode, changed=changed, enabled=enabled, only=only)
+    if not levels or not rows:
         return rows, None
-    levels = plan_steps(table, mode=mode, changed=changed or (), only=only)
-    if not levels:
-        return rows, None
-    client = state.temporal
-    ids = [r["id"] for r in rows]
-    if client is None:
-        outcome = {"status": "unavailable", "run_id": None,
-                   "errors": {"_pipeline": "the pipeline engine (Temporal) is not reachable"}}
-        return rows, outcome if len(rows) == 1 else {**outcome, "per_record": {}}
-    try:  # one automation run per record (monthly quota); the write itself has happened
-        await charge_automation_runs(state, principal, len(ids))
-    except PlanLimit as exc:
-        outcome = {"status": "error", "run_id": None, "errors": {"_pipeline": exc.message},
-                   "code": exc.code, "upgrade": True}
-        return rows, outcome if len(rows) == 1 else {**outcome, "per_record": {}}
-    results: list[PipelineResult] = []
-    chunks = [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
-    try:
-        results = list(await asyncio.gather(*(
-            start_and_wait(state, client, pipeline_input(principal, table, chunk, mode, levels), table)
-            for chunk in chunks
-        )))
-    except asyncio.TimeoutError:
-        outcome = {"status": "error", "run_id": None, "errors": {"_pipeline": "budget_exceeded"}}
-        return rows, outcome if len(rows) == 1 else {**outcome, "per_record": {}}
-    async with state.db.connection() as conn:
-        final = await rec.get_record_rows(conn, table=table, record_ids=ids)
-    by_chunk = {rid: res for res in results for rid in res.records}
-    if len(rows) == 1:
-        return final, outcome_of(results[0], ids[0])
-    per = {str(i): outcome_of(by_chunk[str(i)], i) for i in ids if str(i) in by_chunk}
-    status = "error" if any(o["status"] == "error" for o in per.values()) else "ok"
-    return final, {"status": status, "run_id": results[0].run_id if len(results) == 1 else None,
-                   "run_ids": [r.run_id for r in results], "errors": {}, "per_record": per}
+    async with state.db.transaction() as conn:
+        pending = await queue_pipeline(state, principal, table, conn, rows, mode=mode, levels=levels)
+    final, outcome = await await_pipeline(state, table, rows, pending)
+    if only is None:
+        return await refresh_embeddings(state, table, final, outcome, mode=mode, changed=changed)
+    return final, outcome
+
+
+async def refresh_embeddings(
+    state: AppState, table: TableMeta, rows: list[dict[str, Any]], outcome: dict[str, Any] | None,
+    *, mode: str, changed: list[str] | None,
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """After a write (and its pipeline): re-embed the written records of a table with
+    semantic search, from the final rows (so embedded computed columns count). A
+    provider failure never fails the write; it shows as ``errors._embedding`` when the
+    write reports a pipeline outcome. Tables without semantic search return at once.
+    """
+    if table.semantic and rows:
+        problem = await refresh_after_write(state, table, rows, mode=mode, changed=changed)
+        if problem is not None and outcome is not None:
+            outcome.setdefault("errors", {})["_embedding"] = problem
+    return rows, outcome

@@ -996,6 +996,8 @@ class Channel {
       }
       case "subscribed":
         this.tableId = msg.table_id;
+        // a server that tells its current seq lets a quiet channel resume without a gap
+        if (this.lastSeq === null && typeof msg.seq === "number") this.lastSeq = msg.seq;
         this._attempt = 0;
         this._setStatus("SUBSCRIBED");
         return;

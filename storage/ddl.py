@@ -124,8 +124,64 @@ def change_trigger_sql(workspace_id: int, table_id: int) -> list[str]:
 
 
 async def drop_table(conn: AsyncConnection[Any], workspace_id: int, table_id: int) -> None:
-    # CASCADE drops relation foreign keys of other tables pointing here
+    # CASCADE drops relation foreign keys of other tables pointing here (and would leave
+    # the embeddings table behind with its key dropped, so that goes first)
+    await drop_embedding_table(conn, workspace_id, table_id)
     await conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(qualified(workspace_id, table_id)))
+
+
+# --------------------------------------------------------------------------- semantic search
+# Embeddings live beside the records, in ``ws_<w>.e_<t>`` (one row per embedded record),
+# not in a column of ``t_<t>``: refreshing a vector then never rewrites the record row,
+# fires no change-capture trigger (no empty realtime UPDATE events), and list queries do
+# not drag 1.5 KB vectors through their pages.
+
+
+def embedding_table(workspace_id: int, table_id: int) -> sql.Composed:
+    """``ws_<w>.e_<t>``, the embeddings of table ``t``."""
+    return sql.SQL("{}.{}").format(sql.Identifier(schema_name(workspace_id)), sql.Identifier(f"e_{int(table_id)}"))
+
+
+async def embedding_dim(conn: AsyncConnection[Any], workspace_id: int, table_id: int) -> int | None:
+    """The vector dimension of the table's embeddings table, ``None`` when it has none."""
+    cur = await conn.execute(
+        "SELECT a.atttypmod AS dim FROM pg_attribute a"
+        " WHERE a.attrelid = to_regclass(%s) AND a.attname = 'embedding' AND NOT a.attisdropped",
+        (f"{schema_name(workspace_id)}.e_{int(table_id)}",),
+    )
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    return int(row["dim"] if isinstance(row, dict) else row[0])
+
+
+async def create_embedding_table(conn: AsyncConnection[Any], workspace_id: int, table_id: int, dim: int) -> bool:
+    """Make ``e_<t>`` with ``vector(dim)`` and its HNSW index (cosine); an existing one
+    of another dimension (another model) is dropped and made anew. Returns whether it
+    was (re)created, i.e. holds no embeddings yet."""
+    current = await embedding_dim(conn, workspace_id, table_id)
+    if current == int(dim):
+        return False
+    if current is not None:
+        await drop_embedding_table(conn, workspace_id, table_id)
+    target = embedding_table(workspace_id, table_id)
+    await conn.execute(
+        sql.SQL(
+            "CREATE TABLE {} (id bigint PRIMARY KEY REFERENCES {} (id) ON DELETE CASCADE,"
+            " source_hash text NOT NULL, embedding vector({}) NOT NULL,"
+            " updated_at timestamptz NOT NULL DEFAULT now())"
+        ).format(target, qualified(workspace_id, table_id), sql.Literal(int(dim)))
+    )
+    await conn.execute(
+        sql.SQL("CREATE INDEX {} ON {} USING hnsw (embedding vector_cosine_ops)").format(
+            sql.Identifier(f"e_{int(table_id)}_hnsw"), target
+        )
+    )
+    return True
+
+
+async def drop_embedding_table(conn: AsyncConnection[Any], workspace_id: int, table_id: int) -> None:
+    await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(embedding_table(workspace_id, table_id)))
 
 
 def _index_method(col: ColumnMeta) -> str | None:

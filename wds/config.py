@@ -48,6 +48,16 @@ class Settings(BaseSettings):
     embeddings: str | None = None
     embeddings_model: str = "text-embedding-3-small"
 
+    # agent chat (issue 9): message cap, history budget, tool rounds, per-channel limits
+    chat_max_message_chars: int = 8_000
+    chat_history_messages: int = 40
+    chat_history_chars: int = 24_000
+    chat_max_tool_rounds: int = 8
+    chat_session_per_minute: int = 30  # messages per channel + session
+    chat_channel_per_minute: int = 300  # messages per channel, all sessions
+    # messaging channels reply through these APIs (tests point them at local servers)
+    telegram_api_base: str = "https://api.telegram.org"
+
     # storage buckets (issue 10): local files under data_dir/storage unless a URL is set
     # (s3://bucket[/prefix] with AWS_* credentials from the environment, file:///dir, memory:///)
     storage_url: str | None = None

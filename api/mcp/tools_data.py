@@ -33,12 +33,13 @@ from api.mcp.spec import (
 )
 from api.routes import records as rest_records
 from api.routes import runs as rest_runs
+from api.routes import search as rest_search
 from api.routes.sql import execute_sql
 from api.schemas import RecordIn
 from api.serialize import column_out, table_summary
 from api.state import AppState
 from storage.access import Action, Principal
-from storage.errors import ServiceError, Unavailable
+from storage.errors import ServiceError
 from storage.formula.functions import describe_functions
 from storage.query import Query, list_records, parse_filter_list, parse_filter_object, plan_query
 from storage.query.parse import parse_order, parse_select
@@ -204,11 +205,8 @@ async def list_views(state: AppState, principal: Principal, args: dict[str, Any]
 
 async def semantic_search(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.READ)
-    if not table.semantic:
-        raise ServiceError("semantic search is not enabled for this table; enable it with"
-                           " semantic_search: {columns: [...]} on the table", code="NOT_CONFIGURED")
-    raise Unavailable("semantic search is enabled for this table but no embeddings index is available"
-                      " on this server yet", code="NOT_CONFIGURED")
+    return await rest_search.search_records(state, principal, table, args["query"], limit=args.get("limit", 10),
+                                            filters=args.get("filters"))
 
 
 async def sql_query(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:

@@ -3,12 +3,14 @@ delete and batch create. Writes run the table's computed columns before answerin
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
+from psycopg import AsyncConnection
 
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
-from api.pipelines import run_after_write
+from api.pipelines import await_pipeline, queue_pipeline, refresh_embeddings, will_run
 from api.responses import JSON
 from api.routes.tables import ERRORS
 from api.routes.views import view_query
@@ -47,6 +49,33 @@ async def _files(state: AppState, table: TableMeta, prepared: rec.PreparedRow) -
     if objects.has_object_refs(table, prepared.values, base):
         async with state.db.connection() as conn:
             await objects.resolve_file_refs(conn, table=table, values=prepared.values, base_url=base)
+
+
+async def _write(
+    state: AppState,
+    principal: Principal,
+    table: TableMeta,
+    write: Callable[[AsyncConnection[Any]], Awaitable[list[dict[str, Any]]]],
+    *,
+    mode: str,
+    changed: list[str] | None,
+    enabled: bool,
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Run ``write`` and then the table's pipeline for the rows it wrote.
+
+    Without computed columns to run, the write is one autocommit statement. With them,
+    the write and its outbox row commit together, so a Temporal outage loses nothing.
+    """
+    levels = will_run(table, mode=mode, changed=changed, enabled=enabled)
+    if not levels:
+        async with state.db.connection() as conn:
+            rows = await write(conn)
+        return await refresh_embeddings(state, table, rows, None, mode=mode, changed=changed)
+    async with state.db.transaction() as conn:
+        rows = await write(conn)
+        pending = await queue_pipeline(state, principal, table, conn, rows, mode=mode, levels=levels)
+    final, outcome = await await_pipeline(state, table, rows, pending)
+    return await refresh_embeddings(state, table, final, outcome, mode=mode, changed=changed)
 
 
 def _with_pipeline(record: dict[str, Any], outcome: dict[str, Any] | None) -> dict[str, Any]:
@@ -122,11 +151,11 @@ async def create(
     table = await _table(state, principal, table_id, Action.CREATE)
     prepared = rec.prepare_fields(table, _fields_of(body), creating=True)
     await _files(state, table, prepared)
-    async with state.db.connection() as conn:
-        row = await rec.insert_record(conn, table=table, row=prepared)
-    rows, outcome = await run_after_write(
-        state, principal, table, [row], mode="create", changed=None, enabled=run_pipeline
-    )
+
+    async def write(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
+        return [await rec.insert_record(conn, table=table, row=prepared)]
+
+    rows, outcome = await _write(state, principal, table, write, mode="create", changed=None, enabled=run_pipeline)
     return JSON(_with_pipeline(rec.row_to_record(table, rows[0]), outcome), status_code=201)
 
 
@@ -145,13 +174,16 @@ async def update(
     fields = _fields_of(body)
     prepared = rec.prepare_fields(table, fields, creating=False)
     await _files(state, table, prepared)
-    async with state.db.connection() as conn:
-        row = await rec.update_record(conn, table=table, record_id=_record_id(record_id), row=prepared)
-    if row is None:
+    rid = _record_id(record_id)
+
+    async def write(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
+        row = await rec.update_record(conn, table=table, record_id=rid, row=prepared)
+        return [] if row is None else [row]
+
+    rows, outcome = await _write(state, principal, table, write, mode="edit", changed=list(fields),
+                                 enabled=run_pipeline)
+    if not rows:
         raise NotFound(f"record {record_id} not found")
-    rows, outcome = await run_after_write(
-        state, principal, table, [row], mode="edit", changed=list(fields), enabled=run_pipeline
-    )
     return JSON(_with_pipeline(rec.row_to_record(table, rows[0]), outcome))
 
 
@@ -188,25 +220,29 @@ async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: S
         except ServiceError as exc:
             results[i] = {"index": i, "error": exc.message, "code": exc.code}
     inserted: list[tuple[int, dict[str, Any]]] = []
-    if valid:
+
+    async def write(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
+        inserted.clear()
         try:
-            async with state.db.transaction() as conn:
+            async with conn.transaction():  # a savepoint when a pipeline transaction is open
                 rows = await rec.insert_records(conn, table=table, rows=[p for _, p in valid])
-            inserted = list(zip([i for i, _ in valid], rows))
+            inserted.extend(zip([i for i, _ in valid], rows))
         except ServiceError:
             # a row failed in the database (e.g. a relation to a missing record):
-            # isolate it by inserting row by row
+            # isolate it by inserting row by row, each under its own savepoint
             for i, prepared in valid:
                 try:
-                    async with state.db.transaction() as conn:
-                        row = await rec.insert_record(conn, table=table, row=prepared)
-                    inserted.append((i, row))
+                    async with conn.transaction():
+                        inserted.append((i, await rec.insert_record(conn, table=table, row=prepared)))
                 except ServiceError as exc:
                     results[i] = {"index": i, "error": exc.message, "code": exc.code}
-    rows_after, outcome = await run_after_write(
-        state, principal, table, [r for _, r in inserted], mode="create", changed=None,
-        enabled=body.run_pipeline,
-    )
+        return [r for _, r in inserted]
+
+    rows_after: list[dict[str, Any]] = []
+    outcome: dict[str, Any] | None = None
+    if valid:
+        rows_after, outcome = await _write(state, principal, table, write, mode="create", changed=None,
+                                           enabled=body.run_pipeline)
     per_row = (outcome or {}).get("per_record", {})
     for (i, _), row in zip(inserted, rows_after):
         record = rec.row_to_record(table, row)

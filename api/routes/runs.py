@@ -144,7 +144,8 @@ async def run_actions(table_id: int, body: RunActionsIn, principal: RestPrincipa
                 raise ValidationError(f"column {cid} is not a computed column of this table")
     filters: list[dict[str, Any]] = []
     if isinstance(body.filters, dict):
-        filters = [{"column": f.column, "op": ("not." if f.negate else "") + f.op.value, "value": f.value}
+        filters = [{"column": f.column, "op": ("not." if f.negate else "") + f.op.value,
+                    "value": list(f.value) if isinstance(f.value, tuple) else f.value}
                    for f in parse_filter_object(body.filters)]
     elif body.filters:
         filters = body.filters

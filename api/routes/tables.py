@@ -11,6 +11,7 @@ from fastapi import APIRouter
 
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.limits import check_table_quota
+from api.routes import search as semantic_search
 from api.responses import JSON
 from api.schedules import delete_table_schedules
 from api.schemas import Deleted, ErrorOut, TableIn, TableOut, TablePatch, TableSummary
@@ -99,6 +100,8 @@ async def create_table(body: TableIn, principal: RestPrincipal, state: StateDep)
         specs.append(spec)
     check_computed_columns(specs)
     semantic = _semantic(body.semantic_search, None, seen)
+    if semantic is not None:  # 503 NOT_CONFIGURED before anything is created
+        semantic = await semantic_search.prepare_semantic(state, semantic)
     async with schema_change(state, principal.workspace_id) as conn:
         if await meta.table_name_taken(conn, workspace_id=principal.workspace_id, name=name):
             raise Conflict(f"a table named {name!r} already exists")
@@ -110,6 +113,7 @@ async def create_table(body: TableIn, principal: RestPrincipal, state: StateDep)
             await meta.create_column(conn, workspace_id=principal.workspace_id, table_id=row["id"], spec=spec)
         if semantic is not None:
             await meta.update_table(conn, table_id=row["id"], changes={"semantic": semantic})
+            await semantic_search.apply_semantic(conn, principal.workspace_id, row["id"], semantic)
         if principal.type is TokenType.REST_API:
             await access.grant_created_table(conn, token_id=principal.token_id, table_id=row["id"])
         await state.caches.notify(conn, tokens=True)
@@ -138,13 +142,22 @@ async def patch_table(table_id: int, body: TablePatch, principal: RestPrincipal,
         changes["icon"] = body.icon
     if "semantic_search" in fields:
         changes["semantic"] = _semantic(body.semantic_search, table, {c.name for c in table.columns})
+        if changes["semantic"] is not None:  # 503 NOT_CONFIGURED when no provider can embed
+            changes["semantic"] = await semantic_search.prepare_semantic(state, changes["semantic"])
     async with schema_change(state, principal.workspace_id) as conn:
         if "name" in changes and await meta.table_name_taken(
             conn, workspace_id=principal.workspace_id, name=changes["name"], exclude_id=table.id
         ):
             raise Conflict(f"a table named {changes['name']!r} already exists")
         await meta.update_table(conn, table_id=table.id, changes=changes)
-    return JSON(table_out(await _created_table(state, principal, table.id)))
+        if "semantic" in changes:
+            await semantic_search.apply_semantic(conn, principal.workspace_id, table.id, changes["semantic"])
+    updated = await _created_table(state, principal, table.id)
+    out = table_out(updated)
+    if changes.get("semantic") is not None:
+        # existing records are embedded by a run: {run_id, status, total, ...} (null: none to embed)
+        out["backfill"] = await semantic_search.start_backfill(state, updated)
+    return JSON(out)
 
 
 @router.delete("/tables/{table_id}", response_model=Deleted, responses=ERRORS)

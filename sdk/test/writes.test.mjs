@@ -2,8 +2,8 @@
 // flight, measured at a proxy in front of the API), run_pipeline=false, idempotency keys.
 import { test, before } from "node:test";
 import assert from "node:assert/strict";
-import { createClient, flattenRecord } from "../wds.js";
 import http from "node:http";
+import { createClient, flattenRecord } from "../wds.js";
 import { URL_, TOKEN, api, close, createTable, freshToken, listen, rawList, recordingProxy } from "./helpers.mjs";
 
 let table, client;

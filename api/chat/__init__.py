@@ -1,0 +1,1 @@
+"""Agent chat: the webhook's conversation engine, its tools, history and channels."""

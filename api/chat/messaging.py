@@ -1,0 +1,122 @@
+"""Messaging channels: Telegram complete; Slack and WhatsApp refused until built.
+
+**Telegram.** Register the webhook with Telegram (``setWebhook``) as
+``{base_url}/functions/v1/agent-webhook?type=telegram&token=<channel token>`` — the
+channel token is the secret part of that URL. The channel's ``config.credential`` names
+a stored credential (``POST /admin/workspaces/{ws}/credentials``, any type) whose secret
+is the bot token. Telegram posts an ``Update``; a text ``message`` becomes one chat turn
+in session ``telegram:<chat id>`` and the reply goes back with ``sendMessage`` to
+``{WDS_TELEGRAM_API_BASE}/bot<token>/sendMessage`` (split at Telegram's 4,096
+characters). Other updates (edits, stickers, joins) are acknowledged and ignored.
+
+Telegram re-delivers an update until it gets a 2xx, so once the channel is known every
+outcome — a too-long message, a rate limit, a provider failure — is told to the user in
+the chat and acknowledged with 200; only a misconfigured channel answers 503
+``NOT_CONFIGURED``, which the operator sees in ``getWebhookInfo``.
+
+**Slack, WhatsApp**: 501 ``NOT_IMPLEMENTED`` (after the token is checked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from api.chat.provider import http_client
+from api.state import AppState
+from storage.errors import ServiceError, Unavailable
+from storage.secrets import SecretBox, load_secret
+
+TELEGRAM_MAX_TEXT = 4096
+SORRY = "Sorry, I cannot answer right now. Please try again later."
+
+
+class NotConfigured(Unavailable):
+    code = "NOT_CONFIGURED"
+
+
+class NotImplementedChannel(ServiceError):
+    status = 501
+    code = "NOT_IMPLEMENTED"
+
+
+def telegram_text(update: Any) -> tuple[int | str, str] | None:
+    """``(chat id, text)`` of an Update carrying a new text message, else ``None``.
+
+    >>> telegram_text({"update_id": 1, "message": {"message_id": 2, "chat": {"id": 42}, "text": "hi"}})
+    (42, 'hi')
+    >>> telegram_text({"update_id": 1, "edited_message": {"chat": {"id": 42}, "text": "hi"}}) is None
+    True
+    """
+    if not isinstance(update, dict):
+        return None
+    msg = update.get("message")
+    if not isinstance(msg, dict):
+        return None
+    chat = msg.get("chat")
+    text = msg.get("text")
+    if not isinstance(chat, dict) or not isinstance(text, str) or not text.strip():
+        return None
+    chat_id = chat.get("id")
+    if not isinstance(chat_id, (int, str)) or isinstance(chat_id, bool):
+        return None
+    return chat_id, text
+
+
+def split_text(text: str, size: int = TELEGRAM_MAX_TEXT) -> list[str]:
+    """``text`` in pieces of at most ``size`` characters (at a newline when there is one).
+
+    >>> split_text("ab\\ncd", 3)
+    ['ab', 'cd']
+    """
+    pieces: list[str] = []
+    rest = text
+    while len(rest) > size:
+        cut = rest.rfind("\n", 0, size)
+        cut = cut if cut > 0 else size
+        pieces.append(rest[:cut])
+        rest = rest[cut:].lstrip("\n")
+    if rest:
+        pieces.append(rest)
+    return pieces
+
+
+async def bot_token(state: AppState, channel: Mapping[str, Any]) -> str:
+    """The channel's bot token from its stored credential.
+
+    Raises:
+        NotConfigured: 503 when ``config.credential`` is missing or names no credential.
+    """
+    name = (channel.get("config") or {}).get("credential")
+    if not isinstance(name, str) or not name:
+        raise NotConfigured("this telegram channel has no credential: set config.credential to the name of"
+                            " a stored credential holding the bot token")
+    async with state.db.connection() as conn:
+        row = await load_secret(conn, workspace_id=int(channel["workspace_id"]), name=name)
+    if row is None:
+        raise NotConfigured(f"the credential {name!r} of this telegram channel does not exist")
+    return SecretBox(state.settings.secret_key).decrypt(row["secret_enc"])
+
+
+async def telegram_send(state: AppState, token: str, chat_id: int | str, text: str) -> None:
+    """Send ``text`` to a Telegram chat with ``sendMessage``.
+
+    Raises:
+        Unavailable: ``CHANNEL_DELIVERY_FAILED`` when Telegram refuses or is unreachable.
+    """
+    base = state.settings.telegram_api_base.rstrip("/")
+    client = http_client(state)
+    for piece in split_text(text or "…"):
+        try:
+            resp = await client.post(f"{base}/bot{token}/sendMessage", json={"chat_id": chat_id, "text": piece},
+                                     timeout=30.0)
+            ok = resp.status_code < 300 and resp.json().get("ok") is True
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            # never put the URL in the message: it holds the bot token
+            raise Unavailable(f"telegram is not reachable ({type(exc).__name__})",
+                              code="CHANNEL_DELIVERY_FAILED") from None
+        if not ok:
+            raise Unavailable(f"telegram refused sendMessage (HTTP {resp.status_code})",
+                              code="CHANNEL_DELIVERY_FAILED")

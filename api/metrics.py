@@ -1,0 +1,115 @@
+"""Prometheus metrics of the API process: ``GET /metrics``, request and pipeline histograms.
+
+* ``wds_http_request_duration_seconds{door, route, method, status}`` — every HTTP request,
+  observed by :class:`MetricsMiddleware` (the outermost middleware, so refusals by the
+  rate limiter count too). ``route`` is the matched path *template*
+  (``/functions/v1/rest-api/tables/{table_id}/records``), never the raw path, so the
+  label set stays bounded; ``door`` is ``rest``, ``sql``, ``mcp``, ``chat``, ``storage``
+  or ``other`` (admin, health, publishing, the SDK...).
+* ``wds_pipeline_duration_seconds{mode, status}`` and ``wds_pipeline_records{mode}`` —
+  the wait for a write's pipeline workflows (:func:`observe_pipeline`, called by
+  :mod:`api.pipelines`).
+* ``wds_step_duration_seconds{kind, status}`` — from :mod:`activities.metrics`; the
+  in-process worker's steps land in this process's registry.
+
+``GET /metrics`` is meant for a scraper on the private network. With
+``WDS_METRICS_TOKEN`` set it requires ``Authorization: Bearer <token>`` (401 otherwise).
+With several uvicorn worker processes (``wds serve --workers N``) set
+``PROMETHEUS_MULTIPROC_DIR`` to an empty directory shared by them (wiped before start):
+prometheus_client then keeps the values in files there and ``/metrics`` aggregates every
+process (:class:`prometheus_client.multiprocess.MultiProcessCollector`).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import time
+
+from fastapi import APIRouter, Request
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import multiprocess
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import activities.metrics  # noqa: F401  (registers the step histograms in this process)
+from api.usage import door_of, route_template
+from storage.errors import Unauthorized
+
+router = APIRouter(tags=["operations"])
+
+REQUEST_SECONDS = Histogram(
+    "wds_http_request_duration_seconds",
+    "HTTP request duration by door, route template, method and status",
+    ("door", "route", "method", "status"),
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+PIPELINE_SECONDS = Histogram(
+    "wds_pipeline_duration_seconds",
+    "Time a write waited for its pipeline workflows, by mode (create/edit) and outcome",
+    ("mode", "status"),
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
+)
+PIPELINE_RECORDS = Histogram(
+    "wds_pipeline_records",
+    "Records per write whose pipeline ran",
+    ("mode",),
+    buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000),
+)
+
+
+def observe_pipeline(mode: str, status: str, seconds: float, records: int) -> None:
+    """Record one write's pipeline wait (``status``: ok, error, timeout, failed)."""
+    PIPELINE_SECONDS.labels(mode, status).observe(seconds)
+    PIPELINE_RECORDS.labels(mode).observe(records)
+
+
+class MetricsMiddleware:
+    """Observe every HTTP request's duration (pure ASGI: no body buffering)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # an exception that escapes every handler is answered 500 by Starlette
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            REQUEST_SECONDS.labels(
+                door_of(scope["path"]) or "other", route_template(scope), scope["method"], str(status)
+            ).observe(time.perf_counter() - started)
+
+
+def _registry() -> CollectorRegistry:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+    return REGISTRY
+
+
+def _check_token(request: Request) -> None:
+    expected = os.environ.get("WDS_METRICS_TOKEN", "")
+    if not expected:
+        return
+    scheme, _, secret = (request.headers.get("authorization") or "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(secret.strip().encode(), expected.encode()):
+        raise Unauthorized("a valid metrics token is required", headers={"WWW-Authenticate": "Bearer"})
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    """Prometheus text exposition of this process (or all processes in multiprocess mode)."""
+    _check_token(request)
+    return Response(generate_latest(_registry()), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,51 @@
+"""The pipeline outbox (``wds.outbox``): pipelines committed with their write.
+
+A write that will run computed columns inserts its pipeline input here in the same
+transaction; the API then starts the workflow and deletes the row. If Temporal was
+unreachable, the relay (``activities/relay.py``, run with every worker) starts the row
+later. The workflow id is derived from the row, so a pipeline starts exactly once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+Conn = AsyncConnection[Any]
+
+
+async def add(conn: Conn, *, workspace_id: int, table_id: int, payload: dict[str, Any]) -> int:
+    cur = await conn.execute(
+        "INSERT INTO wds.outbox (workspace_id, table_id, payload) VALUES (%s, %s, %s) RETURNING id",
+        (workspace_id, table_id, Jsonb(payload)),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row["id"])
+
+
+async def set_payload(conn: Conn, *, outbox_id: int, payload: dict[str, Any]) -> None:
+    await conn.execute("UPDATE wds.outbox SET payload = %s WHERE id = %s", (Jsonb(payload), outbox_id))
+
+
+async def remove(conn: Conn, *, outbox_ids: list[int]) -> None:
+    if outbox_ids:
+        await conn.execute("DELETE FROM wds.outbox WHERE id = ANY(%s)", (outbox_ids,))
+
+
+async def claim_due(conn: Conn, *, older_than_s: float, limit: int = 100) -> list[dict[str, Any]]:
+    """Rows waiting longer than ``older_than_s``, locked for this transaction (others skip them)."""
+    cur = await conn.execute(
+        "SELECT id, payload FROM wds.outbox WHERE created_at < now() - make_interval(secs => %s)"
+        " ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
+        (older_than_s, limit),
+    )
+    return await cur.fetchall()
+
+
+async def pending_count(conn: Conn) -> int:
+    cur = await conn.execute("SELECT count(*) AS n FROM wds.outbox")
+    row = await cur.fetchone()
+    return int(row["n"]) if row else 0

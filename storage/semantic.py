@@ -1,0 +1,116 @@
+"""Stored embeddings (``ws_<w>.e_<t>``, see :mod:`storage.ddl`) and the search query.
+
+The search is one statement: the HNSW index orders by cosine distance to the query
+vector, the shared filter grammar (:func:`storage.query.build_where`) narrows the joined
+records in the same SQL, and pgvector's iterative index scan keeps reading the index
+until ``limit`` rows pass the filters (so a selective filter does not starve the page).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection, sql
+from psycopg.rows import tuple_row
+
+from storage.ddl import embedding_table, qualified
+from storage.query import QueryPlan, build_where, decode_row
+
+Conn = AsyncConnection[Any]
+SEARCH_MAX_LIMIT = 100
+
+
+def vector_text(vector: Sequence[float]) -> str:
+    """pgvector's text form of a vector (bound as a parameter and cast, never inlined).
+
+    >>> vector_text([0.5, -1.0])
+    '[0.5,-1.0]'
+    """
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+async def stored_hashes(conn: Conn, *, workspace_id: int, table_id: int, ids: Sequence[int]) -> dict[int, str]:
+    """``record id → source_hash`` of the stored embeddings among ``ids``."""
+    cur = await conn.execute(
+        sql.SQL("SELECT id, source_hash FROM {} WHERE id = ANY(%s)").format(embedding_table(workspace_id, table_id)),
+        (list(ids),),
+    )
+    return {r["id"]: r["source_hash"] for r in await cur.fetchall()}
+
+
+async def upsert_embeddings(
+    conn: Conn, *, workspace_id: int, table_id: int, items: Sequence[tuple[int, str, Sequence[float]]]
+) -> int:
+    """Store ``(record id, source hash, vector)`` items; records deleted meanwhile are
+    skipped. Returns how many were written."""
+    if not items:
+        return 0
+    query = sql.SQL(
+        "INSERT INTO {e} (id, source_hash, embedding, updated_at)"
+        " SELECT x.id, x.h, x.v::vector, now() FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS x(id, h, v)"
+        " JOIN {t} AS t ON t.id = x.id"
+        " ON CONFLICT (id) DO UPDATE SET source_hash = excluded.source_hash, embedding = excluded.embedding,"
+        " updated_at = now()"
+    ).format(e=embedding_table(workspace_id, table_id), t=qualified(workspace_id, table_id))
+    params = ([i for i, _, _ in items], [h for _, h, _ in items], [vector_text(v) for _, _, v in items])
+    try:
+        cur = await conn.execute(query, params)
+    except psycopg.errors.ForeignKeyViolation:
+        # a record was deleted between the join and the insert: its embedding is moot
+        return 0
+    return cur.rowcount
+
+
+async def delete_embeddings(conn: Conn, *, workspace_id: int, table_id: int, ids: Sequence[int]) -> None:
+    """Forget the embeddings of ``ids`` (their embedded text became empty)."""
+    if ids:
+        await conn.execute(
+            sql.SQL("DELETE FROM {} WHERE id = ANY(%s)").format(embedding_table(workspace_id, table_id)), (list(ids),)
+        )
+
+
+async def rows_after(conn: Conn, *, workspace_id: int, table_id: int, after_id: int, limit: int) -> list[dict[str, Any]]:
+    """Whole stored rows with ``id > after_id``, ascending (the backfill pages with this)."""
+    cur = await conn.execute(
+        sql.SQL("SELECT * FROM {} WHERE id > %s ORDER BY id LIMIT %s").format(qualified(workspace_id, table_id)),
+        (after_id, limit),
+    )
+    return await cur.fetchall()
+
+
+async def count_rows(conn: Conn, *, workspace_id: int, table_id: int) -> int:
+    cur = await conn.execute(sql.SQL("SELECT count(*) AS n FROM {}").format(qualified(workspace_id, table_id)))
+    row = await cur.fetchone()
+    return int(row["n"]) if row else 0
+
+
+async def search(conn: Conn, plan: QueryPlan, vector: Sequence[float]) -> list[tuple[dict[str, Any], float]]:
+    """Records of ``plan.table`` closest to ``vector`` that pass ``plan.filters``.
+
+    Returns ``(record, score)`` pairs, best first; ``score`` is the cosine similarity
+    (1 = same direction). ``plan.limit`` bounds the results; ``plan.fields`` are the
+    columns read (no embeds).
+    """
+    table = plan.table
+    columns: list[sql.Composable] = [sql.Identifier("t", n) for n in ("id", "created_at", "updated_at")]
+    columns.extend(sql.Identifier("t", c.physical) for c in plan.fields)
+    where, params = build_where(plan.filters, alias="t")
+    distance = sql.SQL("(e.embedding <=> %s::vector)")
+    query = sql.SQL(
+        "SELECT {cols}, {dist} AS distance FROM {e} AS e JOIN {t} AS t ON t.id = e.id"
+        " WHERE {where} ORDER BY {dist} LIMIT %s"
+    ).format(cols=sql.SQL(", ").join(columns), dist=distance, e=embedding_table(table.workspace_id, table.id),
+             t=qualified(table.workspace_id, table.id), where=where)
+    text = vector_text(vector)
+    async with conn.transaction():
+        # relaxed_order: keep scanning the index until LIMIT rows pass the filters; the
+        # slight reordering it allows is undone by sorting on the distance below
+        await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        await conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(40, plan.limit * 2))))
+        cur = conn.cursor(row_factory=tuple_row)
+        rows = await (await cur.execute(query, [text, *params, text, plan.limit])).fetchall()
+    out = [(decode_row(plan, row[:-1]), 1.0 - float(row[-1])) for row in rows]
+    out.sort(key=lambda pair: -pair[1])
+    return out
