@@ -16,6 +16,7 @@ from api import errors, limits, metrics
 from api.routes import admin, agents, columns, health, records, runs, schema, sql, tables, usage, views, publish
 from api.routes import catalogue, credentials, schedules
 from api.routes import auth, realtime, sdk, storage as storage_routes
+from api.routes import chat, search
 from api.mcp import server as mcp_server
 from api.state import AppState
 from api.idempotency import IdempotencyMiddleware
@@ -133,6 +134,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if tracing.setup_tracing("wds-api"):  # OpenTelemetry: off unless WDS_OTEL / OTEL_EXPORTER_OTLP_ENDPOINT
         tracing.instrument_app(app)
     for module in (health, admin, tables, columns, records, runs, sql, schema, views, agents, usage, publish,
-                   credentials, catalogue, schedules, auth, realtime, storage_routes, sdk, metrics):
+                   credentials, catalogue, schedules, auth, realtime, storage_routes, sdk, metrics, chat, search):
         app.include_router(module.router)
     return app

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,6 +28,7 @@ class Database:
     def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 20, timeout_s: float = 5.0) -> None:
         self.dsn = dsn
         self.timeout_s = timeout_s
+        self._checking: asyncio.Task[None] | None = None
         self.pool = AsyncConnectionPool(
             dsn,
             min_size=min_size,
@@ -44,6 +47,14 @@ class Database:
             reconnect_timeout=3600,
         )
 
+    def _check_soon(self) -> None:
+        if self._checking is None or self._checking.done():
+            self._checking = asyncio.get_running_loop().create_task(self._check())
+
+    async def _check(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.pool.check()
+
     async def open(self) -> None:
         await self.pool.open(wait=True, timeout=30)
 
@@ -58,7 +69,9 @@ class Database:
         except PoolTimeout as exc:
             raise Unavailable("the database is not reachable right now") from exc
         except psycopg.OperationalError as exc:
-            # connection lost mid-request: the pool discards it; the client may retry
+            # connection lost mid-request (e.g. a server restart): the pool discards it, and
+            # the idle ones, likely dead too, are checked at once instead of failing one by one
+            self._check_soon()
             raise Unavailable("the database connection was lost; retry the request") from exc
 
     @asynccontextmanager

@@ -1,0 +1,183 @@
+"""Local stand-ins for the services outside the project, speaking their real wire formats.
+
+* An OpenAI-compatible AI provider (aiohttp, on its own thread and loop):
+  ``POST /chat/completions`` with ``stream: true`` answers server-sent events
+  ``data: {"choices": [{"delta": {"content" | "tool_calls"}}]}`` and ``data: [DONE]``
+  (tool-call arguments arrive in fragments, as real providers send them); ``POST
+  /embeddings`` answers deterministic bag-of-words vectors (each word hashed into one of
+  384 dimensions), so texts sharing words are close and ranking is meaningful.
+* The Telegram Bot API's ``POST /bot<token>/sendMessage`` on the same server.
+
+What the model "does" is scripted by the last message it is sent:
+
+* a ``tool`` message last → it answers ``RESULT <tool> <ok> <summary of the data>``;
+* ``CALL <tool> <json arguments>`` → it calls that tool (several ``CALL`` lines: several
+  calls in one round); ``LOOP`` → it calls ``list_tables`` forever;
+* ``SLOW <n>`` → ``n`` tokens 40 ms apart (for disconnects); ``FAIL`` → HTTP 500;
+* anything else → ``You said: <message> (history <n>)`` word by word, where ``n``
+  counts the earlier user/assistant messages it was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from wds.runtime import free_port
+
+DIM = 384
+WORD_RE = re.compile(r"[a-z0-9]+")
+
+
+def bag_of_words(text: str) -> list[float]:
+    """The fake embedding: word counts hashed into 384 dimensions, unit length."""
+    vec = [0.0] * DIM
+    for word in WORD_RE.findall(text.lower()):
+        vec[int(hashlib.md5(word.encode()).hexdigest(), 16) % DIM] += 1.0
+    norm = math.sqrt(sum(x * x for x in vec)) or 1.0
+    return [x / norm for x in vec]
+
+
+@dataclass
+class FakeServices:
+    port: int = field(default_factory=free_port)
+    completions: list[dict[str, Any]] = field(default_factory=list)
+    embeddings: list[dict[str, Any]] = field(default_factory=list)
+    telegram: list[dict[str, Any]] = field(default_factory=list)
+    streams_finished: int = 0
+    streams_aborted: int = 0
+    first_chunk_s: list[float] = field(default_factory=list)  # provider's own time to first token
+
+    def __post_init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # ------------------------------------------------------------------ life cycle
+    def start(self) -> FakeServices:
+        self.thread.start()
+        if not self.ready.wait(10):
+            raise RuntimeError("fake services did not start")
+        return self
+
+    def stop(self) -> None:
+        async def down() -> None:
+            if self.runner is not None:
+                await self.runner.cleanup()
+        asyncio.run_coroutine_threadsafe(down(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/chat/completions", self._chat)
+        app.router.add_post("/embeddings", self._embeddings)
+        app.router.add_post(r"/bot{token}/sendMessage", self._send_message)
+        self.runner = web.AppRunner(app, access_log=None)
+        self.loop.run_until_complete(self.runner.setup())
+        self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
+        self.ready.set()
+        self.loop.run_forever()
+
+    # ------------------------------------------------------------------ chat
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        body = await request.json()
+        self.completions.append(body)
+        messages = body.get("messages") or []
+        last = messages[-1] if messages else {}
+        chunks, delay = self._script(messages, last)
+        if chunks is None:
+            return web.json_response({"error": {"message": "boom"}}, status=500)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        try:
+            for i, delta in enumerate(chunks):
+                if i and delay:
+                    await asyncio.sleep(delay)
+                await resp.write(b"data: " + json.dumps({"choices": [{"index": 0, "delta": delta}]}).encode() + b"\n\n")
+                if i == 0:
+                    self.first_chunk_s.append(time.perf_counter() - started)
+            usage = {"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": len(chunks),
+                                               "total_tokens": 10 + len(chunks)}}
+            await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+            await resp.write_eof()
+        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
+            self.streams_aborted += 1
+            raise
+        self.streams_finished += 1
+        return resp
+
+    def _script(self, messages: list[dict[str, Any]], last: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, float]:
+        if last.get("role") == "tool":
+            wrapped = json.loads(last["content"])
+            data = wrapped.get("data")
+            summary = json.dumps(data, sort_keys=True)[:400] if data is not None else wrapped.get("data_prefix", "")[:400]
+            text = f"RESULT {wrapped['tool']} {str(wrapped['ok']).lower()} {summary}"
+            return [{"role": "assistant", "content": ""}] + [{"content": p} for p in _pieces(text)], 0.0
+        content = str(last.get("content") or "")
+        if content.startswith("FAIL"):
+            return None, 0.0
+        if content.startswith("SLOW"):
+            n = int(content.split()[1]) if len(content.split()) > 1 else 100
+            return [{"content": f"t{i} "} for i in range(n)], 0.04
+        if content.startswith("LOOP"):
+            return _tool_chunks([("list_tables", "{}")], first_id=len(messages)), 0.0
+        if content.startswith("CALL "):
+            calls = []
+            for line in content.splitlines():
+                if line.startswith("CALL "):
+                    _, name, *rest = line.split(" ", 2)
+                    calls.append((name, rest[0] if rest else "{}"))
+            return _tool_chunks(calls, first_id=len(messages)), 0.0
+        earlier = sum(1 for m in messages[1:-1] if m.get("role") in ("user", "assistant"))
+        text = f"You said: {content} (history {earlier})"
+        return [{"role": "assistant", "content": ""}] + [{"content": p} for p in _pieces(text)], 0.0
+
+    # ------------------------------------------------------------------ embeddings
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.embeddings.append(body)
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = [{"object": "embedding", "index": i, "embedding": bag_of_words(t)} for i, t in enumerate(inputs)]
+        return web.json_response({"object": "list", "data": data, "model": body.get("model"),
+                                  "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+
+    # ------------------------------------------------------------------ telegram
+    async def _send_message(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.telegram.append({"token": request.match_info["token"], **body})
+        return web.json_response({"ok": True, "result": {"message_id": len(self.telegram),
+                                                         "chat": {"id": body.get("chat_id")}, "text": body.get("text")}})
+
+
+def _pieces(text: str) -> list[str]:
+    words = text.split(" ")
+    return [w + (" " if i < len(words) - 1 else "") for i, w in enumerate(words)]
+
+
+def _tool_chunks(calls: list[tuple[str, str]], first_id: int) -> list[dict[str, Any]]:
+    """Tool calls as a real provider streams them: name first, arguments in fragments."""
+    chunks: list[dict[str, Any]] = [{"role": "assistant", "content": None}]
+    for index, (name, args) in enumerate(calls):
+        chunks.append({"tool_calls": [{"index": index, "id": f"call_{first_id}_{index}", "type": "function",
+                                       "function": {"name": name, "arguments": ""}}]})
+        third = max(1, len(args) // 3)
+        for start in range(0, len(args), third):
+            chunks.append({"tool_calls": [{"index": index, "function": {"arguments": args[start:start + third]}}]})
+    return chunks

@@ -1,0 +1,114 @@
+"""Fixtures and helpers shared by the chat and semantic-search tests.
+
+A second API process points at the local fake provider (:mod:`tests.chat.fakes`) for
+chat completions, embeddings (``WDS_EMBEDDINGS=openai``) and the Telegram Bot API, with
+its own task queue. Agent and channel settings the REST API does not expose yet
+(``agents.config``, ``channels.config``, ``channels.enabled``) are set in the database.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from tests.chat.fakes import FakeServices
+from tests.conftest import ApiProcess, Services, Workspace, start_api
+
+WEBHOOK = "/functions/v1/agent-webhook"
+
+
+@pytest.fixture(scope="session")
+def fake() -> Iterator[FakeServices]:
+    server = FakeServices().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def ai_api(services: Services, fake: FakeServices) -> Iterator[ApiProcess]:
+    proc = start_api(
+        services, name="api-chat", WDS_AI_BASE_URL=fake.url, WDS_AI_API_KEY="sk-fake",
+        WDS_AI_MODEL="fake-model", WDS_EMBEDDINGS="openai", WDS_EMBEDDINGS_MODEL="fake-embed",
+        WDS_TELEGRAM_API_BASE=fake.url, WDS_TASK_QUEUE=f"wds-chat-{secrets.token_hex(4)}",
+    )
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def ai_admin(ai_api: ApiProcess, services: Services) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=f"{ai_api.base_url}/functions/v1/admin",
+                      headers={"Authorization": f"Bearer {services.admin_key}"}, timeout=60) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def db(services: Services) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(services.pg.dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def cws(ai_admin: httpx.Client, ai_api: ApiProcess) -> Iterator[Workspace]:
+    """A fresh pro workspace whose clients talk to the AI-enabled API process."""
+    r = ai_admin.post("/workspaces", json={"name": f"chat-{secrets.token_hex(4)}", "plan": "pro"})
+    assert r.status_code == 201, r.text
+    ws_id = r.json()["id"]
+    t = ai_admin.post(f"/workspaces/{ws_id}/tokens", json={"type": "vibe_mcp", "name": "builder"})
+    assert t.status_code == 201, t.text
+    ws = Workspace(ws_id, ai_api.base_url, ai_admin, t.json()["token"])
+    yield ws
+    ws.close()
+
+
+def make_agent(ws: Workspace, db: psycopg.Connection[Any], table_ids: list[int], *,
+               config: dict[str, Any] | None = None, instructions: str = "Be brief.",
+               channel: str = "web") -> dict[str, Any]:
+    """An agent over ``table_ids`` with one channel; returns ``{agent, channel, token}``."""
+    r = ws.api.post("/agents", json={"name": f"agent-{secrets.token_hex(3)}", "instructions": instructions,
+                                     "table_ids": table_ids})
+    assert r.status_code == 201, r.text
+    agent = r.json()
+    if config:
+        db.execute("UPDATE wds.agents SET config = %s WHERE id = %s", (Jsonb(config), agent["id"]))
+    c = ws.api.post(f"/agents/{agent['id']}/channels", json={"type": channel})
+    assert c.status_code == 201, c.text
+    return {"agent": agent, "channel": c.json(), "token": c.json()["token"]}
+
+
+def post(base_url: str, token: str | None, body: Any, *, type: str = "web",
+         headers: dict[str, str] | None = None) -> httpx.Response:
+    params = {"type": type}
+    if token is not None:
+        params["token"] = token
+    return httpx.post(f"{base_url}{WEBHOOK}", params=params, json=body, headers=headers or {}, timeout=60)
+
+
+def parse_sse(text: str) -> list[tuple[str, Any]]:
+    """``(event, data)`` pairs of a server-sent-event body (pings and comments skipped)."""
+    out: list[tuple[str, Any]] = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        name, data = "message", []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].lstrip(" "))
+        if data:
+            out.append((name, orjson.loads("\n".join(data))))
+    return out
+
+
+def stream(base_url: str, token: str, body: dict[str, Any]) -> list[tuple[str, Any]]:
+    with httpx.stream("POST", f"{base_url}{WEBHOOK}", params={"type": "web", "token": token},
+                      json={**body, "stream": True}, timeout=60) as resp:
+        assert resp.status_code == 200, resp.read()
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        return parse_sse(resp.read().decode())
