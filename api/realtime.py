@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 import psycopg
+from psycopg import sql
 from starlette.websockets import WebSocket
 
 from api.appusers import app_user_principal, is_app_token
@@ -366,6 +367,17 @@ class Hub:
         truncated = len(rows) > REPLAY_MAX
         changes = await self.decode(ws, rows[:REPLAY_MAX])
         return changes, truncated, int(horizon["purged_through"]) if horizon else 0
+
+    async def current_seq(self, ws: int) -> int:
+        """The workspace's latest assigned event seq (0 before the first change)."""
+        async with self.state.db.connection() as conn:
+            cur = await conn.execute(
+                sql.SQL("SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS seq FROM {}.event_seq").format(
+                    sql.Identifier(f"ws_{int(ws)}")
+                )
+            )
+            row = await cur.fetchone()
+        return int(row["seq"]) if row else 0
 
     async def _retention_loop(self) -> None:
         while True:

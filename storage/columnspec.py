@@ -112,7 +112,7 @@ def _options(value: Any, previous: tuple[Option, ...] = ()) -> tuple[Option, ...
 def _int_id(value: Any, what: str) -> int:
     if isinstance(value, bool):
         raise ValidationError(f"{what} must be an id")
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isascii() and value.isdigit():
         value = int(value)
     if not isinstance(value, int) or value <= 0:
         raise ValidationError(f"{what} must be an id")

@@ -246,7 +246,7 @@ async def list_buckets(conn: Conn, *, workspace_id: int) -> list[dict[str, Any]]
 async def get_bucket(conn: Conn, *, workspace_id: int, ref: str | int) -> dict[str, Any] | None:
     """A bucket of this workspace by id (digits) or name; other workspaces' never match."""
     text = str(ref)
-    if text.isdigit() and len(text) <= 18:
+    if text.isascii() and text.isdigit() and len(text) <= 18:
         cur = await conn.execute(
             "SELECT id, workspace_id, name, public FROM wds.buckets WHERE id = %s AND workspace_id = %s",
             (int(text), workspace_id),

@@ -113,7 +113,7 @@ async def list_credentials(conn: Conn, *, workspace_id: int) -> list[dict[str, A
 
 async def delete_credential(conn: Conn, *, workspace_id: int, ref: int | str) -> dict[str, Any] | None:
     """Delete a credential by id or name; ``None`` when there is none."""
-    if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+    if isinstance(ref, int) or (isinstance(ref, str) and ref.isascii() and ref.isdigit()):
         cur = await conn.execute(
             f"DELETE FROM wds.credentials WHERE workspace_id = %s AND id = %s RETURNING {_PUBLIC}",
             (workspace_id, int(ref)),

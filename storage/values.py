@@ -138,7 +138,7 @@ def _encode_relation(col: ColumnMeta, value: Any) -> int:
         value = value[0]
     if isinstance(value, bool):
         raise InvalidValue(f"column {col.name!r} expects a record id")
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         value = int(value.strip())
     if not isinstance(value, int) or value <= 0 or value > 2**63 - 1:
         raise InvalidValue(f"column {col.name!r} expects a record id")

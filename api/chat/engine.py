@@ -128,6 +128,11 @@ async def converse(state: AppState, turn: Turn) -> AsyncIterator[Event]:
             tokens += finished.tokens
             if not finished.tool_calls:
                 break
+            if "tools" not in body:  # the model asked for tools it was not offered: stop here
+                if not reply:
+                    yield "error", {"error": f"the agent did not answer within {settings.chat_max_tool_rounds}"
+                                             " rounds of tool calls", "code": "TOOL_ROUNDS_EXCEEDED"}
+                break
             messages.append({"role": "assistant", "content": "".join(text) or None, "tool_calls": [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                 for c in finished.tool_calls]})

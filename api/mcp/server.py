@@ -31,6 +31,7 @@ from api.errors import error_response
 from api.mcp import catalog
 from api.mcp.spec import ToolSpec
 from api.responses import JSON
+from api.schemas import ErrorOut
 from api.state import AppState
 from storage.access import Principal, TokenType
 from storage.errors import Forbidden, ServiceError
@@ -158,7 +159,7 @@ async def _tools_principal(request: Request, state: StateDep) -> Principal:
     return principal
 
 
-@router.get("/tools")
+@router.get("/tools", responses={s: {"model": ErrorOut} for s in (401, 402, 403, 429, 503)})
 async def list_tools(principal: Annotated[Principal, Depends(_tools_principal)]) -> JSON:
     """The calling token's live tool list (name, description, schemas, annotations)."""
     tools = [t.listing() for t in catalog.tools_for(principal)]

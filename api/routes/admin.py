@@ -181,8 +181,10 @@ async def patch_workspace(workspace_id: int, body: WorkspacePatch, state: StateD
     """Change plan, read-only state, auto-recharge or the app-user relay profile."""
     await _workspace(state, workspace_id)
     changes = body.model_dump(exclude_unset=True)
-    if changes.get("plan") is None:
-        changes.pop("plan", None)
+    # an explicit null means "unchanged" for the columns that cannot be null (not a 500)
+    for key in ("name", "plan", "read_only", "auto_recharge"):
+        if changes.get(key) is None:
+            changes.pop(key, None)
     if changes.get("relay_profile_id") is not None:
         async with state.db.connection() as conn:
             if await access.get_profile(conn, workspace_id=workspace_id, profile_id=changes["relay_profile_id"]) is None:

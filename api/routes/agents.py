@@ -75,7 +75,7 @@ async def _table_ids(state: AppState, principal: Principal) -> set[int]:
 
 
 def _agent_id(agent_id: str) -> int:
-    if not agent_id.isdigit() or len(agent_id) > 18:
+    if not (agent_id.isascii() and agent_id.isdigit()) or len(agent_id) > 18:
         raise NotFound(f"agent {agent_id} not found")
     return int(agent_id)
 
@@ -155,7 +155,7 @@ async def create_channel(agent_id: str, body: ChannelIn, principal: RestPrincipa
 async def delete_channel(agent_id: str, channel_id: str, principal: RestPrincipal, state: StateDep) -> JSON:
     """Delete a channel; its token stops working at once (builder token only)."""
     require_builder(principal)
-    if not channel_id.isdigit() or len(channel_id) > 18:
+    if not (channel_id.isascii() and channel_id.isdigit()) or len(channel_id) > 18:
         raise NotFound(f"channel {channel_id} not found")
     async with state.db.connection() as conn:
         row = await agents.delete_channel(

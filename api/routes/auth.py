@@ -17,9 +17,11 @@ from starlette.responses import Response
 from api import appusers
 from api.deps import StateDep, bearer
 from api.responses import JSON
+from api.schemas import ErrorOut
 from storage.errors import ServiceError, Unauthorized
 
-router = APIRouter(prefix="/functions/v1/auth", tags=["auth"])
+router = APIRouter(prefix="/functions/v1/auth", tags=["auth"],
+                   responses={s: {"model": ErrorOut} for s in (400, 401, 403, 409, 429, 503)})
 
 
 class SignupIn(BaseModel):

@@ -68,6 +68,7 @@ class ChatOut(BaseModel):
     session_id: str
     message_id: int | None
     tool_calls: list[ToolCallOut]
+    error: ErrorOut | None = Field(None, description="set when the turn ended early (after some work)")
 
 
 async def _channel(state: AppState, token: str | None, kind: str) -> Any:
@@ -125,10 +126,13 @@ async def agent_webhook(
         return EventSourceResponse(_sse(engine.converse(state, turn)), ping=PING_S,
                                    headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
     out = await engine.collect(engine.converse(state, turn))
-    if out.error is not None and not out.reply:
+    if out.error is not None and not out.reply and not out.tool_calls:
         raise ServiceError(out.error["error"], code=out.error["code"], status=503)
-    return JSON({"reply": out.reply, "session_id": session_id, "message_id": out.message_id,
-                 "tool_calls": out.tool_calls})
+    answer: dict[str, Any] = {"reply": out.reply, "session_id": session_id, "message_id": out.message_id,
+                              "tool_calls": out.tool_calls}
+    if out.error is not None:
+        answer["error"] = out.error  # the turn ended early; what happened until then is above
+    return JSON(answer)
 
 
 async def _telegram(request: Request, state: AppState, token: str | None) -> JSON:

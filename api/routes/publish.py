@@ -26,6 +26,7 @@ from starlette.responses import HTMLResponse, Response
 from api.deps import StateDep
 from api.pipelines import run_after_write
 from api.responses import JSON
+from api.schemas import ErrorOut
 from api.state import AppState
 from storage import records as rec
 from storage.access import Perms, Principal, TokenType
@@ -36,7 +37,9 @@ from storage.schema import ColumnMeta, TableMeta
 from storage.views import apply_view
 from wds.config import Settings
 
-router = APIRouter(prefix="/p", tags=["publish"])
+router = APIRouter(prefix="/p", tags=["publish"],
+                   responses={s: {"model": ErrorOut, "content": {"text/html": {}}} for s in (400, 403, 404, 429, 503)})
+HTML_TOO: dict[int | str, dict[str, Any]] = {200: {"content": {"text/html": {}}}, 201: {"content": {"text/html": {}}}}
 PAGE_SIZE = 100
 SUBMISSIONS_PER_MINUTE = 30
 _recent: dict[tuple[str, str], deque[float]] = defaultdict(deque)
@@ -133,7 +136,7 @@ def _form_out(view: dict[str, Any], table: TableMeta) -> dict[str, Any]:
     }
 
 
-@router.get("/{share_id}", include_in_schema=True)
+@router.get("/{share_id}", responses=HTML_TOO)
 async def published(share_id: str, request: Request, state: StateDep, offset: int = Query(0, ge=0),
                     format: str | None = Query(None, pattern="^(json|html)$")) -> Response:
     """A published view (one page of records, visible columns only) or a published form."""
@@ -205,7 +208,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
-@router.post("/{share_id}", status_code=201)
+@router.post("/{share_id}", status_code=201, responses=HTML_TOO)
 async def submit(share_id: str, request: Request, state: StateDep,
                  format: str | None = Query(None, pattern="^(json|html)$")) -> Response:
     """Submit a published form: creates one record (form fields only) and runs its pipeline."""

@@ -6,7 +6,8 @@ Protocol (JSON text messages):
   (within 10 s). rest_api and vibe_mcp tokens and app-user access tokens work; failures
   close the socket with 1008 after an ``error`` message.
 * ``{"type":"subscribe","table":<id or name>,"events"?:[...],"filter"?:{col:"op.value"},
-  "since"?:<seq>}`` → ``{"type":"subscribed","table_id","table","events","since"}``, then
+  "since"?:<seq>}`` → ``{"type":"subscribed","table_id","table","events","since","seq"}``
+  (``seq``: the workspace's latest event seq at subscription), then
   ``{"type":"change","event","table_id","table","record","old_record","seq"}``. ``since``
   (also a ``since`` query parameter, applied to every subscription) replays the retained
   events with a greater seq first. One subscription per table; subscribing again replaces it.
@@ -62,7 +63,7 @@ async def _error(ws: WebSocket, exc: ServiceError, **extra: Any) -> None:
 def _since(value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).lstrip("-").isdigit():
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not (str(value).isascii() and str(value).lstrip("-").isdigit()):
         raise ValidationError("since must be an integer seq")
     return max(0, int(value))
 
@@ -116,7 +117,10 @@ async def _subscribe(client: Client, msg: dict[str, Any], default_since: int | N
     since = _since(msg.get("since")) if "since" in msg else default_since
     sub = Subscription(table.id, frozenset(e.upper() for e in events), filters, buffering=since is not None)
     client.subs[table.id] = sub
-    ack = {"type": "subscribed", "table_id": table.id, "table": table.name, "events": sorted(sub.events), "since": since}
+    # the workspace's current seq: a client that has seen no event yet resumes from here
+    current = await hub.current_seq(principal.workspace_id)
+    ack = {"type": "subscribed", "table_id": table.id, "table": table.name, "events": sorted(sub.events),
+           "since": since, "seq": current}
     if since is None:
         client.put(ack)
         return

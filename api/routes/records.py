@@ -86,7 +86,7 @@ def _with_pipeline(record: dict[str, Any], outcome: dict[str, Any] | None) -> di
 
 def _record_id(record_id: str) -> int:
     # ids are bigints; anything else cannot name a record (404, like an unknown id)
-    if not record_id.isdigit() or len(record_id) > 18:
+    if not (record_id.isascii() and record_id.isdigit()) or len(record_id) > 18:
         raise NotFound(f"record {record_id} not found")
     return int(record_id)
 

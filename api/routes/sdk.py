@@ -17,14 +17,16 @@ import hashlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from api.responses import JSON
+from api.schemas import ErrorOut
 from storage.errors import NotFound, Unavailable
 
-router = APIRouter(prefix="/sdk", tags=["sdk"])
+router = APIRouter(prefix="/sdk", tags=["sdk"], responses={404: {"model": ErrorOut}})
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 ALIAS = "public, max-age=300, must-revalidate"
@@ -127,7 +129,14 @@ async def index() -> JSON:
     )
 
 
-@router.api_route("/example", methods=["GET", "HEAD"])
+EXAMPLE_RESPONSES: dict[int | str, dict[str, Any]] = {200: {"content": {"text/html": {}}}, 304: {"description": "not modified"}}
+FILE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/javascript": {}, "application/typescript": {}}}, 304: {"description": "not modified"}}
+
+
+# one route per method: GET and HEAD each get their own operation id in /openapi.json
+@router.get("/example", responses=EXAMPLE_RESPONSES)
+@router.head("/example", responses=EXAMPLE_RESPONSES)
 async def example(request: Request) -> Response:
     """A small page that lists the tables and records of a token typed into a form."""
     asset = bundle().assets.get("example.html")
@@ -136,7 +145,8 @@ async def example(request: Request) -> Response:
     return _serve(request, asset, "no-cache", {"Content-Security-Policy": EXAMPLE_CSP, "Referrer-Policy": "no-referrer"})
 
 
-@router.api_route("/{name}", methods=["GET", "HEAD"])
+@router.get("/{name}", responses=FILE_RESPONSES)
+@router.head("/{name}", responses=FILE_RESPONSES)
 async def file(name: str, request: Request) -> Response:
     """``wds.js`` (alias, short cache), ``wds.<hash>.js`` (immutable), ``wds.d.ts``, ``example.js``."""
     b = bundle()

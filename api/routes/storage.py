@@ -23,6 +23,7 @@ from starlette.responses import StreamingResponse
 
 from api.deps import RestPrincipal, StateDep, require_writable
 from api.responses import JSON
+from api.schemas import ErrorOut
 from api.state import AppState
 from storage import objects as obj
 from storage.access import Principal
@@ -48,7 +49,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         set_file_url_signer(None)
 
 
-router = APIRouter(prefix="/storage/v1", tags=["storage"], lifespan=lifespan)
+# every failure is {error, code}: declared so that /openapi.json tells the truth
+ERRORS: dict[int | str, dict[str, Any]] = {
+    s: {"model": ErrorOut} for s in (400, 401, 402, 403, 404, 409, 413, 429, 503)
+}
+DOWNLOAD: dict[int | str, dict[str, Any]] = {200: {"content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}, "description": "the object's bytes"}}
+router = APIRouter(prefix="/storage/v1", tags=["storage"], lifespan=lifespan, responses=ERRORS)
 MAX_SIGN_S = 7 * 86_400
 _SNIFF_BYTES = 512
 
@@ -157,11 +163,11 @@ async def list_objects(
     return JSON({"objects": [_object_out(row, r) for r in rows], "limit": limit, "offset": offset})
 
 
-@router.get("/object/public/{bucket_id}/{path:path}")
+@router.get("/object/public/{bucket_id}/{path:path}", responses=DOWNLOAD)
 async def download_public(bucket_id: str, path: str, state: StateDep) -> StreamingResponse:
     """Anonymous download from a public bucket (404 for anything else, so nothing leaks)."""
     path = obj.clean_path(path)
-    if not bucket_id.isdigit() or len(bucket_id) > 18:
+    if not (bucket_id.isascii() and bucket_id.isdigit()) or len(bucket_id) > 18:
         raise NotFound("object not found")
     async with state.db.connection() as conn:
         bucket = await obj.bucket_by_id(conn, bucket_id=int(bucket_id))
@@ -189,12 +195,12 @@ async def sign_object(bucket: str, path: str, body: SignIn, principal: RestPrinc
     return JSON({"signed_url": url, "expires_at": expires})
 
 
-@router.get("/object/sign/{bucket_id}/{path:path}")
+@router.get("/object/sign/{bucket_id}/{path:path}", responses=DOWNLOAD)
 async def download_signed(bucket_id: str, path: str, state: StateDep, token: str | None = Query(None)) -> StreamingResponse:
     """Download through a signed URL; an expired or wrong signature is 403."""
     path = obj.clean_path(path)
     key = obj.signing_key(state.settings.secret_key)
-    if not bucket_id.isdigit() or len(bucket_id) > 18 or not obj.verify(key, int(bucket_id), path, token):
+    if not (bucket_id.isascii() and bucket_id.isdigit()) or len(bucket_id) > 18 or not obj.verify(key, int(bucket_id), path, token):
         raise Forbidden("the signed URL is invalid or has expired", code="INVALID_SIGNATURE")
     async with state.db.connection() as conn:
         bucket = await obj.bucket_by_id(conn, bucket_id=int(bucket_id))
@@ -203,7 +209,7 @@ async def download_signed(bucket_id: str, path: str, state: StateDep, token: str
     return await _download(state, bucket, path, cache="private, max-age=60")
 
 
-@router.get("/object/{bucket}/{path:path}")
+@router.get("/object/{bucket}/{path:path}", responses=DOWNLOAD)
 async def download(bucket: str, path: str, principal: RestPrincipal, state: StateDep) -> StreamingResponse:
     path = obj.clean_path(path)
     row = await _bucket(state, principal, bucket)
@@ -235,7 +241,7 @@ async def upload(bucket: str, path: str, request: Request, principal: RestPrinci
     return await _upload(bucket, path, request, principal, state, upsert=_truthy(request.headers.get("x-upsert")))
 
 
-@router.put("/object/{bucket}/{path:path}")
+@router.put("/object/{bucket}/{path:path}", responses={201: {"description": "created (no object was there)"}})
 async def upsert(bucket: str, path: str, request: Request, principal: RestPrincipal, state: StateDep) -> JSON:
     """Upload the raw body, replacing an existing object."""
     return await _upload(bucket, path, request, principal, state, upsert=True)
@@ -260,7 +266,7 @@ async def _upload(
     max_object = state.settings.storage_max_object_bytes
     room = None if quota is None else quota - used + (existing["size"] if existing else 0)
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit():
+    if declared and declared.isascii() and declared.isdigit():
         _check_size(int(declared), max_object, room)
 
     stream = request.stream().__aiter__()

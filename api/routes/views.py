@@ -63,7 +63,7 @@ async def view_query(state: AppState, principal: Principal, table: TableMeta, vi
         NotFound: no view with that id on this table.
     """
     view = None
-    if view_ref.isdigit() and len(view_ref) <= 18:
+    if view_ref.isascii() and view_ref.isdigit() and len(view_ref) <= 18:
         async with state.db.connection() as conn:
             view = await views.get_view(
                 conn, workspace_id=principal.workspace_id, table_id=table.id, view_id=int(view_ref)

@@ -124,6 +124,9 @@ class FakeServices:
         return resp
 
     def _script(self, messages: list[dict[str, Any]], last: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, float]:
+        last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+        if str(last_user.get("content") or "").startswith("LOOP"):
+            return _tool_chunks([("list_tables", "{}")], first_id=len(messages)), 0.0
         if last.get("role") == "tool":
             wrapped = json.loads(last["content"])
             data = wrapped.get("data")
@@ -136,8 +139,6 @@ class FakeServices:
         if content.startswith("SLOW"):
             n = int(content.split()[1]) if len(content.split()) > 1 else 100
             return [{"content": f"t{i} "} for i in range(n)], 0.04
-        if content.startswith("LOOP"):
-            return _tool_chunks([("list_tables", "{}")], first_id=len(messages)), 0.0
         if content.startswith("CALL "):
             calls = []
             for line in content.splitlines():

@@ -28,6 +28,7 @@ from hypothesis import strategies as st  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402
 from schemathesis import GenerationMode  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
+from schemathesis.core.failures import FailureGroup  # noqa: E402
 from schemathesis.specs.openapi.checks import (  # noqa: E402
     content_type_conformance,
     response_headers_conformance,
@@ -152,7 +153,7 @@ def test_operation_answers_within_its_schema(method: str, path: str, fuzz_schema
                     try:
                         response = case.call(base_url=base_url, session=session, headers=headers, timeout=60)
                         case.validate_response(response, checks=CHECKS, headers=headers)
-                    except Exception as exc:  # collect every distinct failure, do not stop at the first
+                    except (Exception, FailureGroup) as exc:  # collect every distinct failure; go on
                         key = f"{who}/{mode.value}/{type(exc).__name__}/{getattr(response, 'status_code', '-')}"
                         failures.setdefault(key, _describe(case, response, exc))
 

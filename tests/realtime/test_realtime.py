@@ -179,3 +179,15 @@ def test_computed_values_written_by_the_pipeline_arrive_as_updates(ws, services)
         stored = conn.execute("SELECT record FROM wds.events WHERE workspace_id = %s AND seq = %s",
                               (ws.id, upd["seq"])).fetchone()[0]
     assert "_pipeline" not in stored and stored["id"] == upd["record"]["id"]
+
+
+def test_subscribed_carries_the_current_seq_so_a_quiet_client_can_resume(ws):
+    t = _table(ws)
+    ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": "before"}})
+    with open_ws(ws.base_url, ws.builder_token) as conn:
+        ack = subscribe(conn, t["id"])  # has seen no event yet
+    assert ack["seq"] >= 1
+    ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": "while away"}})
+    with open_ws(ws.base_url, ws.builder_token, since=ack["seq"]) as conn:
+        subscribe(conn, t["id"])
+        assert [c["record"]["fields"]["Name"] for c in changes(conn, 1)] == ["while away"]

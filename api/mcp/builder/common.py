@@ -34,6 +34,6 @@ def builder(name: str, title: str, description: str, handler: Handler, input_sch
 
 
 def positive_id(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isdigit())):
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isascii() and value.isdigit())):
         raise ValidationError(f"{what} must be an integer id")
     return int(value)

@@ -1,0 +1,212 @@
+"""Semantic search over the OpenAI-compatible provider (the fake's bag-of-words vectors):
+ranking on a small labelled set, filters in the same query, refresh on write, backfill
+as a run, permissions on REST, MCP and the agent tool, and the life cycle of the index."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from storage.embeddings import NotConfigured, choose_provider
+from tests.chat.fakes import FakeServices
+from tests.chat.support import make_agent, post
+from tests.conftest import ApiProcess, Workspace
+from tests.mcp.conftest import connect, error_code
+
+DOCS = [  # (label, title, body, category)
+    ("cats", "Caring for cats", "kittens cats litter whiskers purring", "pets"),
+    ("dogs", "Walking dogs", "dogs leash puppies fetch bark", "pets"),
+    ("bread", "Baking bread", "flour yeast dough oven crust", "food"),
+    ("soup", "Tomato soup", "tomato soup basil simmer bowl", "food"),
+    ("tax", "Filing taxes", "taxes receipts deductions refund forms", "money"),
+    ("cat-food", "Cat food recipes", "cats fish oven treats kittens", "food"),
+]
+
+
+def _docs_table(ws: Workspace, *, semantic: bool = True) -> dict[str, Any]:
+    extra = {"semantic_search": {"columns": ["Title", "Body"]}} if semantic else {}
+    table = ws.create_table("Docs", [
+        {"name": "Title", "type": "text"}, {"name": "Body", "type": "text"},
+        {"name": "Category", "type": "single_select", "options": ["pets", "food", "money"]},
+        {"name": "Score", "type": "number"},
+    ], **extra)
+    rows = [{"fields": {"Title": t, "Body": b, "Category": c, "Score": i}} for i, (_, t, b, c) in enumerate(DOCS)]
+    r = ws.api.post(f"/tables/{table['id']}/records/batch", json={"rows": rows})
+    assert r.status_code == 200, r.text
+    table["ids"] = {label: res["record"]["id"] for (label, *_), res in zip(DOCS, r.json()["results"])}
+    return table
+
+
+def _search(ws: Workspace, table_id: int, query: str, **kw: Any) -> httpx.Response:
+    return ws.api.post(f"/tables/{table_id}/search", json={"query": query, **kw})
+
+
+def _titles(r: httpx.Response) -> list[str]:
+    assert r.status_code == 200, r.text
+    return [hit["record"]["fields"]["Title"] for hit in r.json()["results"]]
+
+
+def test_enabling_records_provider_and_dimension(cws: Workspace) -> None:
+    table = _docs_table(cws)
+    assert table["semantic_search"] == {"columns": ["Title", "Body"], "provider": "openai",
+                                        "model": "fake-embed", "dim": 384}
+
+
+@pytest.mark.parametrize("query,best", [
+    ("kittens and cats", "Caring for cats"),
+    ("puppies on a leash", "Walking dogs"),
+    ("yeast dough", "Baking bread"),
+    ("tax refund receipts", "Filing taxes"),
+])
+def test_results_are_ranked_by_similarity(cws: Workspace, query: str, best: str) -> None:
+    table = _docs_table(cws)
+    r = _search(cws, table["id"], query, limit=3)
+    assert _titles(r)[0] == best
+    scores = [hit["score"] for hit in r.json()["results"]]
+    assert scores == sorted(scores, reverse=True) and 0 < scores[0] <= 1.0
+    record = r.json()["results"][0]["record"]
+    assert set(record) >= {"id", "fields", "created_at", "updated_at"} and record["fields"]["Category"]
+
+
+def test_filters_apply_in_the_same_query(cws: Workspace) -> None:
+    table = _docs_table(cws)
+    assert _titles(_search(cws, table["id"], "cats kittens oven", limit=2))[0] == "Cat food recipes"
+    pets = _titles(_search(cws, table["id"], "cats kittens oven", limit=2, filters={"Category": "eq.pets"}))
+    assert pets == ["Caring for cats", "Walking dogs"]
+    listed = _titles(_search(cws, table["id"], "cats", limit=5,
+                             filters=[{"column": "Score", "op": "gte", "value": 4}]))
+    assert listed[0] == "Cat food recipes" and set(listed) <= {"Filing taxes", "Cat food recipes"}
+
+
+def test_a_write_refreshes_only_when_embedded_columns_change(cws: Workspace, fake: FakeServices) -> None:
+    table = _docs_table(cws)
+    rid = table["ids"]["soup"]
+    calls = len(fake.embeddings)
+    assert cws.api.patch(f"/tables/{table['id']}/records/{rid}", json={"fields": {"Score": 99}}).status_code == 200
+    assert len(fake.embeddings) == calls  # not an embedded column
+    r = cws.api.patch(f"/tables/{table['id']}/records/{rid}", json={"fields": {"Body": "volcano lava eruption"}})
+    assert r.status_code == 200
+    assert len(fake.embeddings) == calls + 1
+    assert _titles(_search(cws, table["id"], "lava from a volcano", limit=1)) == ["Tomato soup"]
+    created = cws.api.post(f"/tables/{table['id']}/records", json={"fields": {"Title": "Glaciers", "Body": "ice"}})
+    assert created.status_code == 201
+    assert _titles(_search(cws, table["id"], "glaciers ice", limit=1)) == ["Glaciers"]
+    cws.api.delete(f"/tables/{table['id']}/records/{created.json()['id']}")
+    assert "Glaciers" not in _titles(_search(cws, table["id"], "glaciers ice", limit=10))
+
+
+def test_enabling_on_a_table_with_records_backfills_as_a_run(cws: Workspace) -> None:
+    table = _docs_table(cws, semantic=False)
+    r = cws.api.patch(f"/tables/{table['id']}", json={"semantic_search": {"columns": ["Body"]}})
+    assert r.status_code == 200, r.text
+    run = r.json()["backfill"]
+    assert run["status"] == "running" and run["total"] == len(DOCS)
+    deadline = time.monotonic() + 30
+    body: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        body = cws.api.get(f"/runs/{run['run_id']}").json()
+        if body["status"] != "running":
+            break
+        time.sleep(0.1)
+    assert (body["status"], body["done"], body["failed"]) == ("completed", len(DOCS), 0)
+    assert _titles(_search(cws, table["id"], "flour and yeast", limit=1)) == ["Baking bread"]
+
+
+def test_turning_search_off_drops_the_index(cws: Workspace, db: psycopg.Connection[Any]) -> None:
+    table = _docs_table(cws)
+    where = f"ws_{cws.id}.e_{table['id']}"
+    assert db.execute("SELECT to_regclass(%s) IS NOT NULL", (where,)).fetchone()[0] is True
+    assert cws.api.patch(f"/tables/{table['id']}", json={"semantic_search": None}).status_code == 200
+    assert db.execute("SELECT to_regclass(%s) IS NOT NULL", (where,)).fetchone()[0] is False
+    r = _search(cws, table["id"], "cats")
+    assert (r.status_code, r.json()["code"]) == (400, "NOT_CONFIGURED")
+    table2 = cws.create_table("More", [{"name": "T", "type": "text"}], semantic_search={"columns": ["T"]})
+    where2 = f"ws_{cws.id}.e_{table2['id']}"
+    assert cws.api.delete(f"/tables/{table2['id']}").status_code == 200
+    assert db.execute("SELECT to_regclass(%s) IS NOT NULL", (where2,)).fetchone()[0] is False
+
+
+@pytest.mark.parametrize("body,status,code", [
+    ({"query": ""}, 400, "VALIDATION_ERROR"),
+    ({"query": "x", "limit": 0}, 400, "VALIDATION_ERROR"),
+    ({"query": "x", "limit": 101}, 400, "VALIDATION_ERROR"),
+    ({"query": "x", "filters": {"Nope": "eq.1"}}, 400, "UNKNOWN_COLUMN"),
+    ({"query": "x", "filters": {"Score": "near.1"}}, 400, "UNKNOWN_OPERATOR"),
+    ({"query": "x" * 8001}, 413, "PAYLOAD_TOO_LARGE"),
+    ({"query": "x", "other": 1}, 400, "VALIDATION_ERROR"),
+])
+def test_bad_search_requests(cws: Workspace, body: dict[str, Any], status: int, code: str) -> None:
+    table = _docs_table(cws)
+    r = cws.api.post(f"/tables/{table['id']}/search", json=body)
+    assert (r.status_code, r.json()["code"]) == (status, code)
+
+
+def test_search_needs_read_permission(cws: Workspace) -> None:
+    table = _docs_table(cws)
+    other = cws.create_table("Other", [{"name": "T", "type": "text"}])
+    reader = cws.token("rest_api", profile_id=cws.profile([{"table_id": other["id"], "read": True}])["id"])
+    client = cws.client(reader["token"])
+    r = client.post(f"/tables/{table['id']}/search", json={"query": "cats"})
+    assert (r.status_code, r.json()["code"]) == (403, "FORBIDDEN")
+    allowed = cws.token("rest_api", profile_id=cws.profile([{"table_id": table["id"], "read": True}])["id"])
+    assert _titles(cws.client(allowed["token"]).post(f"/tables/{table['id']}/search",
+                                                     json={"query": "cats kittens", "limit": 1})) == ["Caring for cats"]
+    r = cws.client(None).post(f"/tables/{table['id']}/search", json={"query": "cats"})
+    assert (r.status_code, r.json()["code"]) == (401, "UNAUTHORIZED")
+    r = cws.api.post("/tables/999999999/search", json={"query": "cats"})
+    assert (r.status_code, r.json()["code"]) == (404, "NOT_FOUND")
+
+
+def test_the_mcp_tool_searches_with_the_same_rules(cws: Workspace, ai_api: ApiProcess) -> None:
+    table = _docs_table(cws)
+    other = cws.create_table("Other", [{"name": "T", "type": "text"}])
+    granted = cws.token("user_mcp", profile_id=cws.profile([{"table_id": table["id"], "read": True}])["id"])
+    denied = cws.token("user_mcp", profile_id=cws.profile([{"table_id": other["id"], "read": True}])["id"])
+
+    async def go() -> tuple[Any, Any]:
+        async with connect(ai_api.base_url, granted["token"]) as client:
+            ok = await client.call_tool("semantic_search", {"table_id": "Docs", "query": "yeast dough", "limit": 1,
+                                                            "filters": {"Category": "eq.food"}})
+        async with connect(ai_api.base_url, denied["token"]) as client:
+            refused = await client.call_tool("semantic_search", {"table_id": "Docs", "query": "yeast"})
+        return ok, refused
+
+    ok, refused = asyncio.run(go())
+    assert not ok.is_error
+    assert [h["record"]["fields"]["Title"] for h in ok.structured_content["results"]] == ["Baking bread"]
+    assert error_code(refused) == "FORBIDDEN"
+
+
+def test_an_agent_searches_its_tables_only(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any]) -> None:
+    table = _docs_table(cws)
+    secret = cws.create_table("Secret", [{"name": "T", "type": "text"}], semantic_search={"columns": ["T"]})
+    bot = make_agent(cws, db, [table["id"]])
+    call = f"CALL semantic_search {json.dumps({'table_id': 'Docs', 'query': 'puppies leash', 'limit': 1})}"
+    body = post(ai_api.base_url, bot["token"], {"message": call, "session_id": "s"}).json()
+    assert body["tool_calls"][0]["result_summary"] == "1 results" and "Walking dogs" in body["reply"]
+    call = f"CALL semantic_search {json.dumps({'table_id': secret['id'], 'query': 'x'})}"
+    body = post(ai_api.base_url, bot["token"], {"message": call, "session_id": "s"}).json()
+    assert body["tool_calls"][0]["result_summary"].startswith("FORBIDDEN")
+
+
+@pytest.mark.parametrize("setting,base,expected", [
+    ("openai", "http://ai", "openai"),
+    ("openai", None, NotConfigured),
+    ("bogus", "http://ai", NotConfigured),
+    ("", "http://ai", "local-or-openai"),
+])
+def test_choosing_the_provider(setting: str, base: str | None, expected: Any) -> None:
+    if expected is NotConfigured:
+        with pytest.raises(NotConfigured) as exc:
+            choose_provider(setting, ai_base_url=base)
+        assert (exc.value.status, exc.value.code) == (503, "NOT_CONFIGURED")
+    elif expected == "local-or-openai":
+        assert choose_provider(setting, ai_base_url=base) in ("local", "openai")
+    else:
+        assert choose_provider(setting, ai_base_url=base) == expected
