@@ -6,8 +6,12 @@ from typing import Any
 
 from temporalio import activity
 
+from datetime import datetime
+
+from activities import formula, json_parser
+from activities.ledger import Ledger
 from activities.snap import step_value, table_meta
-from activities.types import LoadInput, WriteInput
+from activities.types import FusedInput, LoadInput, PipelineResult, WriteInput
 from storage import records as rec
 from storage.db import Database
 
@@ -16,9 +20,7 @@ class RecordIO:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    @activity.defn(name="load_records")
-    async def load_records(self, inp: LoadInput) -> dict[str, dict[str, Any]]:
-        """record id → fields by column name (selects as labels), for the steps to read."""
+    async def _load(self, inp: LoadInput) -> dict[str, dict[str, Any]]:
         table = table_meta(inp.table)
         async with self.db.connection() as conn:
             rows = await rec.get_record_rows(conn, table=table, record_ids=inp.record_ids)
@@ -28,6 +30,39 @@ class RecordIO:
             fields["id"] = row["id"]
             out[str(row["id"])] = fields
         return out
+
+    @activity.defn(name="load_records")
+    async def load_records(self, inp: LoadInput) -> dict[str, dict[str, Any]]:
+        """record id → fields by column name (selects as labels), for the steps to read."""
+        return await self._load(inp)
+
+    @activity.defn(name="pure_pipeline")
+    async def pure_pipeline(self, inp: FusedInput) -> PipelineResult:
+        """Load the records, evaluate every level of formula/parser columns in order, and
+        write the results: a whole pipeline of pure steps in one local activity."""
+        p = inp.pipeline
+        fields = await self._load(LoadInput(table=p.table, record_ids=p.record_ids))
+        ledger = Ledger(p, list(fields))
+        cols = {c.id: c for c in p.table.columns}
+        now = datetime.fromisoformat(inp.now)
+        for level in p.levels:
+            for cid in level:
+                col = cols.get(cid)
+                if col is None:
+                    continue
+                rids = ledger.eligible(cid)
+                if not rids:
+                    continue
+                batch = {r: fields[r] for r in rids}
+                if col.type == "formula":
+                    values, errors = formula.evaluate_batch(col, batch, now)
+                else:
+                    values, errors = json_parser.evaluate_batch(col, batch)
+                ledger.apply(cid, rids, values, errors, fields)
+        result, updates = ledger.result(inp.run_id)
+        if p.write and updates:
+            await self.write_results(WriteInput(table=p.table, updates=updates))
+        return result
 
     @activity.defn(name="write_results")
     async def write_results(self, inp: WriteInput) -> int:

@@ -140,3 +140,12 @@ class ProgressInput:
     failed: int
     status: str | None = None
     errors: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FusedInput:
+    """A pipeline of formula/parser columns only, run as one local activity."""
+
+    pipeline: PipelineInput
+    run_id: str
+    now: str  # workflow time at the start of the run, ISO-8601

@@ -105,10 +105,9 @@ async def queue_pipeline(
     for i in range(0, len(ids), CHUNK):
         chunk = ids[i:i + CHUNK]
         inp = pipeline_input(principal, table, chunk, mode, levels)
-        oid = await outbox.add(conn, workspace_id=table.workspace_id, table_id=table.id, payload={})
-        inp.outbox_id = oid
-        wid = f"{workflow_id(table, mode, chunk)}/ob{oid}"
-        await outbox.set_payload(conn, outbox_id=oid, payload={"workflow_id": wid, "input": encode_input(inp)})
+        wid = workflow_id(table, mode, chunk)  # unique (random suffix); kept in the outbox row
+        inp.outbox_id = await outbox.add(conn, workspace_id=table.workspace_id, table_id=table.id,
+                                         payload={"workflow_id": wid, "input": encode_input(inp)})
         runs.append((wid, inp))
     return Pending(runs)
 

@@ -9,9 +9,11 @@ the peers' are about the same data.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import secrets
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from bench.load import Operation, PhaseResult, http_send, run_interleaved, run_phase
 from bench.report import Figure, Target
-from bench.stack import Deployment
+from bench.stack import ApiProcess, Deployment
 
 STATUS_LABELS = ("a", "b", "c", "d")
 BENCH_COLUMNS: list[dict[str, Any]] = [
@@ -34,6 +36,100 @@ BENCH_COLUMNS: list[dict[str, Any]] = [
 
 class BenchError(RuntimeError):
     """A scenario's setup or correctness check failed; its figures would be meaningless."""
+
+
+class NotMeasurable(RuntimeError):
+    """This deployment cannot run the scenario (e.g. ``--url`` cannot start extra API
+    processes); the scenario reports "not measured" figures with this reason."""
+
+
+# Latency figures. A Figure's verdict compares value / baseline (higher is better) with the
+# target's floor, so a latency is carried as its inverse: value = 1000 / latency_ms. Then
+# value / baseline = baseline latency / our latency, and "p50 <= k x baseline's p50" is the
+# floor 1 / k on that ratio. The milliseconds themselves are in the p50 / p99 columns.
+LATENCY_UNIT = "/s (1÷p50)"
+
+
+def inverse_ms(ms: float | None) -> float | None:
+    """``1000 / ms`` (a latency as a rate); ``None`` for a missing or non-positive latency.
+
+    >>> inverse_ms(4.0)
+    250.0
+    >>> inverse_ms(0.0) is None
+    True
+    """
+    if ms is None or ms <= 0:
+        return None
+    return 1000.0 / ms
+
+
+def latency_target(max_ratio: float, what: str) -> Target:
+    """The target "our p50 ≤ ``max_ratio`` × ``what``'s p50" as a floor on the inverse ratio."""
+    return Target(1.0 / max_ratio, f"p50 ≤ {max_ratio:g}× {what}")
+
+
+def latency_figure(
+    scenario: str, name: str, api: PhaseResult, base: PhaseResult | None, *, max_ratio: float | None = None,
+    baseline_label: str = "psycopg", note: str = "", tags: dict[str, str] | None = None,
+) -> Figure:
+    """Compare two phases by their p50 latency (see :data:`LATENCY_UNIT`).
+
+    The note states the plain ratio of the p50s ("p50 1.23× psycopg").
+    """
+    base_p50 = base.p50_ms if base is not None else None
+    notes = []
+    if api.p50_ms and base_p50:
+        notes.append(f"p50 {api.p50_ms / base_p50:.2f}× {baseline_label}")
+    if note:
+        notes.append(note)
+    if api.first_error:
+        notes.append(f"first error: {api.first_error}")
+    if base is not None and base.first_error:
+        notes.append(f"baseline error: {base.first_error}")
+    return Figure(
+        scenario=scenario, name=name, unit=LATENCY_UNIT, value=inverse_ms(api.p50_ms),
+        baseline=inverse_ms(base_p50), baseline_label=baseline_label,
+        target=latency_target(max_ratio, baseline_label) if max_ratio else None,
+        p50_ms=api.p50_ms, p99_ms=api.p99_ms,
+        baseline_p50_ms=base_p50, baseline_p99_ms=base.p99_ms if base is not None else None,
+        errors=api.errors, client_cpu=api.client_cpu, note="; ".join(notes), tags=dict(tags or {}),
+    )
+
+
+def budget_figure(
+    scenario: str, name: str, measured_ms: float | None, budget_ms: float, *, reference_ms: float = 0.0,
+    what: str = "p50", p50_ms: float | None = None, p99_ms: float | None = None, errors: int = 0,
+    note: str = "", tags: dict[str, str] | None = None,
+) -> Figure:
+    """An absolute target: ``measured_ms ≤ budget_ms``.
+
+    ``measured_ms`` may be an overhead over a ``reference_ms`` measured beside it (the
+    SDK over a bare fetch, the webhook over the provider); then value = 1000 /
+    (reference + overhead) and baseline = 1000 / (reference + budget), so the ratio is
+    ≥ 1 exactly when the overhead is within budget, even for a zero or negative overhead.
+
+    >>> budget_figure("s", "n", 5.0, 10.0).ratio
+    2.0
+    >>> budget_figure("s", "n", -0.1, 0.2, reference_ms=1.0).verdict.value
+    'pass'
+    >>> budget_figure("s", "n", None, 10.0).verdict.value
+    'not measured'
+    """
+    value = None if measured_ms is None else inverse_ms(reference_ms + measured_ms)
+    label = f"{budget_ms:g} ms budget"
+    notes = [] if measured_ms is None else [f"{what} {measured_ms:.2f} ms (budget {budget_ms:g} ms)"]
+    if note:
+        notes.append(note)
+    return Figure(
+        scenario=scenario, name=name, unit=LATENCY_UNIT, value=value, baseline=inverse_ms(reference_ms + budget_ms),
+        baseline_label=label, target=Target(1.0, f"{what} ≤ {budget_ms:g} ms"), p50_ms=p50_ms, p99_ms=p99_ms,
+        errors=errors, note="; ".join(notes), tags=dict(tags or {}),
+    )
+
+
+def not_measured(scenario: str, name: str, reason: str, *, target: Target | None = None, unit: str = "") -> Figure:
+    """A figure that could not be taken in this run, with the reason (never a made-up number)."""
+    return Figure(scenario=scenario, name=name, unit=unit, value=None, target=target, note=f"not run: {reason}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +213,60 @@ class BenchContext:
         if self._pool is not None:
             await self._pool.close()
 
+    # ------------------------------------------------------------------ helpers
+    @property
+    def tags(self) -> dict[str, str]:
+        return {"workers": str(self.deployment.workers or "?")}
+
+    async def call(self, method: str, url: str, body: Any = None, *, expect: tuple[int, ...] = (200, 201),
+                   headers: dict[str, str] | None = None) -> Any:
+        """One JSON request (setup and checks, not timed loops); returns the parsed body."""
+        payload = b"" if body is None else json.dumps(body).encode()
+        raw = await http_send(self.session, method, url, headers or self.headers, payload, expect=expect)
+        return json.loads(raw) if raw else None
+
+    async def new_workspace(self, name: str, *, plan: str = "enterprise", tokens: int = 1) -> tuple[int, list[str]]:
+        """A fresh workspace and ``tokens`` builder tokens, through the operator API.
+
+        Raises:
+            NotMeasurable: the deployment was reached without an operator key.
+        """
+        key = self.deployment.admin_key
+        if key is None:
+            raise NotMeasurable("needs the operator key (embedded stack or --admin-key)")
+        admin = f"{self.deployment.base_url}/functions/v1/admin"
+        auth = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        ws = await self.call("POST", f"{admin}/workspaces", {"name": f"{name}-{secrets.token_hex(3)}", "plan": plan},
+                             expect=(201,), headers=auth)
+        made = [await self.call("POST", f"{admin}/workspaces/{ws['id']}/tokens",
+                                {"type": "vibe_mcp", "name": f"bench-{i}"}, expect=(201,), headers=auth)
+                for i in range(tokens)]
+        return int(ws["id"]), [str(t["token"]) for t in made]
+
+    @contextlib.asynccontextmanager
+    async def extra_api(self, name: str, *, workers: int | None = None, **env: str) -> AsyncIterator[ApiProcess]:
+        """Another API process on the same database and Temporal with ``env`` on top of the
+        main API's environment; stopped on exit.
+
+        Raises:
+            NotMeasurable: not an embedded stack (``--url``).
+        """
+        stack = self.deployment.stack
+        if stack is None:
+            raise NotMeasurable("needs the embedded stack to start another API process (not --url)")
+        count = workers or self.deployment.workers or 1
+        proc = await asyncio.to_thread(stack.start_extra_api, name, count, env)
+        try:
+            yield proc
+        finally:
+            await asyncio.to_thread(proc.stop)
+
+    async def interleave(self, ops: list[Operation], concurrency: int) -> list[PhaseResult]:
+        """Measure several operations in alternating slices (this run's duration and rounds)."""
+        cfg = self.config
+        return await run_interleaved(ops, concurrency=concurrency, duration_s=cfg.duration_s,
+                                     max_ops=cfg.max_ops, rounds=cfg.rounds, warmup_s=cfg.warmup_s)
+
     # ------------------------------------------------------------------ tables
     async def create_table(self, purpose: str) -> BenchTable:
         """Create a fresh bench table through the API and find its physical name.
@@ -188,10 +338,8 @@ class BenchContext:
     ) -> Figure:
         """Measure the service's operation and its psycopg baseline at one concurrency,
         in alternating slices (see :func:`bench.load.run_interleaved`)."""
-        cfg = self.config
         ops = [api_op] if pg_op is None else [api_op, pg_op]
-        results = await run_interleaved(ops, concurrency=concurrency, duration_s=cfg.duration_s,
-                                        max_ops=cfg.max_ops, rounds=cfg.rounds, warmup_s=cfg.warmup_s)
+        results = await self.interleave(ops, concurrency)
         base = results[1] if pg_op is not None else None
         return self.figure(scenario, name, results[0], base, target=target, note=note)
 
@@ -214,7 +362,7 @@ class BenchContext:
             baseline_p50_ms=base.p50_ms if base else None,
             baseline_p99_ms=base.p99_ms if base else None,
             errors=api.errors, client_cpu=api.client_cpu, note="; ".join(notes),
-            tags={"workers": str(self.deployment.workers or "?")},
+            tags=self.tags,
         )
 
 

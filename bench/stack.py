@@ -5,6 +5,11 @@ deployment named by ``--url`` / ``--token`` / ``--dsn``.
 The embedded API runs exactly as in production (``uvicorn api.app:create_app --factory``
 with N worker processes), on a workspace of the ``enterprise`` plan with rate limiting
 off, so the harness measures the request path and not the limiter's 429s.
+
+Scenarios that need an API configured differently (rate limits on, an AI provider) start
+an extra API process on the same PostgreSQL and Temporal with
+:meth:`EmbeddedStack.start_extra_api`; an existing deployment (``--url``) cannot, and
+those scenarios report "not measured".
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -41,6 +47,55 @@ class Deployment:
     dsn: str | None
     workers: int | None  # None: an existing deployment of unknown shape
     embedded: bool
+    admin_key: str | None = None  # operator key: lets scenarios make their own workspaces and tokens
+    temporal_address: str | None = None  # the same Temporal the API uses (the pipeline floor)
+    stack: EmbeddedStack | None = field(default=None, repr=False, compare=False)  # for extra API processes
+
+
+class ApiProcess:
+    """One ``uvicorn`` API process (with its workers) started by the harness."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], base_url: str, log: Path) -> None:
+        self.proc = proc
+        self.base_url = base_url
+        self.log = log
+
+    def log_tail(self, chars: int = 4000) -> str:
+        if not self.log.exists():
+            return ""
+        return self.log.read_text(errors="replace")[-chars:]
+
+    def wait_healthy(self, timeout_s: float = 120) -> None:
+        """Poll ``/healthz`` until it answers 200.
+
+        Raises:
+            StackError: the process exited or stayed unhealthy for ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        last = ""
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise StackError(f"the API exited early:\n{self.log_tail()}")
+            try:
+                r = httpx.get(f"{self.base_url}/healthz", timeout=2)
+                if r.status_code == 200:
+                    return
+                last = f"{r.status_code} {r.text[:200]}"
+            except httpx.HTTPError as exc:
+                last = str(exc)
+            time.sleep(0.2)
+        raise StackError(f"the API was not healthy within {timeout_s:.0f}s ({last}):\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
+        # uvicorn's supervisor forwards SIGTERM to its workers and waits for them
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
 
 
 class EmbeddedStack:
@@ -55,8 +110,12 @@ class EmbeddedStack:
         # durable settings (fsync on) as in production; the API and the baseline share them
         self.pg = Postgres(self.tmp / "pg", port=free_port())
         self.temporal = TemporalDev(self.tmp / "temporal", port=free_port(), headless=True)
-        self.api: subprocess.Popen[bytes] | None = None
-        self.api_log: Path | None = None
+        self.api: ApiProcess | None = None
+        self.extras: list[ApiProcess] = []
+
+    @property
+    def api_log(self) -> Path | None:
+        return None if self.api is None else self.api.log
 
     def start(self) -> None:
         self.pg.start()
@@ -77,58 +136,59 @@ class EmbeddedStack:
         })
         return env
 
-    def start_api(self, workers: int) -> Deployment:
-        """Start ``uvicorn`` with ``workers`` processes, wait for /healthz, make a workspace."""
-        self.stop_api()
+    def _spawn(self, name: str, workers: int, extra_env: Mapping[str, str] | None = None) -> ApiProcess:
         port = free_port()
         base_url = f"http://127.0.0.1:{port}"
-        self.api_log = self.tmp / f"api-w{workers}-{port}.log"
-        self.api = subprocess.Popen(
+        log = self.tmp / f"api-{name}-{port}.log"
+        proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
              "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
              "--log-level", "warning", "--no-access-log"],
-            cwd=ROOT, env=self.env(base_url), stdout=self.api_log.open("wb"),
+            cwd=ROOT, env={**self.env(base_url), **(extra_env or {})}, stdout=log.open("wb"),
             stderr=subprocess.STDOUT, start_new_session=True,
         )
-        self._wait_healthy(base_url)
-        token = create_workspace_token(base_url, self.admin_key, name=f"bench-w{workers}")
-        return Deployment(base_url, token, self.pg.dsn, workers, embedded=True)
+        api = ApiProcess(proc, base_url, log)
+        try:
+            api.wait_healthy()
+        except StackError:
+            api.stop()
+            raise
+        return api
 
-    def _wait_healthy(self, base_url: str, timeout_s: float = 120) -> None:
-        assert self.api is not None
-        deadline = time.monotonic() + timeout_s
-        last = ""
-        while time.monotonic() < deadline:
-            if self.api.poll() is not None:
-                raise StackError(f"the API exited early:\n{self.log_tail()}")
-            try:
-                r = httpx.get(f"{base_url}/healthz", timeout=2)
-                if r.status_code == 200:
-                    return
-                last = f"{r.status_code} {r.text[:200]}"
-            except httpx.HTTPError as exc:
-                last = str(exc)
-            time.sleep(0.2)
-        raise StackError(f"the API was not healthy within {timeout_s:.0f}s ({last}):\n{self.log_tail()}")
+    def start_api(self, workers: int) -> Deployment:
+        """Start ``uvicorn`` with ``workers`` processes, wait for /healthz, make a workspace."""
+        self.stop_api()
+        self.api = self._spawn(f"w{workers}", workers)
+        token = create_workspace_token(self.api.base_url, self.admin_key, name=f"bench-w{workers}")
+        return Deployment(self.api.base_url, token, self.pg.dsn, workers, embedded=True,
+                          admin_key=self.admin_key, temporal_address=self.temporal.address, stack=self)
+
+    def start_extra_api(self, name: str, workers: int = 1, extra_env: Mapping[str, str] | None = None) -> ApiProcess:
+        """Another API process on the same PostgreSQL and Temporal, with ``extra_env`` on top
+        of the main API's environment (e.g. ``WDS_RATE_LIMITS=true``). The caller stops it;
+        :meth:`stop` stops any left over.
+
+        Raises:
+            StackError: it did not become healthy.
+        """
+        api = self._spawn(name, workers, extra_env)
+        self.extras.append(api)
+        return api
 
     def log_tail(self, chars: int = 4000) -> str:
-        if self.api_log is None or not self.api_log.exists():
-            return ""
-        return self.api_log.read_text(errors="replace")[-chars:]
+        return "" if self.api is None else self.api.log_tail(chars)
 
     def stop_api(self) -> None:
         if self.api is None:
             return
-        # uvicorn's supervisor forwards SIGTERM to its workers and waits for them
-        self.api.terminate()
-        try:
-            self.api.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.api.kill()
-            self.api.wait(timeout=5)
+        self.api.stop()
         self.api = None
 
     def stop(self) -> None:
+        for extra in self.extras:
+            with contextlib.suppress(Exception):
+                extra.stop()
+        self.extras.clear()
         self.stop_api()
         with contextlib.suppress(Exception):
             self.temporal.stop()

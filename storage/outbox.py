@@ -26,10 +26,6 @@ async def add(conn: Conn, *, workspace_id: int, table_id: int, payload: dict[str
     return int(row["id"])
 
 
-async def set_payload(conn: Conn, *, outbox_id: int, payload: dict[str, Any]) -> None:
-    await conn.execute("UPDATE wds.outbox SET payload = %s WHERE id = %s", (Jsonb(payload), outbox_id))
-
-
 async def remove(conn: Conn, *, outbox_ids: list[int]) -> None:
     if outbox_ids:
         await conn.execute("DELETE FROM wds.outbox WHERE id = ANY(%s)", (outbox_ids,))

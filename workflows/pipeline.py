@@ -16,11 +16,12 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.ledger import BUDGET_EXCEEDED, Ledger
     from activities.types import (
+        FusedInput,
         LoadInput,
         PipelineInput,
         PipelineResult,
-        RecordOutcome,
         StepInput,
         StepResult,
         TableSnap,
@@ -30,7 +31,6 @@ with workflow.unsafe.imports_passed_through():
 PURE_KINDS = {"formula", "json_parser"}
 RECORD_KINDS = {"create_record", "update_record", "delete_record", "fetch_records"}
 REMOTE_KINDS = {"http_request": "http_step", "action": "action_step", "ai_agent": "ai_step"}
-BUDGET_EXCEEDED = "budget_exceeded"
 LOCAL_TIMEOUT = timedelta(seconds=30)
 LOCAL_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(milliseconds=50))
 # Remote steps retry transient HTTP failures per record inside the activity (so a batch
@@ -54,6 +54,17 @@ class PipelineWorkflow:
         self.start = workflow.now()
         self.cols = {c.id: c for c in inp.table.columns}
         self.by_name = {c.name: c for c in inp.table.columns}
+        if inp.write and _all_pure(inp, self.cols):
+            # the common case, formulas and parsers only: load, evaluate every level and
+            # write in ONE local activity (same rules, see activities/ledger.py)
+            return await workflow.execute_local_activity(
+                "pure_pipeline",
+                FusedInput(pipeline=inp, run_id=workflow.info().workflow_id, now=self.start.isoformat()),
+                start_to_close_timeout=timedelta(seconds=max(1.0, min(30.0, inp.time_budget_s))),
+                retry_policy=LOCAL_RETRY,
+                result_type=PipelineResult,
+                summary=f"{sum(len(level) for level in inp.levels)} formula/parser column(s)",
+            )
         self.fields: dict[str, dict[str, Any]] = await workflow.execute_local_activity(
             "load_records",
             LoadInput(table=inp.table, record_ids=inp.record_ids),
@@ -61,29 +72,13 @@ class PipelineWorkflow:
             retry_policy=LOCAL_RETRY,
             result_type=dict,
         )
-        rids = list(self.fields)
-        self.values: dict[str, dict[str, Any]] = {r: {} for r in rids}
-        self.errors: dict[str, dict[str, str]] = {r: {} for r in rids}
-        self.steps: dict[str, int] = {r: 0 for r in rids}
-        self.blocked: dict[str, set[int]] = {r: set() for r in rids}
+        self.ledger = Ledger(inp, list(self.fields))
         self.children: list[Any] = []
         for level in inp.levels:
             await asyncio.gather(*(self._column(cid) for cid in level if cid in self.cols))
         if self.children:
             await asyncio.gather(*self.children)
-        result = PipelineResult(run_id=workflow.info().workflow_id, status="ok")
-        updates = []
-        for rid in rids:
-            outcome = RecordOutcome(status="error" if self.errors[rid] else "ok", errors=self.errors[rid])
-            result.records[rid] = outcome
-            result.values[rid] = {str(k): v for k, v in self.values[rid].items()}
-            updates.append({
-                "id": int(rid),
-                "values": {str(k): v for k, v in self.values[rid].items()},
-                "outcome": {"status": outcome.status, "run_id": result.run_id, "errors": outcome.errors},
-            })
-            if outcome.errors:
-                result.status = "error"
+        result, updates = self.ledger.result(workflow.info().workflow_id)
         if inp.write and updates:
             await workflow.execute_local_activity(
                 "write_results",
@@ -97,37 +92,11 @@ class PipelineWorkflow:
     def _remaining_s(self) -> float:
         return self.inp.time_budget_s - (workflow.now() - self.start).total_seconds()
 
-    def _fail(self, rid: str, cid: int, message: str) -> None:
-        col = self.cols[cid]
-        self.errors[rid][col.name] = message
-        for dep in _dependants(self.inp, cid):
-            self.blocked[rid].add(dep)
-
     def _eligible(self, cid: int, cost: int = 1) -> list[str]:
-        """Records that may run column ``cid`` now; the others get their error here."""
-        col = self.cols[cid]
-        over_time = self._remaining_s() <= 0
-        out = []
-        for rid in self.fields:
-            if cid in self.blocked[rid]:
-                self.errors[rid].setdefault(col.name, "skipped: a column it depends on failed")
-                continue
-            if over_time or self.steps[rid] + cost > self.inp.step_budget:
-                self.errors[rid][col.name] = BUDGET_EXCEEDED
-                self.blocked[rid] |= set(_dependants(self.inp, cid))
-                continue
-            self.steps[rid] += cost
-            out.append(rid)
-        return out
+        return self.ledger.eligible(cid, over_time=self._remaining_s() <= 0, cost=cost)
 
     def _apply(self, cid: int, result: StepResult, rids: list[str]) -> None:
-        col = self.cols[cid]
-        for rid in rids:
-            if rid in result.errors:
-                self._fail(rid, cid, result.errors[rid])
-            elif rid in result.values:
-                self.values[rid][cid] = result.values[rid]
-                self.fields[rid][col.name] = result.values[rid]
+        self.ledger.apply(cid, rids, result.values, result.errors, self.fields)
         for child in result.children:
             self._child(child)
 
@@ -204,22 +173,20 @@ class PipelineWorkflow:
             seconds = -1
         if not 0 <= seconds <= 366 * 86400:
             for rid in rids:
-                self._fail(rid, cid, "delay needs config.seconds between 0 and 31,622,400")
+                self.ledger.fail(rid, cid, "delay needs config.seconds between 0 and 31,622,400")
             return
         remaining = self._remaining_s()
         if seconds > remaining:
             # the row would outlive its budget: wait out the budget, then stop it
             await workflow.sleep(max(0.0, remaining))
             for rid in rids:
-                self.errors[rid][col.name] = BUDGET_EXCEEDED
-                self.blocked[rid] |= set(_dependants(self.inp, cid))
+                self.ledger.exceed(rid, cid)
             return
         if seconds > 0:
             await workflow.sleep(seconds)
         done = workflow.now().isoformat()
         for rid in rids:
-            self.values[rid][cid] = done
-            self.fields[rid][col.name] = done
+            self.ledger.record(rid, cid, done, self.fields)
 
     async def _loop(self, cid: int) -> None:
         col = self.cols[cid]
@@ -228,7 +195,7 @@ class PipelineWorkflow:
         rids = self._eligible(cid, cost=0)
         if not isinstance(sub, dict) or not isinstance(sub.get("type"), str) or sub.get("type") in ("loop", "delay"):
             for rid in rids:
-                self._fail(rid, cid, "loop needs config.step {type, config} of a step kind other than loop/delay")
+                self.ledger.fail(rid, cid, "loop needs config.step {type, config} of a step kind other than loop/delay")
             return
         lists: dict[str, list[Any]] = {}
         for rid in rids:
@@ -247,12 +214,12 @@ class PipelineWorkflow:
                 if i >= len(lists[rid]):
                     continue
                 # each iteration is one step of the row's budget
-                if self.steps[rid] + 1 > self.inp.step_budget or self._remaining_s() <= 0:
-                    self._fail(rid, cid, BUDGET_EXCEEDED)
+                if self.ledger.steps[rid] + 1 > self.inp.step_budget or self._remaining_s() <= 0:
+                    self.ledger.exceed(rid, cid)
                     continue
-                self.steps[rid] += 1
+                self.ledger.steps[rid] += 1
                 batch.append(rid)
-            active = [r for r in active if col.name not in self.errors[r]]
+            active = [r for r in active if col.name not in self.ledger.errors[r]]
             if not batch:
                 continue
             res = await self._step(
@@ -260,20 +227,19 @@ class PipelineWorkflow:
             )
             for rid in batch:
                 if rid in res.errors:
-                    self._fail(rid, cid, f"item {i}: {res.errors[rid]}")
+                    self.ledger.fail(rid, cid, f"item {i}: {res.errors[rid]}")
                 else:
                     results[rid].append(res.values.get(rid))
             for child in res.children:
                 self._child(child)
-            active = [r for r in active if col.name not in self.errors[r]]
+            active = [r for r in active if col.name not in self.ledger.errors[r]]
         for rid in rids:
-            if col.name not in self.errors[rid]:
-                self.values[rid][cid] = results[rid]
-                self.fields[rid][col.name] = results[rid]
+            if col.name not in self.ledger.errors[rid]:
+                self.ledger.record(rid, cid, results[rid], self.fields)
 
     def _child(self, child: dict[str, Any]) -> None:
         """Run the pipelines of records a step wrote, as child workflows (bounded depth)."""
-        used = max(self.steps.values(), default=0)
+        used = max(self.ledger.steps.values(), default=0)
         budget = self.inp.step_budget - used
         if budget <= 0 or not child.get("levels") or self.inp.depth + 1 > self.inp.step_budget:
             return
@@ -298,8 +264,9 @@ class PipelineWorkflow:
         )
 
 
-def _dependants(inp: PipelineInput, cid: int) -> list[int]:
-    return list(inp.dependants.get(str(cid), []))
+def _all_pure(inp: PipelineInput, cols: dict[int, Any]) -> bool:
+    kinds = {cols[cid].type for level in inp.levels for cid in level if cid in cols}
+    return bool(kinds) and kinds <= PURE_KINDS
 
 
 def _failure_message(exc: BaseException) -> str:

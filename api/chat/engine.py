@@ -19,7 +19,7 @@ mid-answer (what was generated until then), shielded from the cancellation.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +63,7 @@ class Collected:
     error: dict[str, Any] | None = None
 
 
-def trim_history(rows: list[Mapping[str, Any]], budget_chars: int) -> list[dict[str, str]]:
+def trim_history(rows: Sequence[Mapping[str, Any]], budget_chars: int) -> list[dict[str, str]]:
     """The newest messages whose text fits ``budget_chars``, oldest first.
 
     >>> trim_history([{"role": "user", "content": "a" * 5}, {"role": "assistant", "content": "b" * 5}], 7)
@@ -173,7 +173,7 @@ async def _charge(state: AppState, principal: Principal, tokens: int) -> None:
         await charge_ai_credits(state, principal, credits_for(tokens))
     except PlanLimit:
         pass  # the answer was already given; the next turn is refused up front
-    except Exception as exc:  # never lose the answer over accounting
+    except Exception as exc:  # noqa: BLE001 - never lose the answer over accounting
         log.warning("AI credits of workspace %s not charged: %s", principal.workspace_id, exc)
 
 

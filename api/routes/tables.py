@@ -11,8 +11,8 @@ from fastapi import APIRouter
 
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.limits import check_table_quota
-from api.routes import search as semantic_search
 from api.responses import JSON
+from api.routes import search as semantic_search
 from api.schedules import delete_table_schedules
 from api.schemas import Deleted, ErrorOut, TableIn, TableOut, TablePatch, TableSummary
 from api.serialize import table_out, table_summary

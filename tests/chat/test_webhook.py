@@ -243,7 +243,7 @@ def test_a_disconnect_stops_generation(cws: Workspace, ai_api: ApiProcess, db: p
     with httpx.stream("POST", f"{ai_api.base_url}{WEBHOOK}", params={"type": "web", "token": bot["token"]},
                       json={"message": "SLOW 150", "session_id": "gone", "stream": True}, timeout=30) as resp:
         for line in resp.iter_lines():
-            if line.startswith("event: token") or line.startswith("event:token"):
+            if line.startswith(("event: token", "event:token")):
                 break
     deadline = time.monotonic() + 5  # the full answer would take 6 s
     while fake.streams_aborted == aborted and time.monotonic() < deadline:

@@ -1,0 +1,83 @@
+"""Per-record bookkeeping of a pipeline run, shared by the workflow and the fused
+pure-pipeline activity: computed values, step errors, steps used against the plan's step
+budget, and columns blocked because something they depend on failed.
+
+Pure and deterministic (no I/O, no clock): safe inside workflow code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from activities.types import PipelineInput, PipelineResult, RecordOutcome
+
+BUDGET_EXCEEDED = "budget_exceeded"
+SKIPPED = "skipped: a column it depends on failed"
+
+
+class Ledger:
+    def __init__(self, inp: PipelineInput, record_ids: list[str]) -> None:
+        self.inp = inp
+        self.names = {c.id: c.name for c in inp.table.columns}
+        self.values: dict[str, dict[int, Any]] = {r: {} for r in record_ids}
+        self.errors: dict[str, dict[str, str]] = {r: {} for r in record_ids}
+        self.steps: dict[str, int] = {r: 0 for r in record_ids}
+        self.blocked: dict[str, set[int]] = {r: set() for r in record_ids}
+
+    def _dependants(self, cid: int) -> list[int]:
+        return list(self.inp.dependants.get(str(cid), []))
+
+    def fail(self, rid: str, cid: int, message: str) -> None:
+        """Record a step error for ``rid`` and block every column that reads ``cid``."""
+        self.errors[rid][self.names[cid]] = message
+        self.blocked[rid].update(self._dependants(cid))
+
+    def exceed(self, rid: str, cid: int) -> None:
+        self.fail(rid, cid, BUDGET_EXCEEDED)
+
+    def eligible(self, cid: int, *, over_time: bool = False, cost: int = 1) -> list[str]:
+        """Records that may run column ``cid`` now (charging ``cost`` steps); the others
+        get their error (skipped, or over budget) here."""
+        name = self.names[cid]
+        out = []
+        for rid in self.values:
+            if cid in self.blocked[rid]:
+                self.errors[rid].setdefault(name, SKIPPED)
+                continue
+            if over_time or self.steps[rid] + cost > self.inp.step_budget:
+                self.exceed(rid, cid)
+                continue
+            self.steps[rid] += cost
+            out.append(rid)
+        return out
+
+    def record(self, rid: str, cid: int, value: Any, fields: dict[str, dict[str, Any]]) -> None:
+        """A computed value: kept for the write and visible to the steps that follow."""
+        self.values[rid][cid] = value
+        fields[rid][self.names[cid]] = value
+
+    def apply(self, cid: int, rids: list[str], values: dict[str, Any], errors: dict[str, str],
+              fields: dict[str, dict[str, Any]]) -> None:
+        for rid in rids:
+            if rid in errors:
+                self.fail(rid, cid, errors[rid])
+            elif rid in values:
+                self.record(rid, cid, values[rid], fields)
+
+    def result(self, run_id: str) -> tuple[PipelineResult, list[dict[str, Any]]]:
+        """The run's result and the row updates to write (values and outcome per record)."""
+        result = PipelineResult(run_id=run_id, status="ok")
+        updates = []
+        for rid, values in self.values.items():
+            errors = self.errors[rid]
+            outcome = RecordOutcome(status="error" if errors else "ok", errors=errors)
+            result.records[rid] = outcome
+            result.values[rid] = {str(k): v for k, v in values.items()}
+            updates.append({
+                "id": int(rid),
+                "values": {str(k): v for k, v in values.items()},
+                "outcome": {"status": outcome.status, "run_id": run_id, "errors": errors},
+            })
+            if errors:
+                result.status = "error"
+        return result, updates
