@@ -30,7 +30,7 @@ async def floor_step(value: float) -> float:
     return value + 1.0
 
 
-@workflow.defn(name="BenchFloorWorkflow", sandboxed=False)
+@workflow.defn(name="BenchFloorWorkflow")  # sandboxed, like PipelineWorkflow
 class FloorWorkflow:
     """Three chained local activities, like ``{A}+1`` → ``{B}*2`` → ``{C}-3``."""
 

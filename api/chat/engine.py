@@ -95,22 +95,22 @@ async def _system_prompt(state: AppState, turn: Turn) -> str:
 async def converse(state: AppState, turn: Turn) -> AsyncIterator[Event]:
     """Run one turn; see the module docstring for the events."""
     settings = state.settings
-    base = require_provider(state)
-    async with state.db.connection() as conn:
-        rows = await store.history(conn, channel_id=int(turn.channel["id"]), session_id=turn.session_id,
-                                   limit=settings.chat_history_messages)
     specs = agent_tools_mod.agent_tools(turn.principal)
     allowed = {s.name: s for s in specs}
     tools = agent_tools_mod.openai_tools(specs)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": await _system_prompt(state, turn)}]
-    messages += trim_history(rows, settings.chat_history_chars)
-    messages.append({"role": "user", "content": turn.message})
     model = turn.channel.get("model") or settings.ai_model
     reply: list[str] = []
     calls: list[dict[str, Any]] = []
     tokens = 0
     message_id: int | None = None
     try:
+        base = require_provider(state)
+        async with state.db.connection() as conn:
+            rows = await store.history(conn, channel_id=int(turn.channel["id"]), session_id=turn.session_id,
+                                       limit=settings.chat_history_messages)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": await _system_prompt(state, turn)}]
+        messages += trim_history(rows, settings.chat_history_chars)
+        messages.append({"role": "user", "content": turn.message})
         for round_no in range(settings.chat_max_tool_rounds + 1):
             body: dict[str, Any] = {"model": model, "messages": messages,
                                     "stream_options": {"include_usage": True}}
@@ -145,6 +145,9 @@ async def converse(state: AppState, turn: Turn) -> AsyncIterator[Event]:
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.content})
     except ServiceError as exc:
         yield "error", {"error": exc.message, "code": exc.code}
+    except Exception:  # a stream has started: report in-band, never a broken connection
+        log.exception("chat turn on channel %s failed", turn.channel["id"])
+        yield "error", {"error": "internal error; the answer was not completed", "code": "INTERNAL"}
     finally:
         # stored even when the client went away (the task is being cancelled): shielded
         with anyio.CancelScope(shield=True):

@@ -2,8 +2,15 @@
 below is the run order (cheap reads first, bulk writes after, peers last)."""
 
 from bench.scenarios import records  # noqa: F401,I001  (registration side effect)
+from bench.scenarios import sql  # noqa: F401
+from bench.scenarios import mcp  # noqa: F401
+from bench.scenarios import limits  # noqa: F401
+from bench.scenarios import realtime  # noqa: F401
+from bench.scenarios import sdk  # noqa: F401
 from bench.scenarios import batch  # noqa: F401
+from bench.scenarios import pipelines  # noqa: F401
 from bench.scenarios import outside  # noqa: F401
+from bench.scenarios import chat  # noqa: F401
 from bench.scenarios import peers  # noqa: F401
 from bench.scenarios.registry import REGISTRY, Scenario, scenario, select
 

@@ -140,8 +140,9 @@ async def test_list_views_and_sql_query(ws, mcp, table):
         assert error_code(await c.call_tool("sql_query", {"query": "DELETE FROM Tasks"})) == "INVALID_SQL"
 
 
-async def test_semantic_search_on_an_enabled_table_is_a_clear_error(ws, mcp):
-    ws.create_table("Notes", [{"name": "Body", "type": "text"}], semantic_search={"columns": ["Body"]})
+async def test_semantic_search_on_a_table_without_it_is_a_clear_error(ws, mcp):
+    # the happy path over MCP is in tests/semantic (it needs an embeddings provider)
+    ws.create_table("Notes", [{"name": "Body", "type": "text"}])
     async with mcp(ws.builder_token) as c:
         res = await c.call_tool("semantic_search", {"table_id": "Notes", "query": "hello"})
     assert error_code(res) == "NOT_CONFIGURED"

@@ -1,0 +1,106 @@
+"""The rate limiter's cost (issue 8): single-record GET req/s with limits on vs off.
+
+A second API process with ``WDS_RATE_LIMITS=true`` (same worker count, same PostgreSQL
+and Temporal) is started beside the main one (limits off; if the run itself has
+``--rate-limits``, a third process with them off is started instead). Both serve the
+same requests on the same record of one enterprise workspace, interleaved at 16 clients.
+
+The limiter must never refuse here, or the figure would measure 429s: the load is spread
+over :data:`TOKENS` tokens, each client cycling through its own share, far below the
+per-token ceiling of 3,000 requests per minute (enterprise has no workspace ceiling);
+any non-200 counts as an error and fails the figure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+from collections.abc import AsyncIterator
+
+from bench.context import BenchContext, NotMeasurable, not_measured
+from bench.load import Operation, OperationFailed, run_phase
+from bench.report import Figure, Target
+from bench.scenarios.registry import scenario
+
+TARGET = Target(0.90, "≥ 90 % of limits off")
+TOKENS = 64
+RECORDS = 200
+WARMUP_S = 2.0
+
+
+def token_cycles(tokens: list[str], clients: int) -> list[list[str]]:
+    """Deal ``tokens`` round-robin to ``clients`` (each gets at least one).
+
+    >>> token_cycles(["a", "b", "c"], 2)
+    [['a', 'c'], ['b']]
+    >>> token_cycles(["a"], 2)
+    [['a'], ['a']]
+    """
+    if not tokens:
+        raise ValueError("no tokens")
+    dealt: list[list[str]] = [[] for _ in range(clients)]
+    for i, tok in enumerate(tokens):
+        dealt[i % clients].append(tok)
+    return [d or [tokens[i % len(tokens)]] for i, d in enumerate(dealt)]
+
+
+def _get_op(ctx: BenchContext, base_url: str, table_id: int, ids: list[int], tokens: list[list[str]]) -> Operation:
+    """Each call takes the next client's next token (a worker's calls are sequential,
+    so a shared round-robin spreads every token's requests evenly)."""
+    session = ctx.session
+    prefix = f"{base_url}/functions/v1/rest-api/tables/{table_id}/records/"
+    headers = itertools.cycle([{"Authorization": f"Bearer {t}"} for share in tokens for t in share])
+    rnd = random.Random(8)
+
+    async def op() -> None:
+        async with session.get(prefix + str(rnd.choice(ids)), headers=next(headers)) as resp:
+            body = await resp.read()
+            if resp.status != 200:
+                raise OperationFailed(f"HTTP {resp.status}: {body[:200]!r}")
+
+    return op
+
+
+@contextlib.asynccontextmanager
+async def _limits_off(ctx: BenchContext) -> AsyncIterator[str]:
+    stack = ctx.deployment.stack
+    if stack is not None and stack.rate_limits:
+        async with ctx.extra_api("limits-off", WDS_RATE_LIMITS="false") as proc:
+            yield proc.base_url
+    else:
+        yield ctx.deployment.base_url
+
+
+@scenario("limits.rate_limiter", title="single-record GET req/s, rate limits on vs off (same run)",
+          target=TARGET.text)
+async def limiter_cost(ctx: BenchContext) -> list[Figure]:
+    conc = ctx.config.concurrency
+    name = f"GET by id, {conc} clients, limits on vs off"
+    try:
+        _, tokens = await ctx.new_workspace("bench-limits", tokens=TOKENS)
+    except NotMeasurable as exc:
+        return [not_measured("limits.rate_limiter", name, str(exc), target=TARGET)]
+    headers = {"Authorization": f"Bearer {tokens[0]}", "Content-Type": "application/json"}
+    table = await ctx.call("POST", f"{ctx.rest}/tables", {"name": "limits", "columns": [
+        {"name": "Name", "type": "text"}, {"name": "Score", "type": "number"}]}, expect=(201,), headers=headers)
+    rows = [{"fields": {"Name": f"r{i}", "Score": i}} for i in range(RECORDS)]
+    out = await ctx.call("POST", f"{ctx.rest}/tables/{table['id']}/records/batch",
+                         {"rows": rows, "run_pipeline": False}, expect=(200,), headers=headers)
+    ids = [int(r["record"]["id"]) for r in out["results"]]
+    shares = token_cycles(tokens, conc)
+    try:
+        async with ctx.extra_api("limits-on", WDS_RATE_LIMITS="true") as on, _limits_off(ctx) as off_url:
+            on_op = _get_op(ctx, on.base_url, int(table["id"]), ids, shares)
+            off_op = _get_op(ctx, off_url, int(table["id"]), ids, shares)
+            # a fresh process: fill its token cache, pools and code paths before measuring
+            for op in (on_op, off_op):
+                await run_phase(op, concurrency=conc, duration_s=WARMUP_S, max_ops=ctx.config.max_ops)
+            limited, free = await ctx.interleave([on_op, off_op], conc)
+    except NotMeasurable as exc:
+        return [not_measured("limits.rate_limiter", name, str(exc), target=TARGET)]
+    fig = ctx.figure("limits.rate_limiter", name, limited, free, target=TARGET,
+                     note=f"{TOKENS} tokens of one enterprise workspace, spread over the clients; "
+                          "two API processes with the same worker count")
+    fig.baseline_label = "limits off"
+    return [fig]
