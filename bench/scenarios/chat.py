@@ -26,7 +26,7 @@ import re
 import secrets
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 import orjson
@@ -115,7 +115,7 @@ class Provider:
                                                "usage": {"prompt_tokens": 1, "total_tokens": 1}}),
                             content_type="application/json")
 
-    async def __aenter__(self) -> Provider:
+    async def __aenter__(self) -> Self:
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/chat/completions", self._chat)
         app.router.add_post("/embeddings", self._embeddings)

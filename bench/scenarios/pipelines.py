@@ -84,8 +84,11 @@ async def create_with_formulas(ctx: BenchContext) -> list[Figure]:
             raise OperationFailed(f"pipeline not ok: {body[:300]!r}")
 
     async with running_floor(ctx.deployment.temporal_address) as floor:
-        await floor.once()
-        api, base = await ctx.interleave([api_op, floor.once], 1)
+        async def floor_op() -> None:
+            await floor.once()
+
+        await floor_op()
+        api, base = await ctx.interleave([api_op, floor_op], 1)
     return [latency_figure("pipelines.create", name, api, base, max_ratio=CREATE_MAX_RATIO,
                            baseline_label="Temporal floor", tags=ctx.tags,
                            note="floor: eager-started workflow, 3 local activities, worker in the bench process")]

@@ -70,7 +70,7 @@ async def sql_select(ctx: BenchContext) -> list[Figure]:
                 if len(await cur.fetchall()) != len(api_ids):
                     raise OperationFailed("row count changed")
 
-    ops = [api_op] if pg_op is None else [api_op, pg_op]
+    ops: list[Operation] = [api_op] if pg_op is None else [api_op, pg_op]
     seq = await ctx.interleave(ops, 1)
     figures = [latency_figure("sql.select", f"SQL SELECT … LIMIT {PAGE}, sequential", seq[0],
                               seq[1] if len(seq) > 1 else None, max_ratio=SQL_MAX_RATIO, tags=ctx.tags,
@@ -120,7 +120,8 @@ async def schema_call(ctx: BenchContext) -> list[Figure]:
                     "SELECT * FROM wds.columns WHERE workspace_id = %s ORDER BY table_id, position, id", (ws_id,))
                 await cols.fetchall()
 
-    results = await ctx.interleave([api_op] if pg_op is None else [api_op, pg_op], 1)
+    ops: list[Operation] = [api_op] if pg_op is None else [api_op, pg_op]
+    results = await ctx.interleave(ops, 1)
     api = results[0]
     base = results[1] if len(results) > 1 else None
     return [

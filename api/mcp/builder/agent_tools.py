@@ -1,8 +1,9 @@
 """Builder tools for AI agents and their chat channels.
 
-Agent CRUD and channel create/delete call the REST agent routes; enabling/disabling a
-channel and rotating its token have no REST route, so they are done here on
-``wds.channels`` directly. A rotated token is shown once, in the tool result.
+Every tool that changes something calls the REST agent route (one implementation, the
+same checks); the channel tools take a bare ``channel_id``, so they first find the
+channel's agent with :func:`storage.agents.get_channel`. A rotated token is shown once,
+in the tool result.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from storage import agents as agent_store
 from storage.access import Principal
 from storage.errors import NotFound, ValidationError
 
+_NULLABLE_BOOL = ["boolean", "null"]
+
 _AGENT_ID = integer("the agent's id")
 _CHANNEL_ID = integer("the channel's id")
 _AGENT_PROPS = {
@@ -26,15 +29,27 @@ _AGENT_PROPS = {
     "instructions": string("what the agent is told (its system prompt)"),
     "model": {"type": ["string", "null"], "description": "chat model; null uses the deployment default"},
     "table_ids": array({"type": ID_OR_NAME}, "tables the agent may use (ids or names)"),
+    "config": obj({
+        "write": {"type": _NULLABLE_BOOL, "description": "may create and update records of its tables (default false)"},
+        "delete": {"type": _NULLABLE_BOOL, "description": "may also delete records; needs write (default false)"},
+    }, description="what the agent may do in chat; on update only the keys sent change, null clears one"),
 }
-_AGENT_OUT = out({"id": {"type": "integer"}, "name": {"type": "string"}, "channels": {"type": "array"}},
-                 ("id", "name"))
+_CHANNEL_SETTINGS = {
+    "enabled": boolean("whether the channel answers (a disabled channel's token answers 404)"),
+    "config": obj({
+        "credential": {"type": ["string", "null"],
+                       "description": "messaging channels: name of a stored credential holding the bot token"},
+    }, description="channel settings; on update only the keys sent change, null clears one"),
+}
+_AGENT_OUT = out({"id": {"type": "integer"}, "name": {"type": "string"}, "config": {"type": "object"},
+                  "channels": {"type": "array"}}, ("id", "name"))
 _CHANNEL_OUT = out({"id": {"type": "integer"}, "type": {"type": "string"}, "token": {"type": ["string", "null"]},
-                    "enabled": {"type": "boolean"}}, ("id", "type"))
+                    "enabled": {"type": "boolean"}, "config": {"type": "object"}, "agent_id": {"type": "integer"}},
+                   ("id", "type"))
 
 
 async def _agent_fields(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    fields = pick(args, "name", "instructions", "model", "table_ids")
+    fields = pick(args, "name", "instructions", "model", "table_ids", "config")
     if "table_ids" in fields:
         schema = await state.schema(principal.workspace_id)
         fields["table_ids"] = [table_or_404(schema, ref).id for ref in fields["table_ids"]]
@@ -57,7 +72,7 @@ async def create_agent(state: AppState, principal: Principal, args: dict[str, An
 async def update_agent(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     fields = await _agent_fields(state, principal, args)
     if not fields:
-        raise ValidationError("nothing to change: send name, instructions, model or table_ids")
+        raise ValidationError("nothing to change: send name, instructions, model, table_ids or config")
     body = model(rest_agents.AgentPatch, fields)
     agent_id = str(positive_id(args["agent_id"], "agent_id"))
     return route_json(await rest_agents.patch_agent(agent_id, body, principal, state))
@@ -71,44 +86,32 @@ async def delete_agent(state: AppState, principal: Principal, args: dict[str, An
 async def list_channels(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     agent_id = positive_id(args["agent_id"], "agent_id") if "agent_id" in args else None
     async with state.db.connection() as conn:
-        cur = await conn.execute(
-            "SELECT id, agent_id, type, token, enabled, created_at FROM wds.channels"
-            " WHERE workspace_id = %s AND (%s::bigint IS NULL OR agent_id = %s) ORDER BY id",
-            (principal.workspace_id, agent_id, agent_id),
-        )
-        rows = await cur.fetchall()
+        rows = await agent_store.list_channels(conn, workspace_id=principal.workspace_id, agent_id=agent_id)
     return {"channels": [{**agent_store.channel_out(r), "agent_id": r["agent_id"]} for r in rows]}
 
 
 async def create_channel(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     agent_id = str(positive_id(args["agent_id"], "agent_id"))
-    body = model(rest_agents.ChannelIn, {"type": args.get("type", "web")})
+    body = model(rest_agents.ChannelIn, {"type": args.get("type", "web"), **pick(args, "enabled", "config")})
     return route_json(await rest_agents.create_channel(agent_id, body, principal, state))
 
 
 async def _channel(state: AppState, principal: Principal, channel_id: int) -> dict[str, Any]:
     async with state.db.connection() as conn:
-        cur = await conn.execute(
-            "SELECT id, agent_id, type, token, enabled FROM wds.channels WHERE id = %s AND workspace_id = %s",
-            (channel_id, principal.workspace_id),
-        )
-        row = await cur.fetchone()
+        row = await agent_store.get_channel(conn, workspace_id=principal.workspace_id, channel_id=channel_id)
     if row is None:
         raise NotFound(f"channel {channel_id} not found")
     return row
 
 
 async def update_channel(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    rest_agents.require_builder(principal)
+    fields = pick(args, "enabled", "config")
+    if not fields:
+        raise ValidationError("nothing to change: send enabled or config")
+    body = model(rest_agents.ChannelPatch, fields)
     channel = await _channel(state, principal, positive_id(args["channel_id"], "channel_id"))
-    async with state.db.connection() as conn:
-        cur = await conn.execute(
-            "UPDATE wds.channels SET enabled = %s WHERE id = %s RETURNING id, agent_id, type, token, enabled",
-            (args["enabled"], channel["id"]),
-        )
-        row = await cur.fetchone()
-    assert row is not None
-    return {**agent_store.channel_out(row), "agent_id": row["agent_id"]}
+    resp = await rest_agents.patch_channel(str(channel["agent_id"]), str(channel["id"]), body, principal, state)
+    return {**route_json(resp), "agent_id": channel["agent_id"]}
 
 
 async def delete_channel(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
@@ -118,17 +121,10 @@ async def delete_channel(state: AppState, principal: Principal, args: dict[str, 
 
 
 async def rotate_channel_token(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    rest_agents.require_builder(principal)
     channel = await _channel(state, principal, positive_id(args["channel_id"], "channel_id"))
-    async with state.db.connection() as conn:
-        cur = await conn.execute(
-            "UPDATE wds.channels SET token = %s WHERE id = %s RETURNING id, agent_id, type, token, enabled",
-            (agent_store.new_channel_token(), channel["id"]),
-        )
-        row = await cur.fetchone()
-    assert row is not None
     # the new token is shown now whatever the channel type; the old one stops working at once
-    return {**agent_store.channel_out(row, reveal=True), "agent_id": row["agent_id"]}
+    resp = await rest_agents.rotate_channel(str(channel["agent_id"]), str(channel["id"]), principal, state)
+    return {**route_json(resp), "agent_id": channel["agent_id"]}
 
 
 AGENT_TOOLS: list[ToolSpec] = [
@@ -136,7 +132,8 @@ AGENT_TOOLS: list[ToolSpec] = [
             list_agents, obj({}), out({"agents": {"type": "array"}}, ("agents",)), read_only=True, idempotent=True),
     builder("create_agent", "Create an agent", "Create an AI agent that may use the given tables.",
             create_agent, obj(_AGENT_PROPS, ("name",)), _AGENT_OUT),
-    builder("update_agent", "Update an agent", "Change an agent's name, instructions, model or tables.",
+    builder("update_agent", "Update an agent",
+            "Change an agent's name, instructions, model, tables or chat permissions (config).",
             update_agent, obj({"agent_id": _AGENT_ID, **_AGENT_PROPS}, ("agent_id",)), _AGENT_OUT, idempotent=True),
     builder("delete_agent", "Delete an agent", "Delete an agent with its channels and chat history.",
             delete_agent, obj({"agent_id": _AGENT_ID}, ("agent_id",)), DELETED_OUT, destructive=True,
@@ -150,11 +147,12 @@ AGENT_TOOLS: list[ToolSpec] = [
     builder("create_channel", "Create a channel",
             "Add a chat channel to an agent; returns its public token (wds_chan_…).",
             create_channel, obj({"agent_id": _AGENT_ID,
-                                 "type": string("channel type (default web)", enum=list(agent_store.CHANNEL_TYPES))},
-                                ("agent_id",)), _CHANNEL_OUT),
-    builder("update_channel", "Enable or disable a channel", "Turn a channel on or off.",
-            update_channel, obj({"channel_id": _CHANNEL_ID, "enabled": boolean("whether the channel answers")},
-                                ("channel_id", "enabled")), _CHANNEL_OUT, idempotent=True),
+                                 "type": string("channel type (default web)", enum=list(agent_store.CHANNEL_TYPES)),
+                                 **_CHANNEL_SETTINGS}, ("agent_id",)), _CHANNEL_OUT),
+    builder("update_channel", "Update a channel",
+            "Turn a channel on or off and/or change its settings (config.credential: the bot token's credential).",
+            update_channel, obj({"channel_id": _CHANNEL_ID, **_CHANNEL_SETTINGS}, ("channel_id",)), _CHANNEL_OUT,
+            idempotent=True),
     builder("delete_channel", "Delete a channel", "Delete a channel; its token stops working at once.",
             delete_channel, obj({"channel_id": _CHANNEL_ID}, ("channel_id",)), DELETED_OUT, destructive=True,
             idempotent=True),

@@ -1,0 +1,97 @@
+"""Render a page of records as JSON inside PostgreSQL (the PostgREST way).
+
+For plain lists (no embedded relations, no file columns, at most 50 fields) the page is
+aggregated with ``json_agg`` into one text value, which the API splices into its
+response without decoding a single row in Python. Values render exactly as
+:func:`storage.values.decode_value` does (checked by tests that compare both paths):
+checkbox NULL → false, multi_select NULL → [], integral numbers as integers below 2^53,
+timestamps as ISO-8601 in UTC (the pool's sessions run with ``timezone=UTC``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import tuple_row
+
+from storage.query.build import TABLE_ALIAS, _order_by, _table, build_count, build_where
+from storage.query.plan import QueryPlan
+from storage.schema import ColumnMeta, ColumnType
+
+MAX_FIELDS = 50  # json_build_object takes at most 100 arguments (50 pairs)
+_SAFE_INT = 9007199254740992  # 2^53
+
+
+def renderable(plan: QueryPlan) -> bool:
+    """Whether the page can be rendered in SQL (else decode in Python)."""
+    return (
+        not plan.embeds
+        and len(plan.output) <= MAX_FIELDS
+        and all(c.type is not ColumnType.FILE for c in plan.output)
+    )
+
+
+def _value(col: ColumnMeta) -> sql.Composable:
+    c = sql.Identifier(TABLE_ALIAS, col.physical)
+    if col.type is ColumnType.CHECKBOX:
+        return sql.SQL("coalesce({}, false)").format(c)
+    if col.type is ColumnType.MULTI_SELECT:
+        return sql.SQL("coalesce({}, '{{}}'::text[])").format(c)
+    if col.type is ColumnType.NUMBER:
+        # integral values as JSON integers, like the Python decoder (3, not 3.0 or 3e+00)
+        return sql.SQL(
+            "CASE WHEN {c} = trunc({c}) AND abs({c}) < {m} THEN to_json({c}::bigint) ELSE to_json({c}) END"
+        ).format(c=c, m=sql.Literal(_SAFE_INT))
+    return c
+
+
+def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
+    """One statement returning the page as a JSON array text (``'[]'`` when empty) and
+    the number of records on it."""
+    params: list[Any] = []
+    pairs: list[sql.Composable] = []
+    for col in plan.output:
+        pairs.append(sql.SQL("%s::text, {}").format(_value(col)))
+        params.append(col.name)
+    obj = sql.SQL(
+        "json_build_object('id', {a}.id, 'fields', json_build_object({pairs}),"
+        " 'created_at', {a}.created_at, 'updated_at', {a}.updated_at)"
+    ).format(a=sql.Identifier(TABLE_ALIAS), pairs=sql.SQL(", ").join(pairs))
+    outer_order, outer_params = _order_by(plan.order)
+    params.extend(outer_params)
+    where, where_params = build_where(plan.filters)
+    inner_order, inner_params = _order_by(plan.order)
+    params.extend(where_params)
+    params.extend(inner_params)
+    params.extend([plan.limit, plan.offset])
+    query = sql.SQL(
+        "SELECT coalesce(json_agg({obj} ORDER BY {outer_order}), '[]')::text, count(*)"
+        " FROM (SELECT * FROM {table} AS {a} WHERE {where} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}"
+    ).format(
+        obj=obj, outer_order=outer_order, table=_table(plan.table.workspace_id, plan.table.id),
+        a=sql.Identifier(TABLE_ALIAS), where=where, inner_order=inner_order,
+    )
+    return query, params
+
+
+async def list_records_json(
+    conn: psycopg.AsyncConnection[Any], plan: QueryPlan, *, count: bool
+) -> tuple[str, int, int | None]:
+    """The page as JSON text, the number of records on it, and the exact total if asked."""
+    page_sql, page_params = build_list_json(plan)
+    total: int | None = None
+    if count:
+        count_sql, count_params = build_count(plan)
+        async with conn.pipeline():
+            page_cur = await conn.cursor(row_factory=tuple_row).execute(page_sql, page_params)
+            count_cur = await conn.cursor(row_factory=tuple_row).execute(count_sql, count_params)
+        page = await page_cur.fetchone()
+        count_row = await count_cur.fetchone()
+        total = int(count_row[0]) if count_row is not None else 0
+    else:
+        page = await (await conn.cursor(row_factory=tuple_row).execute(page_sql, page_params)).fetchone()
+    if page is None:
+        return "[]", 0, total
+    return str(page[0]), int(page[1]), total
