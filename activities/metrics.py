@@ -1,7 +1,8 @@
 """Prometheus step histograms for the pipeline activities, and the worker's exporter.
 
 Every step activity (``pure_step``, ``record_step``, ``http_step``, ``action_step``,
-``ai_step``) is wrapped by :func:`timed_step`, which observes
+``ai_step``) is wrapped by :func:`timed_step`, and the fused ``pure_pipeline`` calls
+:func:`observe_step` per column; both observe
 ``wds_step_duration_seconds{kind, status}``: ``kind`` is the computed column's kind
 (``formula``, ``http_request``, ...; a loop's sub-step counts as its own kind) and
 ``status`` is ``ok`` (no record failed), ``error`` (some record's cell got an error) or
@@ -63,6 +64,13 @@ def step_kind(inp: StepInput) -> str:
     return "unknown"
 
 
+def observe_step(kind: str, status: str, seconds: float, records: int) -> None:
+    """Record one step (one column over ``records`` records); for steps evaluated inside
+    another activity, e.g. the formula and parser columns of the fused ``pure_pipeline``."""
+    STEP_SECONDS.labels(kind, status).observe(seconds)
+    STEP_RECORDS.labels(kind).observe(records)
+
+
 def timed_step(fn: F) -> F:
     """Observe a step activity's duration; put it under ``@activity.defn``.
 
@@ -81,9 +89,8 @@ def timed_step(fn: F) -> F:
             status = "error" if result.errors else "ok"
             return result
         finally:
-            STEP_SECONDS.labels(kind, status).observe(time.perf_counter() - started)
-            if isinstance(inp, StepInput):
-                STEP_RECORDS.labels(kind).observe(len(inp.records))
+            observe_step(kind, status, time.perf_counter() - started,
+                         len(inp.records) if isinstance(inp, StepInput) else 0)
 
     return wrapper  # type: ignore[return-value]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from temporalio import activity
@@ -10,6 +11,7 @@ from datetime import datetime
 
 from activities import formula, json_parser
 from activities.ledger import Ledger
+from activities.metrics import observe_step
 from activities.snap import step_value, table_meta
 from activities.types import FusedInput, LoadInput, PipelineResult, WriteInput
 from storage import records as rec
@@ -54,10 +56,12 @@ class RecordIO:
                 if not rids:
                     continue
                 batch = {r: fields[r] for r in rids}
+                started = time.perf_counter()
                 if col.type == "formula":
                     values, errors = formula.evaluate_batch(col, batch, now)
                 else:
                     values, errors = json_parser.evaluate_batch(col, batch)
+                observe_step(col.type, "error" if errors else "ok", time.perf_counter() - started, len(batch))
                 ledger.apply(cid, rids, values, errors, fields)
         result, updates = ledger.result(inp.run_id)
         if p.write and updates:

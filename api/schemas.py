@@ -94,6 +94,12 @@ class TableSummary(BaseModel):
 class TableOut(TableSummary):
     columns: list[ColumnOut]
     semantic_search: dict[str, Any] | None = None
+    backfill: dict[str, Any] | None = Field(
+        None,
+        description="PATCH with semantic_search only: the run embedding the existing records"
+        " {run_id, status, total, done, failed, workflow_id} (progress at GET {rest}/runs/{run_id});"
+        " null when there is nothing to embed, absent otherwise",
+    )
 
 
 class Deleted(BaseModel):

@@ -60,8 +60,13 @@ async def run_sql(
         raise InvalidSQL(f"unknown table {plan.table.name!r}")
     if timeout_s <= 0:
         raise ValueError("timeout_s must be positive")
-    deadline = time.monotonic() + timeout_s
     top_level = conn.info.transaction_status == TransactionStatus.IDLE
+    if top_level and conn.autocommit:
+        total, raw_rows = await _run_pipelined(conn, plan, workspace_id=workspace_id, timeout_s=timeout_s)
+        if plan.count_only or plan.rows_query is None:
+            return {"count": total}
+        return _shape(plan, total, raw_rows)
+    deadline = time.monotonic() + timeout_s
     try:
         async with conn.transaction(force_rollback=True):
             async with conn.cursor(row_factory=tuple_row) as cur:
@@ -86,6 +91,10 @@ async def run_sql(
         raise SQLTimeout(f"the query ran longer than the plan's SQL timeout of {timeout_s:g} s") from exc
     except pg_errors.DataError as exc:
         raise InvalidSQL(f"the database rejected a value: {exc.diag.message_primary}") from exc
+    return _shape(plan, total, raw_rows)
+
+
+def _shape(plan: SqlPlan, total: int, raw_rows: list[tuple[Any, ...]]) -> dict[str, Any]:
     return {
         "rows": [_row(plan.fields, raw) for raw in raw_rows],
         "total": total,
@@ -93,6 +102,48 @@ async def run_sql(
         "limit": plan.limit,
         "offset": plan.offset,
     }
+
+
+async def _run_pipelined(
+    conn: psycopg.AsyncConnection[Any], plan: SqlPlan, *, workspace_id: int, timeout_s: float
+) -> tuple[int, list[tuple[Any, ...]]]:
+    """The whole read-only transaction in one round trip (psycopg pipeline mode): begin
+    read only, take the workspace's read-only role and the timeout, count, page, roll back.
+    Each statement gets the plan's timeout (``statement_timeout`` is per statement)."""
+    settings = sql.SQL(
+        "SELECT set_config('role', {}, true), set_config('search_path', 'pg_catalog', true),"
+        " set_config('statement_timeout', {}, true)"
+    ).format(sql.Literal(ro_role(workspace_id)), sql.Literal(str(max(_MIN_TIMEOUT_MS, int(timeout_s * 1000)))))
+    rows_cur = None
+    try:
+        async with conn.pipeline():
+            await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            await conn.execute(settings)
+            count_cur = await conn.cursor(row_factory=tuple_row).execute(plan.count_query, plan.where_params)
+            if not plan.count_only and plan.rows_query is not None:
+                rows_cur = await conn.cursor(row_factory=tuple_row).execute(plan.rows_query, plan.rows_params)
+            await conn.execute("ROLLBACK")
+        row = await count_cur.fetchone()
+        raw_rows = await rows_cur.fetchall() if rows_cur is not None else []
+    except pg_errors.QueryCanceled as exc:
+        await _abort(conn)
+        raise SQLTimeout(f"the query ran longer than the plan's SQL timeout of {timeout_s:g} s") from exc
+    except pg_errors.DataError as exc:
+        await _abort(conn)
+        raise InvalidSQL(f"the database rejected a value: {exc.diag.message_primary}") from exc
+    except BaseException:
+        await _abort(conn)
+        raise
+    return (int(row[0]) if row is not None else 0), raw_rows
+
+
+async def _abort(conn: psycopg.AsyncConnection[Any]) -> None:
+    # a failed pipeline leaves the transaction open: end it so the role and settings die with it
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        try:
+            await conn.execute("ROLLBACK")
+        except psycopg.Error:
+            pass
 
 
 async def _set_timeout(cur: psycopg.AsyncCursor[Any], deadline: float) -> None:

@@ -2,8 +2,8 @@
 
 A second API process points at the local fake provider (:mod:`tests.chat.fakes`) for
 chat completions, embeddings (``WDS_EMBEDDINGS=openai``) and the Telegram Bot API, with
-its own task queue. Agent and channel settings the REST API does not expose yet
-(``agents.config``, ``channels.config``, ``channels.enabled``) are set in the database.
+its own task queue. Agents and channels, with their settings (agent ``config``, channel
+``enabled`` and ``config``), are set up through the REST API like a builder would.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import httpx
 import orjson
 import psycopg
 import pytest
-from psycopg.types.json import Jsonb
 
 from tests.chat.fakes import FakeServices
 from tests.conftest import ApiProcess, Services, Workspace, start_api
@@ -68,19 +67,27 @@ def cws(ai_admin: httpx.Client, ai_api: ApiProcess) -> Iterator[Workspace]:
     ws.close()
 
 
-def make_agent(ws: Workspace, db: psycopg.Connection[Any], table_ids: list[int], *,
-               config: dict[str, Any] | None = None, instructions: str = "Be brief.",
-               channel: str = "web") -> dict[str, Any]:
+def make_agent(ws: Workspace, table_ids: list[int], *, config: dict[str, Any] | None = None,
+               instructions: str = "Be brief.", channel: str = "web",
+               channel_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """An agent over ``table_ids`` with one channel; returns ``{agent, channel, token}``."""
-    r = ws.api.post("/agents", json={"name": f"agent-{secrets.token_hex(3)}", "instructions": instructions,
-                                     "table_ids": table_ids})
+    body: dict[str, Any] = {"name": f"agent-{secrets.token_hex(3)}", "instructions": instructions,
+                            "table_ids": table_ids}
+    if config is not None:
+        body["config"] = config
+    r = ws.api.post("/agents", json=body)
     assert r.status_code == 201, r.text
     agent = r.json()
-    if config:
-        db.execute("UPDATE wds.agents SET config = %s WHERE id = %s", (Jsonb(config), agent["id"]))
-    c = ws.api.post(f"/agents/{agent['id']}/channels", json={"type": channel})
+    c = ws.api.post(f"/agents/{agent['id']}/channels", json={"type": channel, "config": channel_config or {}})
     assert c.status_code == 201, c.text
     return {"agent": agent, "channel": c.json(), "token": c.json()["token"]}
+
+
+def patch_channel(ws: Workspace, bot: dict[str, Any], **body: Any) -> dict[str, Any]:
+    """``PATCH`` the channel of :func:`make_agent`'s ``bot`` (``enabled``, ``config``)."""
+    r = ws.api.patch(f"/agents/{bot['agent']['id']}/channels/{bot['channel']['id']}", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
 
 
 def post(base_url: str, token: str | None, body: Any, *, type: str = "web",

@@ -12,13 +12,11 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
-from tests.chat.support import make_agent
+from tests.chat.support import make_agent, patch_channel
 from tests.conftest import ApiProcess, Workspace
 
 BROWSER = Path(__file__).resolve().parent / "browser"
@@ -44,12 +42,11 @@ def _tools() -> str | None:
     return None
 
 
-def test_the_chat_page_streams_replies_on_a_phone_screen(cws: Workspace, ai_api: ApiProcess,
-                                                         db: psycopg.Connection[Any], tmp_path: Path) -> None:
+def test_the_chat_page_streams_replies_on_a_phone_screen(cws: Workspace, ai_api: ApiProcess, tmp_path: Path) -> None:
     reason = _tools()
     if reason:
         pytest.skip(reason)
-    bot = make_agent(cws, db, [])
+    bot = make_agent(cws, [])
     shot = tmp_path / "chat.png"
     r = subprocess.run(["node", "chat_page.mjs"], cwd=BROWSER, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "CHAT_URL": f"{ai_api.base_url}/chat/{bot['token']}", "SHOT": str(shot),
@@ -67,18 +64,18 @@ def test_the_chat_page_streams_replies_on_a_phone_screen(cws: Workspace, ai_api:
     assert shot.stat().st_size > 1000
 
 
-def test_the_chat_page_of_an_unknown_or_disabled_channel_is_404(cws: Workspace, ai_api: ApiProcess,
-                                                                db: psycopg.Connection[Any]) -> None:
+def test_the_chat_page_of_an_unknown_or_disabled_channel_is_404(cws: Workspace, ai_api: ApiProcess) -> None:
     assert httpx.get(f"{ai_api.base_url}/chat/wds_chan_nope").status_code == 404
-    bot = make_agent(cws, db, [])
+    bot = make_agent(cws, [])
     page = httpx.get(f"{ai_api.base_url}/chat/{bot['token']}")
     assert page.status_code == 200 and "script-src 'nonce-" in page.headers["content-security-policy"]
-    db.execute("UPDATE wds.channels SET enabled = false WHERE id = %s", (bot["channel"]["id"],))
+    patch_channel(cws, bot, enabled=False)
     assert httpx.get(f"{ai_api.base_url}/chat/{bot['token']}").status_code == 404
 
 
-def test_the_agent_name_is_escaped_in_the_page(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any]) -> None:
-    bot = make_agent(cws, db, [])
-    db.execute("UPDATE wds.agents SET name = %s WHERE id = %s", ("<script>alert(1)</script>", bot["agent"]["id"]))
+def test_the_agent_name_is_escaped_in_the_page(cws: Workspace, ai_api: ApiProcess) -> None:
+    bot = make_agent(cws, [])
+    r = cws.api.patch(f"/agents/{bot['agent']['id']}", json={"name": "<script>alert(1)</script>"})
+    assert r.status_code == 200, r.text
     page = httpx.get(f"{ai_api.base_url}/chat/{bot['token']}").text
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page

@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from tests.chat.fakes import FakeServices
@@ -36,9 +35,8 @@ def _first_token(client: httpx.Client, url: str, body: dict[str, Any], marker: s
     return elapsed
 
 
-def test_time_to_first_token_overhead(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any],
-                                      fake: FakeServices) -> None:
-    bot = make_agent(cws, db, [])
+def test_time_to_first_token_overhead(cws: Workspace, ai_api: ApiProcess, fake: FakeServices) -> None:
+    bot = make_agent(cws, [])
     direct: list[float] = []
     through: list[float] = []
     with httpx.Client(timeout=30) as client:

@@ -6,9 +6,6 @@ import secrets
 import time
 from typing import Any
 
-import psycopg
-from psycopg.types.json import Jsonb
-
 from tests.chat.fakes import FakeServices
 from tests.chat.support import make_agent, post
 from tests.conftest import ApiProcess, Workspace
@@ -25,24 +22,21 @@ def _update(chat_id: int, text: str | None = None, **extra: Any) -> dict[str, An
     return {"update_id": secrets.randbelow(10**9), "message": message, **extra}
 
 
-def _telegram_bot(ws: Workspace, db: psycopg.Connection[Any], *, credential: bool = True) -> dict[str, Any]:
-    bot = make_agent(ws, db, [], channel="telegram")
-    if credential:
-        name = f"tg-{secrets.token_hex(3)}"
-        r = ws.admin.post(f"/workspaces/{ws.id}/credentials", json={"name": name, "type": "bearer", "secret": BOT_TOKEN})
-        assert r.status_code == 201, r.text
-        db.execute("UPDATE wds.channels SET config = %s WHERE id = %s",
-                   (Jsonb({"credential": name}), bot["channel"]["id"]))
-    return bot
+def _telegram_bot(ws: Workspace, *, credential: bool = True) -> dict[str, Any]:
+    if not credential:
+        return make_agent(ws, [], channel="telegram")
+    name = f"tg-{secrets.token_hex(3)}"
+    r = ws.admin.post(f"/workspaces/{ws.id}/credentials", json={"name": name, "type": "bearer", "secret": BOT_TOKEN})
+    assert r.status_code == 201, r.text
+    return make_agent(ws, [], channel="telegram", channel_config={"credential": name})
 
 
 def _sent_to(fake: FakeServices, chat_id: int) -> list[dict[str, Any]]:
     return [m for m in fake.telegram if m["chat_id"] == chat_id]
 
 
-def test_a_telegram_message_is_answered_with_send_message(cws: Workspace, ai_api: ApiProcess,
-                                                          db: psycopg.Connection[Any], fake: FakeServices) -> None:
-    bot = _telegram_bot(cws, db)
+def test_a_telegram_message_is_answered_with_send_message(cws: Workspace, ai_api: ApiProcess, fake: FakeServices) -> None:
+    bot = _telegram_bot(cws)
     chat_id = 700_000 + secrets.randbelow(10_000)
     r = post(ai_api.base_url, bot["token"], _update(chat_id, "hello bot"), type="telegram")
     assert r.status_code == 200, r.text
@@ -54,9 +48,8 @@ def test_a_telegram_message_is_answered_with_send_message(cws: Workspace, ai_api
     assert _sent_to(fake, chat_id)[-1]["text"] == "You said: and again (history 2)"
 
 
-def test_updates_without_text_are_acknowledged_and_ignored(cws: Workspace, ai_api: ApiProcess,
-                                                           db: psycopg.Connection[Any], fake: FakeServices) -> None:
-    bot = _telegram_bot(cws, db)
+def test_updates_without_text_are_acknowledged_and_ignored(cws: Workspace, ai_api: ApiProcess, fake: FakeServices) -> None:
+    bot = _telegram_bot(cws)
     chat_id = 800_000 + secrets.randbelow(10_000)
     for update in (_update(chat_id), {"update_id": 1, "edited_message": {"chat": {"id": chat_id}, "text": "x"}}):
         r = post(ai_api.base_url, bot["token"], update, type="telegram")
@@ -64,9 +57,8 @@ def test_updates_without_text_are_acknowledged_and_ignored(cws: Workspace, ai_ap
     assert _sent_to(fake, chat_id) == []
 
 
-def test_refusals_are_told_in_the_chat_and_acknowledged(cws: Workspace, ai_api: ApiProcess,
-                                                        db: psycopg.Connection[Any], fake: FakeServices) -> None:
-    bot = _telegram_bot(cws, db)
+def test_refusals_are_told_in_the_chat_and_acknowledged(cws: Workspace, ai_api: ApiProcess, fake: FakeServices) -> None:
+    bot = _telegram_bot(cws)
     chat_id = 900_000 + secrets.randbelow(10_000)
     r = post(ai_api.base_url, bot["token"], _update(chat_id, "x" * 9000), type="telegram")
     assert r.status_code == 200
@@ -75,16 +67,15 @@ def test_refusals_are_told_in_the_chat_and_acknowledged(cws: Workspace, ai_api: 
     assert r.status_code == 200 and _sent_to(fake, chat_id)[-1]["text"].startswith("Sorry")
 
 
-def test_a_telegram_channel_without_credential_is_503(cws: Workspace, ai_api: ApiProcess,
-                                                      db: psycopg.Connection[Any]) -> None:
-    bot = _telegram_bot(cws, db, credential=False)
+def test_a_telegram_channel_without_credential_is_503(cws: Workspace, ai_api: ApiProcess) -> None:
+    bot = _telegram_bot(cws, credential=False)
     r = post(ai_api.base_url, bot["token"], _update(1, "hi"), type="telegram")
     assert (r.status_code, r.json()["code"]) == (503, "NOT_CONFIGURED")
 
 
-def test_telegram_token_errors(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any]) -> None:
+def test_telegram_token_errors(cws: Workspace, ai_api: ApiProcess) -> None:
     r = post(ai_api.base_url, "wds_chan_unknown", _update(1, "hi"), type="telegram")
     assert (r.status_code, r.json()["code"]) == (401, "UNAUTHORIZED")
-    web = make_agent(cws, db, [])
+    web = make_agent(cws, [])
     r = post(ai_api.base_url, web["token"], _update(1, "hi"), type="telegram")
     assert (r.status_code, r.json()["code"]) == (400, "CHANNEL_TYPE_MISMATCH")

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from tests.chat.fakes import FakeServices
-from tests.chat.support import WEBHOOK, make_agent, parse_sse, post, stream
+from tests.chat.support import WEBHOOK, make_agent, parse_sse, patch_channel, post, stream
 from tests.conftest import ApiProcess, Workspace
 
 
@@ -30,7 +30,7 @@ def _call(name: str, args: dict[str, Any]) -> str:
 
 
 def test_a_reply_is_remembered_per_session(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any]) -> None:
-    bot = make_agent(cws, db, [])
+    bot = make_agent(cws, [])
     first = post(ai_api.base_url, bot["token"], {"message": "hello", "session_id": "s-1"})
     assert first.status_code == 200, first.text
     body = first.json()
@@ -47,8 +47,8 @@ def test_a_reply_is_remembered_per_session(cws: Workspace, ai_api: ApiProcess, d
                     ("user", "again"), ("assistant", "You said: again (history 2)")]
 
 
-def test_a_session_id_is_made_when_omitted(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any]) -> None:
-    bot = make_agent(cws, db, [])
+def test_a_session_id_is_made_when_omitted(cws: Workspace, ai_api: ApiProcess) -> None:
+    bot = make_agent(cws, [])
     body = post(ai_api.base_url, bot["token"], {"message": "hi"}).json()
     assert len(body["session_id"]) >= 16
     follow = post(ai_api.base_url, bot["token"], {"message": "more", "session_id": body["session_id"]}).json()
@@ -56,9 +56,9 @@ def test_a_session_id_is_made_when_omitted(cws: Workspace, ai_api: ApiProcess, d
 
 
 @pytest.mark.parametrize("how", ["body", "accept"])
-def test_a_streamed_reply_is_tokens_then_done(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any],
+def test_a_streamed_reply_is_tokens_then_done(cws: Workspace, ai_api: ApiProcess,
                                               how: str) -> None:
-    bot = make_agent(cws, db, [])
+    bot = make_agent(cws, [])
     if how == "body":
         events = stream(ai_api.base_url, bot["token"], {"message": "stream me", "session_id": "st"})
     else:
@@ -77,7 +77,7 @@ def test_tools_read_granted_tables_and_results_go_back_as_data(
     cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any], fake: FakeServices,
 ) -> None:
     tasks, _ = _tables(cws)
-    bot = make_agent(cws, db, [tasks["id"]])
+    bot = make_agent(cws, [tasks["id"]])
     events = stream(ai_api.base_url, bot["token"],
                     {"message": _call("list_records", {"table_id": "Tasks", "order": "id"}), "session_id": "t"})
     names = [n for n, _ in events]
@@ -102,35 +102,35 @@ def test_tools_read_granted_tables_and_results_go_back_as_data(
     ("list_columns", {"table_id": "Secret"}),
 ])
 def test_tools_cannot_reach_tables_the_agent_was_not_granted(
-    cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any], tool: str, args: dict[str, Any],
+    cws: Workspace, ai_api: ApiProcess, tool: str, args: dict[str, Any],
 ) -> None:
     tasks, _ = _tables(cws)
-    bot = make_agent(cws, db, [tasks["id"]], config={"write": True, "delete": True})
+    bot = make_agent(cws, [tasks["id"]], config={"write": True, "delete": True})
     body = post(ai_api.base_url, bot["token"], {"message": _call(tool, args), "session_id": "x"}).json()
     summary = body["tool_calls"][0]["result_summary"]
     assert summary.split(":")[0] in ("FORBIDDEN", "NOT_FOUND", "INVALID_SQL"), summary
     assert "hunter2" not in body["reply"]
 
 
-def test_list_tables_shows_only_granted_tables(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any]) -> None:
+def test_list_tables_shows_only_granted_tables(cws: Workspace, ai_api: ApiProcess) -> None:
     tasks, _ = _tables(cws)
-    bot = make_agent(cws, db, [tasks["id"]])
+    bot = make_agent(cws, [tasks["id"]])
     body = post(ai_api.base_url, bot["token"], {"message": _call("list_tables", {}), "session_id": "x"}).json()
     assert body["tool_calls"][0]["result_summary"] == "1 tables"
     assert "Tasks" in body["reply"] and "Secret" not in body["reply"]
 
 
-def test_writes_need_the_agents_write_setting(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any],
+def test_writes_need_the_agents_write_setting(cws: Workspace, ai_api: ApiProcess,
                                               fake: FakeServices) -> None:
     tasks, secret = _tables(cws)
-    reader = make_agent(cws, db, [tasks["id"]])
+    reader = make_agent(cws, [tasks["id"]])
     msg = _call("create_record", {"table_id": "Tasks", "fields": {"Title": "from chat"}})
     body = post(ai_api.base_url, reader["token"], {"message": msg, "session_id": "w"}).json()
     assert body["tool_calls"][0]["result_summary"].startswith("UNKNOWN_TOOL")
     offered = {t["function"]["name"] for t in fake.completions[-2]["tools"]}
     assert "create_record" not in offered and "list_records" in offered
 
-    writer = make_agent(cws, db, [tasks["id"]], config={"write": True})
+    writer = make_agent(cws, [tasks["id"]], config={"write": True})
     body = post(ai_api.base_url, writer["token"], {"message": msg, "session_id": "w"}).json()
     assert body["tool_calls"][0]["result_summary"].startswith("record ")
     found = cws.api.get(f"/tables/{tasks['id']}/records", params={"Title": "eq.from chat"}).json()["records"]
@@ -144,27 +144,27 @@ def test_writes_need_the_agents_write_setting(cws: Workspace, ai_api: ApiProcess
     assert body["tool_calls"][0]["result_summary"].startswith("UNKNOWN_TOOL")
 
 
-def test_a_read_only_plan_refuses_agent_writes(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any]) -> None:
+def test_a_read_only_plan_refuses_agent_writes(cws: Workspace, ai_api: ApiProcess) -> None:
     tasks, _ = _tables(cws)
-    writer = make_agent(cws, db, [tasks["id"]], config={"write": True})
+    writer = make_agent(cws, [tasks["id"]], config={"write": True})
     assert cws.admin.patch(f"/workspaces/{cws.id}", json={"read_only": True}).status_code == 200
     msg = _call("create_record", {"table_id": "Tasks", "fields": {"Title": "nope"}})
     body = post(ai_api.base_url, writer["token"], {"message": msg, "session_id": "ro"}).json()
     assert body["tool_calls"][0]["result_summary"].startswith("PLAN_READ_ONLY")
 
 
-def test_several_calls_in_one_round_run_in_order(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any]) -> None:
+def test_several_calls_in_one_round_run_in_order(cws: Workspace, ai_api: ApiProcess) -> None:
     tasks, _ = _tables(cws)
-    bot = make_agent(cws, db, [tasks["id"]])
+    bot = make_agent(cws, [tasks["id"]])
     msg = _call("list_tables", {}) + "\n" + _call("list_columns", {"table_id": "Tasks"})
     events = stream(ai_api.base_url, bot["token"], {"message": msg, "session_id": "m"})
     assert [n for n, _ in events][:4] == ["tool_call", "tool_result", "tool_call", "tool_result"]
     assert [d["name"] for n, d in events if n == "tool_result"] == ["list_tables", "list_columns"]
 
 
-def test_tool_rounds_are_bounded(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any],
+def test_tool_rounds_are_bounded(cws: Workspace, ai_api: ApiProcess,
                                  fake: FakeServices) -> None:
-    bot = make_agent(cws, db, [])
+    bot = make_agent(cws, [])
     before = len(fake.completions)
     body = post(ai_api.base_url, bot["token"], {"message": "LOOP", "session_id": "loop"}).json()
     sent = fake.completions[before:]
@@ -184,15 +184,15 @@ def test_channel_token_errors(ai_api: ApiProcess, case: str, params: dict[str, s
     assert (r.status_code, r.json()["code"]) == (status, code), case
 
 
-def test_disabled_mismatched_and_unbuilt_channels(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any]) -> None:
-    web = make_agent(cws, db, [])
-    db.execute("UPDATE wds.channels SET enabled = false WHERE id = %s", (web["channel"]["id"],))
+def test_disabled_mismatched_and_unbuilt_channels(cws: Workspace, ai_api: ApiProcess) -> None:
+    web = make_agent(cws, [])
+    patch_channel(cws, web, enabled=False)
     r = post(ai_api.base_url, web["token"], {"message": "hi", "session_id": "a"})
     assert (r.status_code, r.json()["code"]) == (404, "NOT_FOUND")
-    tg = make_agent(cws, db, [], channel="telegram")
+    tg = make_agent(cws, [], channel="telegram")
     r = post(ai_api.base_url, tg["token"], {"message": "hi", "session_id": "a"})
     assert (r.status_code, r.json()["code"]) == (400, "CHANNEL_TYPE_MISMATCH")
-    slack = make_agent(cws, db, [], channel="slack")
+    slack = make_agent(cws, [], channel="slack")
     r = post(ai_api.base_url, slack["token"], {"type": "event_callback"}, type="slack")
     assert (r.status_code, r.json()["code"]) == (501, "NOT_IMPLEMENTED")
 
@@ -205,23 +205,22 @@ def test_disabled_mismatched_and_unbuilt_channels(cws: Workspace, ai_api: ApiPro
     ({"message": 5, "session_id": "s"}, 400, "VALIDATION_ERROR"),
     ({"message": "hi", "extra": 1}, 400, "VALIDATION_ERROR"),
 ])
-def test_message_checks(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any], body: dict[str, Any],
+def test_message_checks(cws: Workspace, ai_api: ApiProcess, body: dict[str, Any],
                         status: int, code: str) -> None:
-    bot = make_agent(cws, db, [])
+    bot = make_agent(cws, [])
     r = post(ai_api.base_url, bot["token"], body)
     assert (r.status_code, r.json()["code"]) == (status, code)
 
 
-def test_malformed_json_is_400(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any]) -> None:
-    bot = make_agent(cws, db, [])
+def test_malformed_json_is_400(cws: Workspace, ai_api: ApiProcess) -> None:
+    bot = make_agent(cws, [])
     r = httpx.post(f"{ai_api.base_url}{WEBHOOK}", params={"type": "web", "token": bot["token"]},
                    content=b"{nope", headers={"Content-Type": "application/json"}, timeout=30)
     assert (r.status_code, r.json()["code"]) == (400, "VALIDATION_ERROR")
 
 
-def test_a_provider_failure_is_503_or_an_error_event(cws: Workspace, ai_api: ApiProcess,
-                                                     db: psycopg.Connection[Any]) -> None:
-    bot = make_agent(cws, db, [])
+def test_a_provider_failure_is_503_or_an_error_event(cws: Workspace, ai_api: ApiProcess) -> None:
+    bot = make_agent(cws, [])
     r = post(ai_api.base_url, bot["token"], {"message": "FAIL", "session_id": "f"})
     assert (r.status_code, r.json()["code"]) == (503, "AI_PROVIDER_ERROR")
     events = stream(ai_api.base_url, bot["token"], {"message": "FAIL", "session_id": "f"})
@@ -229,16 +228,15 @@ def test_a_provider_failure_is_503_or_an_error_event(cws: Workspace, ai_api: Api
     assert events[0][1]["code"] == "AI_PROVIDER_ERROR" and events[1][1]["message_id"] is None
 
 
-def test_no_provider_configured_is_503(ws: Workspace, base_url: str, services: Any) -> None:
-    with psycopg.connect(services.pg.dsn, autocommit=True) as conn:
-        bot = make_agent(ws, conn, [])
+def test_no_provider_configured_is_503(ws: Workspace, base_url: str) -> None:
+    bot = make_agent(ws, [])
     r = post(base_url, bot["token"], {"message": "hi", "session_id": "n"})
     assert (r.status_code, r.json()["code"]) == (503, "UNAVAILABLE")
 
 
 def test_a_disconnect_stops_generation(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any],
                                        fake: FakeServices) -> None:
-    bot = make_agent(cws, db, [])
+    bot = make_agent(cws, [])
     aborted = fake.streams_aborted
     with httpx.stream("POST", f"{ai_api.base_url}{WEBHOOK}", params={"type": "web", "token": bot["token"]},
                       json={"message": "SLOW 150", "session_id": "gone", "stream": True}, timeout=30) as resp:
@@ -260,8 +258,8 @@ def test_a_disconnect_stops_generation(cws: Workspace, ai_api: ApiProcess, db: p
     assert not rows[1][1].rstrip().endswith("t149")
 
 
-def test_per_session_messages_are_rate_limited(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any]) -> None:
-    bot = make_agent(cws, db, [])
+def test_per_session_messages_are_rate_limited(cws: Workspace, ai_api: ApiProcess) -> None:
+    bot = make_agent(cws, [])
     codes = [post(ai_api.base_url, bot["token"], {"message": "hi", "session_id": "busy"}).status_code
              for _ in range(30)]
     assert codes == [200] * 30
@@ -270,8 +268,8 @@ def test_per_session_messages_are_rate_limited(cws: Workspace, ai_api: ApiProces
     assert post(ai_api.base_url, bot["token"], {"message": "hi", "session_id": "calm"}).status_code == 200
 
 
-def test_chat_calls_are_logged_under_usage(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any]) -> None:
-    bot = make_agent(cws, db, [])
+def test_chat_calls_are_logged_under_usage(cws: Workspace, ai_api: ApiProcess) -> None:
+    bot = make_agent(cws, [])
     assert post(ai_api.base_url, bot["token"], {"message": "count me", "session_id": "u"}).status_code == 200
     report = cws.admin.get(f"/workspaces/{cws.id}/usage").json()
     assert "chat" in json.dumps(report)
