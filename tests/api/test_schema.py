@@ -124,7 +124,8 @@ def test_schema_lists_agents_and_their_web_channel_tokens(ws, tables):
     a = listed[0]
     assert a["id"] == agent["id"] and a["name"] == "Support" and a["model"] == "m"
     assert a["table_ids"] == [tables["tasks"]["id"]]
-    assert {"id": web["id"], "type": "web", "token": web["token"], "enabled": True} in a["channels"]
+    assert {"id": web["id"], "type": "web", "token": web["token"], "enabled": True,
+            "config": {"credential": None}} in a["channels"]
     # any REST token sees the agents (their web tokens are public by design)
     c = ws.client(ws.token("rest_api", profile_id=ws.profile([])["id"])["token"])
     assert [x["name"] for x in c.get("/schema").json()["agents"]] == ["Support"]
