@@ -38,7 +38,7 @@ router = APIRouter(
     prefix="/functions/v1/admin",
     tags=["admin"],
     dependencies=[Depends(require_admin)],
-    responses={s: {"model": ErrorOut} for s in (400, 401, 404, 409)},
+    responses={s: {"model": ErrorOut} for s in (400, 401, 404, 409, 413, 503)},
 )
 Strict = ConfigDict(extra="forbid")
 PlanName = Literal["free", "starter", "pro", "business", "enterprise"]

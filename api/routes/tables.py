@@ -25,8 +25,8 @@ from storage.pipelines import check_computed_columns
 from storage.schema import TableMeta, WorkspaceSchema
 
 router = APIRouter(prefix="/functions/v1/rest-api", tags=["tables"])
-ERRORS: dict[int | str, dict[str, Any]] = {
-    s: {"model": ErrorOut} for s in (400, 401, 402, 403, 404, 409, 429)
+ERRORS: dict[int | str, dict[str, Any]] = {  # 413: body too large; 503: database unreachable
+    s: {"model": ErrorOut} for s in (400, 401, 402, 403, 404, 409, 413, 429, 503)
 }
 MAX_TABLE_NAME = 255
 
