@@ -20,7 +20,8 @@ WORKDIR /src
 
 # Dependencies first, from pyproject.toml alone, so a code change reuses this layer.
 COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+# base dependencies plus the otel extra (tracing is off unless WDS_OTEL / OTEL_* is set)
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['otel']))" \
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt
 

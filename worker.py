@@ -13,7 +13,8 @@ import signal
 
 import httpx
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.action import ActionStep
 from activities.ai_agent import AiStep
@@ -55,6 +56,11 @@ def build_worker(client: Client, settings: Settings, db: Database) -> Worker:
     ]
     return Worker(
         client,
+        # our workflows are small, import only dataclasses and never do I/O; the sandbox's
+        # per-run setup cost ~19 ms of every write's latency (docs/decisions.md). Sandbox
+        # safety is kept by tests/pipelines/test_replay.py, which replays real histories
+        # under the default sandbox; WDS_WORKFLOW_SANDBOX=true turns it back on here.
+        workflow_runner=SandboxedWorkflowRunner() if settings.workflow_sandbox else UnsandboxedWorkflowRunner(),
         task_queue=settings.task_queue,
         workflows=[PipelineWorkflow, BulkRunWorkflow, ScheduledRunWorkflow],
         activities=activities,
@@ -79,8 +85,9 @@ async def connect_temporal(settings: Settings) -> Client:
 
 async def run_worker(settings: Settings | None = None) -> None:
     settings = settings or get_settings()
-    tracing.setup_tracing("wds-worker")  # off unless WDS_OTEL / OTEL_EXPORTER_OTLP_ENDPOINT
-    start_worker_exporter()  # Prometheus step metrics on WDS_WORKER_METRICS_PORT, when set
+    tracing.setup_tracing("wds-worker", enabled=settings.otel)  # off unless WDS_OTEL / OTEL_EXPORTER_OTLP_ENDPOINT
+    # Prometheus step metrics on WDS_WORKER_METRICS_PORT, when set
+    start_worker_exporter(settings.worker_metrics_port, settings.worker_metrics_addr)
     await asyncio.to_thread(migrate, settings.database_url)
     db = Database(settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max,
                   timeout_s=settings.db_timeout_s)

@@ -103,11 +103,8 @@ def start_worker_exporter(port: int | None = None, addr: str | None = None) -> i
     so publish it only to the scraper's network.
     """
     if port is None:
-        raw = os.environ.get("WDS_WORKER_METRICS_PORT", "").strip()
-        if not raw:
-            return None
-        port = int(raw)
-    addr = addr or os.environ.get("WDS_WORKER_METRICS_ADDR", "0.0.0.0")
+        return None
+    addr = addr or "0.0.0.0"
     start_http_server(port, addr=addr)
     log.info("worker metrics on http://%s:%d/metrics", addr, port)
     return port

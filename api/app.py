@@ -131,7 +131,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_age=600,
     )
     app.add_middleware(metrics.MetricsMiddleware)  # outermost: Prometheus request histograms (GET /metrics)
-    if tracing.setup_tracing("wds-api"):  # OpenTelemetry: off unless WDS_OTEL / OTEL_EXPORTER_OTLP_ENDPOINT
+    if tracing.setup_tracing("wds-api", enabled=settings.otel):  # OpenTelemetry: off unless WDS_OTEL / OTEL_EXPORTER_OTLP_ENDPOINT
         tracing.instrument_app(app)
     for module in (health, admin, tables, columns, records, runs, sql, schema, views, agents, usage, publish,
                    credentials, catalogue, schedules, auth, realtime, storage_routes, sdk, metrics, chat, search):

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 import orjson
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -69,6 +70,13 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 404 and message == "Not Found":
             message = "no such endpoint"
         return error_response(exc.status_code, message, code, dict(exc.headers or {}) or None)
+
+    @app.exception_handler(psycopg.DataError)
+    async def _data(_: Request, exc: psycopg.DataError) -> Response:
+        # SQLSTATE class 22 (and psycopg's own check for NUL characters): a value the
+        # client sent cannot be stored as sent, e.g. "\u0000" in text or JSON
+        reason = (exc.diag.message_primary if exc.diag else None) or str(exc).splitlines()[0]
+        return error_response(400, f"a value cannot be stored: {reason}", "INVALID_VALUE")
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:

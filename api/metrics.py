@@ -27,8 +27,14 @@ import os
 import time
 
 from fastapi import APIRouter, Request
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Histogram, generate_latest
-from prometheus_client import multiprocess
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -100,7 +106,7 @@ def _registry() -> CollectorRegistry:
 
 
 def _check_token(request: Request) -> None:
-    expected = os.environ.get("WDS_METRICS_TOKEN", "")
+    expected = request.app.state.wds.settings.metrics_token or ""
     if not expected:
         return
     scheme, _, secret = (request.headers.get("authorization") or "").partition(" ")

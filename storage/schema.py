@@ -171,7 +171,7 @@ class TableMeta:
             col = self.column(ref)
             if col is not None:
                 return col
-            if not ref.isdigit():
+            if not (ref.isascii() and ref.isdigit()):
                 return None
         return self.column_by_id(int(ref))
 
@@ -185,7 +185,7 @@ class WorkspaceSchema:
 
     def table(self, ref: str | int) -> TableMeta | None:
         """Table by id (int or digit string) or by exact name."""
-        if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+        if isinstance(ref, int) or (isinstance(ref, str) and ref.isascii() and ref.isdigit()):
             t = self.tables.get(int(ref))
             if t is not None:
                 return t

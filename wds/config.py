@@ -41,6 +41,16 @@ class Settings(BaseSettings):
     # typed search attributes on pipeline workflows (WdsWorkspace, WdsTable, WdsMode,
     # WdsRecords); `wds dev` registers them, production registers them once (operations.md)
     temporal_search_attributes: bool = True
+    # observability: /metrics bearer token (unset: open — keep it off public networks), the
+    # worker's own metrics endpoint, OpenTelemetry tracing (the standard OTEL_* variables
+    # configure the exporter; OTEL_EXPORTER_OTLP_ENDPOINT alone also turns it on)
+    metrics_token: str | None = None
+    worker_metrics_port: int | None = None
+    worker_metrics_addr: str = "0.0.0.0"
+    otel: bool = False
+    # run workflows in Temporal's sandbox (off by default: it costs ~19 ms per pipeline run;
+    # tests replay real histories under the sandbox instead, see docs/decisions.md)
+    workflow_sandbox: bool = False
 
     ai_base_url: str | None = None
     ai_api_key: str | None = None

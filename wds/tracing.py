@@ -28,17 +28,13 @@ log = logging.getLogger("wds.tracing")
 _ACTIVE: bool | None = None  # set once per process by setup_tracing
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+def wanted(enabled: bool = False) -> bool:
+    """Whether tracing is asked for: the ``otel`` setting, or an OTLP endpoint configured.
 
-
-def wanted() -> bool:
-    """Whether the environment asks for tracing.
-
-    >>> wanted() in (True, False)
+    >>> wanted(True)
     True
     """
-    return _truthy(os.environ.get("WDS_OTEL")) or bool(
+    return enabled or bool(
         os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     )
 
@@ -61,19 +57,23 @@ def _exporters() -> list[Any]:
     return out
 
 
-def setup_tracing(service_name: str) -> bool:
+def setup_tracing(service_name: str, *, enabled: bool = False) -> bool:
     """Install the global tracer provider once per process; returns whether tracing is on."""
     global _ACTIVE
     if _ACTIVE is not None:
         return _ACTIVE
     _ACTIVE = False
-    if not wanted():
+    if not wanted(enabled):
         return False
     try:
         from opentelemetry import trace
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            ConsoleSpanExporter,
+            SimpleSpanProcessor,
+        )
 
         exporters = _exporters()
     except ImportError as exc:

@@ -23,20 +23,20 @@ import pytest
 import requests
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis (the 'test' extra) is not installed")
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from hypothesis.errors import Unsatisfiable  # noqa: E402
-from schemathesis import GenerationMode  # noqa: E402
-from schemathesis.checks import not_a_server_error  # noqa: E402
-from schemathesis.core.failures import FailureGroup  # noqa: E402
-from schemathesis.specs.openapi.checks import (  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.core.failures import FailureGroup
+from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
 
-from tests.fuzz.spec import OPERATIONS  # noqa: E402
+from tests.fuzz.spec import OPERATIONS
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_headers_conformance, response_schema_conformance]
@@ -147,14 +147,18 @@ def test_operation_answers_within_its_schema(method: str, path: str, fuzz_schema
 
                 @settings(max_examples=n, derandomize=True, deadline=None, database=None,
                           phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+                # run() is called right below, inside this iteration: the loop variables it
+                # reads (headers, who, mode) are the current ones
                 @given(case=st.one_of(strategies))
                 def run(case: Any) -> None:
                     response = None
                     try:
-                        response = case.call(base_url=base_url, session=session, headers=headers, timeout=60)
-                        case.validate_response(response, checks=CHECKS, headers=headers)
-                    except (Exception, FailureGroup) as exc:  # collect every distinct failure; go on
-                        key = f"{who}/{mode.value}/{type(exc).__name__}/{getattr(response, 'status_code', '-')}"
+                        response = case.call(base_url=base_url, session=session,
+                                             headers=headers, timeout=60)  # noqa: B023
+                        case.validate_response(response, checks=CHECKS, headers=headers)  # noqa: B023
+                    except (Exception, FailureGroup) as exc:  # noqa: BLE001 (collect every distinct failure)
+                        key = (f"{who}/{mode.value}/{type(exc).__name__}/"  # noqa: B023
+                               f"{getattr(response, 'status_code', '-')}")
                         failures.setdefault(key, _describe(case, response, exc))
 
                 try:

@@ -437,7 +437,7 @@ def test_pipeline_steps_of_b_cannot_touch_a_tables(tenants, kind, config):
 # ---------------------------------------------------------------- publishing
 
 def test_a_published_view_shows_only_its_visible_columns(tenants, base_url):
-    a, b = tenants
+    a, _ = tenants
     r = httpx.get(a.ids["share_url"])
     assert r.status_code == 200 and SECRET in r.text  # the visible column is public by design
     assert HIDDEN not in r.text and HIDDEN_VALUE not in r.text
