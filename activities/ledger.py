@@ -70,14 +70,15 @@ class Ledger:
         updates = []
         for rid, values in self.values.items():
             errors = self.errors[rid]
-            outcome = RecordOutcome(status="error" if errors else "ok", errors=errors)
-            result.records[rid] = outcome
-            result.values[rid] = {str(k): v for k, v in values.items()}
+            status = "error" if errors else "ok"
+            if errors:
+                result.records[rid] = RecordOutcome(status=status, errors=errors)
+                result.status = "error"
+            else:
+                result.ok.append(rid)
             updates.append({
                 "id": int(rid),
                 "values": {str(k): v for k, v in values.items()},
-                "outcome": {"status": outcome.status, "run_id": run_id, "errors": errors},
+                "outcome": {"status": status, "run_id": run_id, "errors": errors},
             })
-            if errors:
-                result.status = "error"
         return result, updates

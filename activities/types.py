@@ -67,10 +67,14 @@ class RecordOutcome:
 
 @dataclass
 class PipelineResult:
+    """Kept small on purpose (it crosses Temporal's converter and history): the records
+    that failed with their errors, the ids of those that succeeded. Computed values are
+    written to the database by the run and read from there."""
+
     run_id: str
     status: str  # "ok" | "error"
-    records: dict[str, RecordOutcome] = field(default_factory=dict)
-    values: dict[str, dict[str, Any]] = field(default_factory=dict)  # record id → column id → value
+    records: dict[str, RecordOutcome] = field(default_factory=dict)  # failed records only
+    ok: list[str] = field(default_factory=list)  # ids of records whose every step succeeded
 
 
 @dataclass

@@ -88,6 +88,9 @@ def _storage_uri(redis_url: str | None) -> str:
     return "async+" + redis_url
 
 
+STATS_TTL_S = 1.0  # how long window stats for the headers are reused
+
+
 class RateLimiter:
     """Moving-window per-minute limits per workspace (by plan) and per token."""
 
@@ -105,6 +108,7 @@ class RateLimiter:
             storage, self.shared = storage_from_string("async+memory://"), False
         self.strategy = MovingWindowRateLimiter(storage)
         self._items: dict[int, RateLimitItem] = {}
+        self._stats: dict[tuple[Any, ...], list[Any]] = {}  # key → [read at, remaining, reset, hits since]
         self._warned = 0.0
 
     def _item(self, amount: int) -> RateLimitItem:
@@ -113,15 +117,31 @@ class RateLimiter:
             item = self._items[amount] = RateLimitItemPerMinute(amount)
         return item
 
-    async def _headers(self, item: RateLimitItem, *ident: str) -> dict[str, str]:
-        stats = await self.strategy.get_window_stats(item, *ident)
-        wait = max(0, math.ceil(stats.reset_time - time.time()))
-        return {"X-RateLimit-Limit": str(item.amount), "X-RateLimit-Remaining": str(max(0, stats.remaining)),
+    async def _headers(self, item: RateLimitItem, *ident: str, fresh: bool = False) -> dict[str, str]:
+        """The X-RateLimit-* headers. In process memory the window's stats cost a scan of
+        every request in the window, so they are read at most once a second per key and
+        this process's hits are counted down in between, which is exact since no other
+        process shares that store. With Redis (shared) they are read every time.
+        Enforcement itself (``hit``) is always exact."""
+        key = (item.amount, *ident)
+        now = time.monotonic()
+        cached = self._stats.get(key)
+        if fresh or self.shared or cached is None or now - cached[0] >= STATS_TTL_S:
+            stats = await self.strategy.get_window_stats(item, *ident)
+            cached = [now, max(0, stats.remaining), stats.reset_time, 0]
+            if len(self._stats) > 100_000:
+                self._stats.clear()
+            self._stats[key] = cached
+        else:
+            cached[3] += 1
+        remaining = max(0, cached[1] - cached[3])
+        wait = max(0, math.ceil(cached[2] - time.time()))
+        return {"X-RateLimit-Limit": str(item.amount), "X-RateLimit-Remaining": str(remaining),
                 "X-RateLimit-Reset": str(wait)}
 
     async def _refuse(self, item: RateLimitItem, ident: tuple[str, str], message: str, code: str,
                       upgrade: bool) -> RateLimited:
-        headers = await self._headers(item, *ident)
+        headers = await self._headers(item, *ident, fresh=True)
         headers["Retry-After"] = str(max(1, int(headers["X-RateLimit-Reset"])))
         headers["X-RateLimit-Remaining"] = "0"
         return RateLimited(message, code=code, headers=headers, extra={"upgrade": True} if upgrade else None)

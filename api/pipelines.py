@@ -66,9 +66,11 @@ def pipeline_input(
 
 def outcome_of(result: PipelineResult, record_id: int) -> dict[str, Any]:
     o = result.records.get(str(record_id))
-    if o is None:
-        return {"status": "error", "run_id": result.run_id, "errors": {"_record": "record vanished during the run"}}
-    return {"status": o.status, "run_id": result.run_id, "errors": o.errors}
+    if o is not None:
+        return {"status": o.status, "run_id": result.run_id, "errors": o.errors}
+    if str(record_id) in result.ok:
+        return {"status": "ok", "run_id": result.run_id, "errors": {}}
+    return {"status": "error", "run_id": result.run_id, "errors": {"_record": "record vanished during the run"}}
 
 
 @dataclass
@@ -184,7 +186,7 @@ async def await_pipeline(
             return rows, _single_or_batch({**outcome, "run_ids": run_ids} if len(rows) > 1 else outcome, len(rows))
     async with state.db.connection() as conn:
         final = await rec.get_record_rows(conn, table=table, record_ids=ids)
-    by_record = {rid: res for res in done for rid in res.records}
+    by_record = {rid: res for res in done for rid in [*res.records, *res.ok]}
     if len(rows) == 1:
         return final, outcome_of(done[0], ids[0])
     per = {str(i): outcome_of(by_record[str(i)], i) for i in ids if str(i) in by_record}

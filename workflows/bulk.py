@@ -46,7 +46,7 @@ class BulkRunWorkflow:
                         execution_timeout=timedelta(seconds=inp.time_budget_s * 2 + 60),
                     )
                     bad = sum(1 for o in res.records.values() if o.status == "error")
-                    ok = len(res.records) - bad
+                    ok = len(res.ok)
                 except Exception:
                     bad, ok = len(ids), 0
                 async with lock:
