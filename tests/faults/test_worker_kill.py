@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
@@ -20,7 +24,40 @@ def start_worker(services, queue: str, log_name: str) -> subprocess.Popen[bytes]
                             env=services.env(WDS_TASK_QUEUE=queue))
 
 
+class Receiver(ThreadingHTTPServer):
+    """A well-behaved webhook receiver: it records every call and its Idempotency-Key."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.values: dict[str, int] = {}
+        self.lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Receiver
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server API)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        key = self.headers.get("Idempotency-Key") or ""
+        with self.server.lock:
+            self.server.calls[key] += 1
+            self.server.values[key] = json.loads(body)["a"]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"ok": true}')
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 def test_run_actions_survives_a_killed_worker(services, admin):
+    receiver = Receiver()
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    hook = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
     queue = f"kill-test-{uuid.uuid4().hex[:8]}"
     worker = start_worker(services, queue, "worker-a.log")
     api = start_api(services, name="api-noworker", WDS_INPROCESS_WORKER="false", WDS_TASK_QUEUE=queue)
@@ -32,6 +69,8 @@ def test_run_actions_survives_a_killed_worker(services, admin):
             {"name": "A", "type": "number"},
             {"name": "Pause", "type": "delay", "config": {"seconds": 1}},
             {"name": "B", "type": "formula", "formula": "IF({Pause}, {A} * 2, 0)"},
+            {"name": "Hook", "type": "http_request",
+             "config": {"method": "POST", "url": hook, "body": '{"a": {{ A }}}', "depends_on": ["Pause"]}},
         ]}).json()
         for start in range(0, 2000, 500):
             r = c.post(f"/tables/{t['id']}/records/batch",
@@ -60,6 +99,14 @@ def test_run_actions_survives_a_killed_worker(services, admin):
         assert r.headers["X-Total-Count"] == "0"
         r = c.get(f"/tables/{t['id']}/records", params={"A": "eq.1999"})
         assert r.json()["records"][0]["fields"]["B"] == 3998
+        # side effects: every row's call arrived, and retries after the kill reused their
+        # key, so a receiver deduplicating by Idempotency-Key applied each effect once
+        assert "" not in receiver.calls
+        assert sorted(receiver.values.values()) == list(range(2000))
+        assert len(receiver.calls) == 2000
+        print(f"receiver: {sum(receiver.calls.values())} calls for 2000 keys "
+              f"({sum(receiver.calls.values()) - 2000} retried)")
     finally:
+        receiver.shutdown()
         worker.kill()
         api.stop()
