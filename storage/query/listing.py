@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import tuple_row
 
 from storage.query.build import build_count, build_list
@@ -32,19 +33,27 @@ async def list_records(
         of rows matching the filters (``None`` unless ``count``).
     """
     page_sql, page_params = build_list(plan)
-    total: int | None = None
-    if count:
-        count_sql, count_params = build_count(plan)
-        async with conn.pipeline():
-            page_cur = await conn.cursor(row_factory=tuple_row).execute(page_sql, page_params)
-            count_cur = await conn.cursor(row_factory=tuple_row).execute(count_sql, count_params)
-        rows = await page_cur.fetchall()
-        count_row = await count_cur.fetchone()
-        total = int(count_row[0]) if count_row is not None else 0
-    else:
-        cur = conn.cursor(row_factory=tuple_row)
-        rows = await (await cur.execute(page_sql, page_params)).fetchall()
+    count_query = build_count(plan) if count else None
+    rows, total = await fetch_page(conn, page_sql, page_params, count_query)
     return [decode_row(plan, row) for row in rows], total
+
+
+async def fetch_page(
+    conn: psycopg.AsyncConnection[Any],
+    page_sql: sql.Composed,
+    page_params: list[Any],
+    count_query: tuple[sql.Composed, list[Any]] | None,
+) -> tuple[list[tuple[Any, ...]], int | None]:
+    """Run a page query and, when given, its count query in one round trip (pipeline mode)."""
+    if count_query is None:
+        cur = conn.cursor(row_factory=tuple_row)
+        return await (await cur.execute(page_sql, page_params)).fetchall(), None
+    async with conn.pipeline():
+        page_cur = await conn.cursor(row_factory=tuple_row).execute(page_sql, page_params)
+        count_cur = await conn.cursor(row_factory=tuple_row).execute(*count_query)
+    rows = await page_cur.fetchall()
+    count_row = await count_cur.fetchone()
+    return rows, int(count_row[0]) if count_row is not None else 0
 
 
 def decode_row(plan: QueryPlan, row: tuple[Any, ...]) -> dict[str, Any]:

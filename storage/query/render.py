@@ -14,9 +14,9 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import tuple_row
 
 from storage.query.build import TABLE_ALIAS, _order_by, _table, build_count, build_where
+from storage.query.listing import fetch_page
 from storage.query.plan import QueryPlan
 from storage.schema import ColumnMeta, ColumnType
 
@@ -81,17 +81,8 @@ async def list_records_json(
 ) -> tuple[str, int, int | None]:
     """The page as JSON text, the number of records on it, and the exact total if asked."""
     page_sql, page_params = build_list_json(plan)
-    total: int | None = None
-    if count:
-        count_sql, count_params = build_count(plan)
-        async with conn.pipeline():
-            page_cur = await conn.cursor(row_factory=tuple_row).execute(page_sql, page_params)
-            count_cur = await conn.cursor(row_factory=tuple_row).execute(count_sql, count_params)
-        page = await page_cur.fetchone()
-        count_row = await count_cur.fetchone()
-        total = int(count_row[0]) if count_row is not None else 0
-    else:
-        page = await (await conn.cursor(row_factory=tuple_row).execute(page_sql, page_params)).fetchone()
+    rows, total = await fetch_page(conn, page_sql, page_params, build_count(plan) if count else None)
+    page = rows[0] if rows else None
     if page is None:
         return "[]", 0, total
     return str(page[0]), int(page[1]), total
