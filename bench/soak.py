@@ -25,7 +25,7 @@ import aiohttp
 import orjson
 import psutil
 
-from bench.stack import EmbeddedStack, create_workspace_token
+from bench.stack import EmbeddedStack
 
 MAX_OPS = 2_000_000
 SAMPLE_S = 10.0

@@ -9,7 +9,7 @@ import pytest
 
 from storage.query import list_records, parse_params, plan_query
 from storage.query.render import list_records_json, renderable
-from tests.storage.test_query_sql import DSN, Dataset, ds, scratch_conn  # noqa: F401 (fixtures)
+from tests.storage.test_query_sql import DSN, Dataset, ds, scratch_conn  # noqa: F401,F811 (fixtures)
 
 pytestmark = [pytest.mark.skipif(not DSN, reason="WDS_TEST_SCRATCH_DSN is not set"), pytest.mark.asyncio]
 
@@ -24,7 +24,7 @@ ALL_BUT_FILES = "Title,Score,Due,Done,Status,Tags,Owner,Calc,Code"
     [("select", ALL_BUT_FILES), ("offset", "100")],
     [("select", ALL_BUT_FILES), ("order", "Status.asc,updated_at.desc")],
 ])
-async def test_sql_rendered_page_equals_the_python_decoded_page(ds: Dataset, params: list[tuple[str, str]]) -> None:
+async def test_sql_rendered_page_equals_the_python_decoded_page(ds: Dataset, params: list[tuple[str, str]]) -> None:  # noqa: F811
     await ds.conn.execute("SET timezone = 'UTC'")  # as the pool's sessions do
     plan = plan_query(parse_params(params), ds.main, can_read=lambda _id: True, get_table=ds.get_table)
     assert renderable(plan)
@@ -38,7 +38,7 @@ async def test_sql_rendered_page_equals_the_python_decoded_page(ds: Dataset, par
             assert type(a["fields"][name]) is type(value), (name, value, a["fields"][name])
 
 
-async def test_embedding_and_file_columns_use_the_python_path(ds: Dataset) -> None:
+async def test_embedding_and_file_columns_use_the_python_path(ds: Dataset) -> None:  # noqa: F811
     for params in ([("expand", "Owner")], [("select", "Title,Files")], []):
         plan = plan_query(parse_params(params), ds.main, can_read=lambda _id: True, get_table=ds.get_table)
         assert not renderable(plan)
