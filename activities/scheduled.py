@@ -11,14 +11,14 @@ The run id derives from the firing's workflow id, so a retried activity reuses t
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
 from temporalio import activity
 
 from activities.bulkplan import build_bulk_input
-from activities.types import Caller
+from activities.types import Caller, Prepared, PrepareInput, ScheduledRunInput  # noqa: F401 (re-exported)
 from storage import meta, quotas, runs
 from storage import records as rec
 from storage import schedules as sched
@@ -26,33 +26,6 @@ from storage.db import Database
 from storage.errors import PlanLimit, ServiceError
 from storage.plans import plan as plan_of
 from storage.query import parse_filter_list, plan_filters
-
-
-@dataclass
-class ScheduledRunInput:
-    """What a schedule's every firing starts with (no secrets: ids, filters, grants)."""
-
-    workspace_id: int
-    table_id: int
-    schedule_id: int
-    caller: Caller
-    filters: list[dict[str, Any]] = field(default_factory=list)
-    column_ids: list[int] | None = None
-
-
-@dataclass
-class PrepareInput:
-    run: ScheduledRunInput
-    workflow_id: str
-
-
-@dataclass
-class Prepared:
-    # the BulkInput as plain JSON: the workflow only hands it on to the bulk child, which
-    # decodes it as its own input (an optional nested dataclass does not decode in the
-    # workflow sandbox)
-    bulk: dict[str, Any] | None = None
-    skipped: str = ""  # why nothing runs (table or schedule gone, filters now invalid)
 
 
 def run_id_for(workflow_id: str) -> str:

@@ -153,3 +153,30 @@ class FusedInput:
     pipeline: PipelineInput
     run_id: str
     now: str  # workflow time at the start of the run, ISO-8601
+
+
+@dataclass
+class ScheduledRunInput:
+    """What a schedule's every firing starts with (no secrets: ids, filters, grants)."""
+
+    workspace_id: int
+    table_id: int
+    schedule_id: int
+    caller: Caller
+    filters: list[dict[str, Any]] = field(default_factory=list)
+    column_ids: list[int] | None = None
+
+
+@dataclass
+class PrepareInput:
+    run: ScheduledRunInput
+    workflow_id: str
+
+
+@dataclass
+class Prepared:
+    # the BulkInput as plain JSON: the workflow only hands it on to the bulk child, which
+    # decodes it as its own input (an optional nested dataclass does not decode in the
+    # workflow sandbox)
+    bulk: dict[str, Any] | None = None
+    skipped: str = ""  # why nothing runs (table or schedule gone, filters now invalid)

@@ -13,7 +13,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.scheduled import Prepared, PrepareInput, ScheduledRunInput
+    from activities.types import Prepared, PrepareInput, ScheduledRunInput
 
 PREPARE_TIMEOUT = timedelta(seconds=60)
 PREPARE_RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(milliseconds=200))
