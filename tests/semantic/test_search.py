@@ -183,10 +183,10 @@ def test_the_mcp_tool_searches_with_the_same_rules(cws: Workspace, ai_api: ApiPr
     assert error_code(refused) == "FORBIDDEN"
 
 
-def test_an_agent_searches_its_tables_only(cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any]) -> None:
+def test_an_agent_searches_its_tables_only(cws: Workspace, ai_api: ApiProcess) -> None:
     table = _docs_table(cws)
     secret = cws.create_table("Secret", [{"name": "T", "type": "text"}], semantic_search={"columns": ["T"]})
-    bot = make_agent(cws, db, [table["id"]])
+    bot = make_agent(cws, [table["id"]])
     call = f"CALL semantic_search {json.dumps({'table_id': 'Docs', 'query': 'puppies leash', 'limit': 1})}"
     body = post(ai_api.base_url, bot["token"], {"message": call, "session_id": "s"}).json()
     assert body["tool_calls"][0]["result_summary"] == "1 results" and "Walking dogs" in body["reply"]
