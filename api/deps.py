@@ -75,9 +75,6 @@ async def rest_principal(request: Request, state: StateDep) -> Principal:
 RestPrincipal = Annotated[Principal, Depends(rest_principal)]
 
 
-async def workspace_schema(state: AppState, principal: Principal) -> WorkspaceSchema:
-    return await state.schema(principal.workspace_id)
-
 
 def table_or_404(schema: WorkspaceSchema, table_ref: str | int) -> TableMeta:
     table = schema.table(table_ref)

@@ -40,8 +40,3 @@ async def claim_due(conn: Conn, *, older_than_s: float, limit: int = 100) -> lis
     )
     return await cur.fetchall()
 
-
-async def pending_count(conn: Conn) -> int:
-    cur = await conn.execute("SELECT count(*) AS n FROM wds.outbox")
-    row = await cur.fetchone()
-    return int(row["n"]) if row else 0

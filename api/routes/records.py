@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from starlette.responses import Response
 from psycopg import AsyncConnection
+from starlette.responses import Response
 
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.pipelines import await_pipeline, queue_pipeline, refresh_embeddings, will_run
@@ -21,12 +21,13 @@ from storage import objects
 from storage import records as rec
 from storage.access import Action, Principal
 from storage.errors import NotFound, ServiceError
+from storage.plans import BATCH_MAX
 from storage.query import list_records, parse_params, plan_query
 from storage.query.render import list_records_json, renderable
 from storage.schema import TableMeta
 
 router = APIRouter(prefix="/functions/v1/rest-api/tables/{table_id}/records", tags=["records"])
-MAX_BATCH = 500
+MAX_BATCH = BATCH_MAX
 
 
 async def _table(state: AppState, principal: Principal, table_id: int, action: Action) -> TableMeta:

@@ -39,6 +39,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from storage.errors import InvalidValue, UnknownOperator, ValidationError
+from storage.plans import IN_MAX, PAGE_DEFAULT, PAGE_MAX
 from storage.query.lexer import (
     name_and_rest,
     parse_list,
@@ -47,9 +48,9 @@ from storage.query.lexer import (
     unquote_name,
 )
 
-DEFAULT_LIMIT = 100
-MAX_LIMIT = 1000
-MAX_IN_VALUES = 200
+DEFAULT_LIMIT = PAGE_DEFAULT  # fixed on every plan: storage/plans.py
+MAX_LIMIT = PAGE_MAX
+MAX_IN_VALUES = IN_MAX
 MAX_OFFSET = 2**63 - 1  # beyond bigint PostgreSQL would fail at run time
 
 # Parameters that are never column filters; the API layer handles view/run_pipeline/count.

@@ -21,6 +21,7 @@ from typing import Any
 from psycopg import sql
 
 from storage.errors import InvalidSQL, ServiceError, ValidationError
+from storage.plans import IN_MAX, PAGE_DEFAULT, PAGE_MAX
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
 from storage.sqlquery.build import (
     KIND_COMPUTED,
@@ -36,9 +37,9 @@ from storage.sqlquery.build import (
 from storage.sqlquery.parse import ColumnRef, Cond, Lit, Name, Op, parse_query
 from storage.values import invalid_option, parse_datetime
 
-DEFAULT_LIMIT = 100
-MAX_LIMIT = 1000
-MAX_IN_VALUES = 200
+DEFAULT_LIMIT = PAGE_DEFAULT  # fixed on every plan: storage/plans.py
+MAX_LIMIT = PAGE_MAX
+MAX_IN_VALUES = IN_MAX
 _MAX_BIGINT = 2**63 - 1
 
 _COMPARE = frozenset({Op.EQ, Op.NEQ, Op.GT, Op.GTE, Op.LT, Op.LTE, Op.IN, Op.IS_NULL})

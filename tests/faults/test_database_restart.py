@@ -72,5 +72,7 @@ def test_api_recovers_from_a_database_restart(services):
         print(f"recovery {recovered:.2f}s after the server was back; "
               f"{sum(1 for _, s, _ in results if s == 503)} x 503 of {len(results)} requests")
     finally:
+        if "th" in locals():  # the restart thread may still be starting PostgreSQL
+            th.join(timeout=60)
         api.stop()
         pg.stop()

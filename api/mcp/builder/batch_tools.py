@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from api.deps import require
-from api.mcp.builder.common import builder, model, positive_id
+from api.mcp.builder.common import builder, column_ids, model, positive_id
 from api.mcp.spec import (
     FIELDS,
     ID_OR_NAME,
@@ -28,9 +28,8 @@ from api.schemas import BatchIn
 from api.state import AppState
 from storage import records as rec
 from storage.access import Action, Principal
-from storage.errors import NotFound, ServiceError, ValidationError
+from storage.errors import ServiceError, ValidationError
 from storage.query import parse_filter_list, parse_filter_object, plan_filters
-from storage.schema import TableMeta
 
 MAX_UPDATE = rest_records.MAX_BATCH
 
@@ -70,16 +69,6 @@ async def batch_update_records(state: AppState, principal: Principal, args: dict
     return out_
 
 
-def _column_ids(table: TableMeta, refs: list[Any]) -> list[int]:
-    ids = []
-    for ref in refs:
-        col = table.column_ref(ref)
-        if col is None:
-            raise NotFound(f"column {ref!r} not found in table {table.name!r}")
-        ids.append(col.id)
-    return ids
-
-
 async def run_actions(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.UPDATE)
     body: dict[str, Any] = {}
@@ -88,7 +77,7 @@ async def run_actions(state: AppState, principal: Principal, args: dict[str, Any
     if "filters" in args:
         body["filters"] = args["filters"]
     if args.get("columns"):
-        body["column_ids"] = _column_ids(table, args["columns"])
+        body["column_ids"] = column_ids(table, args["columns"])
     resp = await rest_runs.run_actions(table.id, model(rest_runs.RunActionsIn, body), principal, state)
     return route_json(resp)
 

@@ -7,7 +7,8 @@ from typing import Any, TypeVar
 import pydantic
 
 from api.mcp.spec import Handler, ToolSpec
-from storage.errors import ValidationError
+from storage.errors import NotFound, ValidationError
+from storage.schema import TableMeta
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
@@ -37,3 +38,14 @@ def positive_id(value: Any, what: str) -> int:
     if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isascii() and value.isdigit())):
         raise ValidationError(f"{what} must be an integer id")
     return int(value)
+
+
+def column_ids(table: TableMeta, refs: list[Any]) -> list[int]:
+    """Column ids of ``refs`` (names or ids); NotFound for one the table lacks."""
+    ids = []
+    for ref in refs:
+        col = table.column_ref(ref)
+        if col is None:
+            raise NotFound(f"column {ref!r} not found in table {table.name!r}")
+        ids.append(col.id)
+    return ids

@@ -10,14 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from api import schedules as api_schedules
-from api.mcp.builder.common import builder, positive_id
+from api.mcp.builder.common import builder, column_ids, positive_id
 from api.mcp.spec import ID_OR_NAME, TABLE_ID, ToolSpec, array, boolean, integer, obj, out, string
 from api.mcp.tools_data import table_for
 from api.state import AppState
 from storage import schedules as sched
 from storage.access import Action, Principal
 from storage.errors import NotFound
-from storage.schema import TableMeta
 
 _SPEC_ARGS = ("cron", "interval_seconds", "filters", "paused", "name")
 
@@ -31,21 +30,11 @@ async def _table_of(state: AppState, principal: Principal, schedule_id: Any) -> 
     return row["table_id"], sid
 
 
-def _column_ids(table: TableMeta, refs: list[Any]) -> list[int]:
-    ids = []
-    for ref in refs:
-        col = table.column_ref(ref)
-        if col is None:
-            raise NotFound(f"column {ref!r} not found in table {table.name!r}")
-        ids.append(col.id)
-    return ids
-
-
 async def _data(state: AppState, principal: Principal, table_ref: Any, args: dict[str, Any]) -> dict[str, Any]:
     data = {k: args[k] for k in _SPEC_ARGS if k in args}
     if "columns" in args:
         table = await table_for(state, principal, table_ref, Action.READ)
-        data["column_ids"] = _column_ids(table, args["columns"])
+        data["column_ids"] = column_ids(table, args["columns"])
     return data
 
 
