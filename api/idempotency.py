@@ -109,20 +109,27 @@ class IdempotencyMiddleware:
 
         status = 500
         chunks: list[bytes] = []
+        finished = False
 
         async def capture(message: Message) -> None:
-            nonlocal status
+            nonlocal status, finished
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message["headers"] = [*message.get("headers", ()), (b"idempotent-replayed", b"false")]
             elif message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    # store the response before the client can see it: a repeat sent the
+                    # moment this answer arrives must find it, not a key still "running"
+                    finished = True
+                    await self._finish(state, token_id, key, status, b"".join(chunks))
             await send(message)
 
         try:
             await self.app(scope, replay_body, capture)
         finally:
-            await self._finish(state, token_id, key, status, b"".join(chunks))
+            if not finished:
+                await self._finish(state, token_id, key, status, b"".join(chunks))
 
     @staticmethod
     async def _finish(state: Any, token_id: int, key: str, status: int, payload: bytes) -> None:
