@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -13,6 +14,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from temporalio.client import Client
 
 from api import errors, limits, metrics
+from api.fastpath import FastReads
 from api.routes import admin, agents, columns, health, records, runs, schema, sql, tables, usage, views, publish
 from api.routes import catalogue, credentials, schedules
 from api.routes import auth, realtime, sdk, storage as storage_routes
@@ -72,6 +74,20 @@ async def _flush_token_use(state: AppState) -> None:
                 await access.touch_tokens(conn, token_ids=ids)
 
 
+def _settle_gc() -> None:
+    """Keep the collector off the long-lived start-up heap.
+
+    After start-up the process holds a few hundred thousand long-lived objects (FastAPI,
+    pydantic, sqlglot, the MCP SDK, Temporal's protos). A full collection walks all of them and
+    stalls every in-flight request for 100+ ms; measured as the p99 of list requests at 16
+    clients. Freezing moves them out of the collector's sight, and a larger first threshold
+    stops request garbage from promoting into the old generations so quickly.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 50, 100)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     db = Database(
@@ -96,6 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             tasks.append(asyncio.create_task(run_relay(
                 lambda: state.temporal, db, task_queue=settings.task_queue,
                 search_attributes=settings.temporal_search_attributes), name="wds-outbox-relay"))
+        _settle_gc()
         try:
             async with mcp_door.run():  # the MCP SDK's (stateless) session manager
                 yield
@@ -118,6 +135,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.wds = state
     mcp_door = mcp_server.install(app, state, version=VERSION)  # {base_url}/functions/v1/mcp-server
     errors.install(app)
+    if settings.fast_reads:
+        app.add_middleware(FastReads)  # innermost: GET record / list answered without FastAPI's router
     app.add_middleware(IdempotencyMiddleware)  # inner: runs after limits resolved the principal
     app.add_middleware(ApiMiddleware)  # rate limits + quotas on REST/SQL, usage log of every door
     # browsers on other origins may call the API with bearer tokens (no cookies are used)

@@ -54,10 +54,21 @@ def _describe(errors: list[dict[str, Any]]) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+def service_error_response(exc: ServiceError) -> Response:
+    return error_response(exc.status, exc.message, exc.code, exc.headers or None, **exc.extra)
+
+
+def data_error_response(exc: psycopg.DataError) -> Response:
+    # SQLSTATE class 22 (and psycopg's own check for NUL characters): a value the
+    # client sent cannot be stored as sent, e.g. "\u0000" in text or JSON
+    reason = (exc.diag.message_primary if exc.diag else None) or str(exc).splitlines()[0]
+    return error_response(400, f"a value cannot be stored: {reason}", "INVALID_VALUE")
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service(_: Request, exc: ServiceError) -> Response:
-        return error_response(exc.status, exc.message, exc.code, exc.headers or None, **exc.extra)
+        return service_error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> Response:
@@ -73,10 +84,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(psycopg.DataError)
     async def _data(_: Request, exc: psycopg.DataError) -> Response:
-        # SQLSTATE class 22 (and psycopg's own check for NUL characters): a value the
-        # client sent cannot be stored as sent, e.g. "\u0000" in text or JSON
-        reason = (exc.diag.message_primary if exc.diag else None) or str(exc).splitlines()[0]
-        return error_response(400, f"a value cannot be stored: {reason}", "INVALID_VALUE")
+        return data_error_response(exc)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:

@@ -178,10 +178,15 @@ class TableMeta:
 
 @dataclass(frozen=True, slots=True)
 class WorkspaceSchema:
-    """All tables of one workspace, as cached by the API."""
+    """All tables of one workspace, as cached by the API.
+
+    ``derived`` memoises what requests compute from this version of the schema (e.g.
+    translated SQL plans); a schema change builds a new object, so it never goes stale.
+    """
 
     workspace_id: int
     tables: dict[int, TableMeta]
+    derived: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def table(self, ref: str | int) -> TableMeta | None:
         """Table by id (int or digit string) or by exact name."""

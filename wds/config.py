@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     app_access_ttl_s: int = 900
     app_refresh_ttl_s: int = 30 * 86_400
 
+    # REST: answer GET record / GET records list without FastAPI's router (api/fastpath.py,
+    # same handler functions); off = every request via FastAPI
+    fast_reads: bool = True
     # rate limiting on/off (bench compares both); quotas are always on
     rate_limits: bool = True
     log_level: str = "info"

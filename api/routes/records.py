@@ -23,11 +23,12 @@ from storage.access import Action, Principal
 from storage.errors import NotFound, ServiceError
 from storage.plans import BATCH_MAX
 from storage.query import list_records, parse_params, plan_query
-from storage.query.render import list_records_json, renderable
+from storage.query.render import PreparedList, list_records_json, prepare_list_json, renderable
 from storage.schema import TableMeta
 
 router = APIRouter(prefix="/functions/v1/rest-api/tables/{table_id}/records", tags=["records"])
 MAX_BATCH = BATCH_MAX
+_LIST_MEMO = 256  # prepared list queries kept per workspace schema version
 
 
 async def _table(state: AppState, principal: Principal, table_id: int, action: Action) -> TableMeta:
@@ -110,21 +111,42 @@ async def list_(
     """List records. Filters are query parameters `<Column>=<op>.<value>` (eq, neq, gt, gte,
     lt, lte, like, ilike, in, cs, is, and `not.<op>`), or `filter[<Column>][<op>]=<value>`.
     `Prefer: count=exact` adds `X-Total-Count` and `Content-Range`."""
+    return await list_response(state, principal, table_id, list(request.query_params.multi_items()),
+                               prefer=request.headers.get("prefer", ""), view=view)
+
+
+async def list_response(
+    state: AppState, principal: Principal, table_id: int, params: list[tuple[str, str]], *,
+    prefer: str, view: str | None,
+) -> Response:
+    """The list route's answer (shared with :mod:`api.fastpath`)."""
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, table_id)
     require(principal, table, Action.READ)
-    query = parse_params(list(request.query_params.multi_items()))
-    if view is not None:
-        query = await view_query(state, principal, table, view, query)
-    plan = plan_query(query, table, can_read=principal.can_read, get_table=schema.tables.get)
-    want_count = "count=exact" in request.headers.get("prefer", "")
+    want_count = "count=exact" in prefer
     headers: dict[str, str] = {}
-    if renderable(plan):
+    # A renderable plan (no embeds: nothing in it depends on who asks beyond the read
+    # check above) is memoised per query string for this schema version.
+    memo: dict[Any, PreparedList] = schema.derived.setdefault("lists", {})
+    key = (table.id, tuple(params)) if view is None else None
+    prepared = memo.get(key) if key is not None else None
+    if prepared is None:
+        query = parse_params(params)
+        if view is not None:
+            query = await view_query(state, principal, table, view, query)
+        plan = plan_query(query, table, can_read=principal.can_read, get_table=schema.tables.get)
+        if renderable(plan):
+            prepared = prepare_list_json(plan)
+            if key is not None:
+                if len(memo) >= _LIST_MEMO:
+                    memo.clear()
+                memo[key] = prepared
+    if prepared is not None:
         # PostgreSQL renders the page as JSON: no row is decoded in Python
         async with state.db.connection() as conn:
-            page, n, total = await list_records_json(conn, plan, count=want_count)
-        _count_headers(headers, plan.offset, n, total)
-        body = b'{"records":%s,"limit":%d,"offset":%d}' % (page.encode(), plan.limit, plan.offset)
+            page, n, total = await list_records_json(conn, prepared, count=want_count)
+        _count_headers(headers, prepared.offset, n, total)
+        body = b'{"records":%s,"limit":%d,"offset":%d}' % (page.encode(), prepared.limit, prepared.offset)
         return Response(body, media_type="application/json", headers=headers)
     async with state.db.connection() as conn:
         records, total = await list_records(conn, plan, count=want_count)
@@ -143,6 +165,11 @@ def _count_headers(headers: dict[str, str], offset: int, n: int, total: int | No
 @router.get("/{record_id}", response_model=RecordOut, responses=ERRORS)
 async def get_(table_id: int, record_id: str, principal: RestPrincipal, state: StateDep) -> JSON:
     """One record, with its last pipeline outcome when computed columns ran."""
+    return await record_response(state, principal, table_id, record_id)
+
+
+async def record_response(state: AppState, principal: Principal, table_id: int, record_id: str) -> JSON:
+    """The get route's answer (shared with :mod:`api.fastpath`)."""
     table = await _table(state, principal, table_id, Action.READ)
     async with state.db.connection() as conn:
         row = await rec.get_record_row(conn, table=table, record_id=_record_id(record_id))

@@ -40,9 +40,9 @@ async def list_records(
 
 async def fetch_page(
     conn: psycopg.AsyncConnection[Any],
-    page_sql: sql.Composed,
+    page_sql: sql.Composed | bytes,
     page_params: list[Any],
-    count_query: tuple[sql.Composed, list[Any]] | None,
+    count_query: tuple[sql.Composed | bytes, list[Any]] | None,
 ) -> tuple[list[tuple[Any, ...]], int | None]:
     """Run a page query and, when given, its count query in one round trip (pipeline mode)."""
     if count_query is None:

@@ -5,11 +5,12 @@ aggregated with ``json_agg`` into one text value, which the API splices into its
 response without decoding a single row in Python. Values render exactly as
 :func:`storage.values.decode_value` does (checked by tests that compare both paths):
 checkbox NULL → false, multi_select NULL → [], integral numbers as integers below 2^53,
-timestamps as ISO-8601 in UTC (the pool's sessions run with ``timezone=UTC``).
+timestamps as Python's ISO-8601 in UTC.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -33,8 +34,20 @@ def renderable(plan: QueryPlan) -> bool:
     )
 
 
-def _value(col: ColumnMeta) -> sql.Composable:
-    c = sql.Identifier(TABLE_ALIAS, col.physical)
+def timestamp_text(c: sql.Composable) -> sql.Composable:
+    """A timestamptz as the text :func:`storage.values.iso` gives (Python's ``isoformat`` in
+    UTC: six fraction digits, none when the fraction is zero), not PostgreSQL's JSON form,
+    which trims trailing zeros (``…30.12+00:00``): a record reads the same in a list and
+    by id."""
+    return sql.SQL(
+        "to_char({c} AT TIME ZONE 'UTC', CASE WHEN date_trunc('second', {c}) = {c}"
+        " THEN 'YYYY-MM-DD\"T\"HH24:MI:SS\"+00:00\"' ELSE 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"' END)"
+    ).format(c=c)
+
+
+def value_json(col: ColumnMeta, c: sql.Composable) -> sql.Composable:
+    """``col``'s value ``c`` rendered as :func:`storage.values.decode_value` decodes it
+    (not for file columns)."""
     if col.type is ColumnType.CHECKBOX:
         return sql.SQL("coalesce({}, false)").format(c)
     if col.type is ColumnType.MULTI_SELECT:
@@ -44,6 +57,8 @@ def _value(col: ColumnMeta) -> sql.Composable:
         return sql.SQL(
             "CASE WHEN {c} = trunc({c}) AND abs({c}) < {m} THEN to_json({c}::bigint) ELSE to_json({c}) END"
         ).format(c=c, m=sql.Literal(_SAFE_INT))
+    if col.type is ColumnType.DATE:
+        return timestamp_text(c)
     return c
 
 
@@ -53,12 +68,14 @@ def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     params: list[Any] = []
     pairs: list[sql.Composable] = []
     for col in plan.output:
-        pairs.append(sql.SQL("%s::text, {}").format(_value(col)))
+        pairs.append(sql.SQL("%s::text, {}").format(value_json(col, sql.Identifier(TABLE_ALIAS, col.physical))))
         params.append(col.name)
     obj = sql.SQL(
         "json_build_object('id', {a}.id, 'fields', json_build_object({pairs}),"
-        " 'created_at', {a}.created_at, 'updated_at', {a}.updated_at)"
-    ).format(a=sql.Identifier(TABLE_ALIAS), pairs=sql.SQL(", ").join(pairs))
+        " 'created_at', {created}, 'updated_at', {updated})"
+    ).format(a=sql.Identifier(TABLE_ALIAS), pairs=sql.SQL(", ").join(pairs),
+             created=timestamp_text(sql.Identifier(TABLE_ALIAS, "created_at")),
+             updated=timestamp_text(sql.Identifier(TABLE_ALIAS, "updated_at")))
     outer_order, outer_params = _order_by(plan.order)
     params.extend(outer_params)
     where, where_params = build_where(plan.filters)
@@ -76,12 +93,35 @@ def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     return query, params
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedList:
+    """A renderable plan's statements as text, built once: the API memoises these per
+    query string and schema version (composing them is most of a list's Python work)."""
+
+    limit: int
+    offset: int
+    page_sql: bytes
+    page_params: tuple[Any, ...]
+    count_sql: bytes
+    count_params: tuple[Any, ...]
+
+
+def prepare_list_json(plan: QueryPlan) -> PreparedList:
+    """:func:`build_list_json` and :func:`build_count` of a renderable plan, as text.
+    Every value is a bound parameter, so the text needs no connection to render."""
+    page_sql, page_params = build_list_json(plan)
+    count_sql, count_params = build_count(plan)
+    return PreparedList(plan.limit, plan.offset, page_sql.as_bytes(None), tuple(page_params),
+                        count_sql.as_bytes(None), tuple(count_params))
+
+
 async def list_records_json(
-    conn: psycopg.AsyncConnection[Any], plan: QueryPlan, *, count: bool
+    conn: psycopg.AsyncConnection[Any], plan: QueryPlan | PreparedList, *, count: bool
 ) -> tuple[str, int, int | None]:
     """The page as JSON text, the number of records on it, and the exact total if asked."""
-    page_sql, page_params = build_list_json(plan)
-    rows, total = await fetch_page(conn, page_sql, page_params, build_count(plan) if count else None)
+    prepared = plan if isinstance(plan, PreparedList) else prepare_list_json(plan)
+    rows, total = await fetch_page(conn, prepared.page_sql, list(prepared.page_params),
+                                   (prepared.count_sql, list(prepared.count_params)) if count else None)
     page = rows[0] if rows else None
     if page is None:
         return "[]", 0, total

@@ -14,6 +14,7 @@ from typing import Any
 
 from psycopg import sql
 
+from storage.query.render import timestamp_text, value_json  # one rendering for REST lists and SQL
 from storage.schema import ColumnMeta, ColumnType
 from storage.sqlquery.parse import Op
 
@@ -178,3 +179,52 @@ def build_queries(
         columns, source, where_sql, sql.SQL(", ").join(o.sql for o in order)
     )
     return count_query, rows_query, params, tuple(p for o in order for p in o.params)
+
+
+MAX_JSON_FIELDS = 50  # json_build_object takes at most 100 arguments (50 pairs)
+
+
+def json_renderable(fields: tuple[Field, ...]) -> bool:
+    """Whether PostgreSQL can render these fields' rows as JSON (file columns need URLs)."""
+    return 0 < len(fields) <= MAX_JSON_FIELDS and all(
+        f.meta is None or f.meta.type is not ColumnType.FILE for f in fields
+    )
+
+
+def build_json_query(
+    *,
+    schema: str,
+    table: str,
+    fields: tuple[Field, ...],
+    where: tuple[Fragment, ...],
+    order: tuple[Fragment, ...],
+) -> sql.Composed:
+    """One statement answering the whole request: the exact count and the page rendered
+    as a JSON array text, flat rows keyed by human names with the values REST shows
+    (:func:`storage.query.render.value_json`).
+
+    Its parameters are ``order + where + order + (limit, offset) + where`` (see
+    :attr:`storage.sqlquery.plan.SqlPlan.json_params`).
+    """
+    source = sql.Identifier(schema, table)
+    where_sql: sql.Composable = sql.SQL("")
+    if where:
+        where_sql = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(sql.SQL("({})").format(f.sql) for f in where)
+    pairs = sql.SQL(", ").join(
+        sql.SQL("{}, {}").format(sql.Literal(f.name), _json_value(f)) for f in fields
+    )
+    order_sql = sql.SQL(", ").join(o.sql for o in order)
+    return sql.SQL(
+        "SELECT coalesce((SELECT json_agg(json_build_object({pairs}) ORDER BY {order})"
+        " FROM (SELECT * FROM {src} AS {a}{where} ORDER BY {order} LIMIT %s OFFSET %s) AS {a}), '[]')::text,"
+        " (SELECT count(*) FROM {src}{where})"
+    ).format(pairs=pairs, order=order_sql, src=source, a=sql.Identifier("r"), where=where_sql)
+
+
+def _json_value(field: Field) -> sql.Composable:
+    col = sql.Identifier(field.physical)
+    if field.meta is not None:
+        return value_json(field.meta, col)
+    if field.kind == KIND_TIMESTAMP:
+        return timestamp_text(col)
+    return col

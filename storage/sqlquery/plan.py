@@ -30,8 +30,10 @@ from storage.sqlquery.build import (
     Field,
     Fragment,
     JsonOperand,
+    build_json_query,
     build_queries,
     condition,
+    json_renderable,
     order_item,
 )
 from storage.sqlquery.parse import ColumnRef, Cond, Lit, Name, Op, parse_query
@@ -78,10 +80,16 @@ class SqlPlan:
     order_params: tuple[Any, ...]
     limit: int
     offset: int
+    json_query: sql.Composed | None = None  # count + page rendered as JSON in one statement
 
     @property
     def rows_params(self) -> tuple[Any, ...]:
         return (*self.where_params, *self.order_params, self.limit, self.offset)
+
+    @property
+    def json_params(self) -> tuple[Any, ...]:
+        return (*self.order_params, *self.where_params, *self.order_params, self.limit, self.offset,
+                *self.where_params)
 
 
 def translate(
@@ -136,6 +144,11 @@ def translate(
     count_query, rows_query, params, order_params = build_queries(
         schema=table.schema, table=table.physical, fields=fields, where=where, order=tuple(order)
     )
+    json_query = None
+    if not parsed.count and json_renderable(fields):
+        json_query = build_json_query(
+            schema=table.schema, table=table.physical, fields=fields, where=where, order=tuple(order)
+        )
     return SqlPlan(
         table=table,
         count_only=parsed.count,
@@ -146,6 +159,7 @@ def translate(
         order_params=() if parsed.count else order_params,
         limit=limit,
         offset=parsed.offset or 0,
+        json_query=json_query,
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
@@ -35,6 +36,7 @@ async def run_sql(
     *,
     workspace_id: int,
     timeout_s: float,
+    json_rows: bool = False,
 ) -> dict[str, Any]:
     """Execute a translated query and shape the response.
 
@@ -44,6 +46,9 @@ async def run_sql(
         plan: from :func:`storage.sqlquery.translate` for the same workspace.
         workspace_id: the caller's workspace; its read-only role runs the query.
         timeout_s: the plan's SQL timeout, covering the count and the page together.
+        json_rows: let PostgreSQL render the page (count and rows in one statement) and
+            return ``rows`` as an :class:`orjson.Fragment` of JSON text, for a caller that
+            serialises the answer with orjson; plans it cannot render decode as usual.
 
     Returns:
         ``{"count": n}`` for ``COUNT(*)``; otherwise ``{"rows", "total", "table", "limit",
@@ -61,11 +66,13 @@ async def run_sql(
     if timeout_s <= 0:
         raise ValueError("timeout_s must be positive")
     top_level = conn.info.transaction_status == TransactionStatus.IDLE
+    as_json = json_rows and plan.json_query is not None
     if top_level and conn.autocommit:
-        total, raw_rows = await _run_pipelined(conn, plan, workspace_id=workspace_id, timeout_s=timeout_s)
+        total, raw_rows = await _run_pipelined(conn, plan, workspace_id=workspace_id, timeout_s=timeout_s,
+                                               as_json=as_json)
         if plan.count_only or plan.rows_query is None:
             return {"count": total}
-        return _shape(plan, total, raw_rows)
+        return _shape(plan, total, raw_rows, as_json=as_json)
     deadline = time.monotonic() + timeout_s
     try:
         async with conn.transaction(force_rollback=True):
@@ -79,6 +86,11 @@ async def run_sql(
                 )
                 await cur.execute(sql.SQL("SET LOCAL search_path TO pg_catalog"))
                 await _set_timeout(cur, deadline)
+                if as_json and plan.json_query is not None:
+                    await cur.execute(plan.json_query, plan.json_params)
+                    page = await cur.fetchone()
+                    assert page is not None  # an aggregate always gives one row
+                    return _shape(plan, int(page[1]), [page], as_json=True)
                 await cur.execute(plan.count_query, plan.where_params)
                 row = await cur.fetchone()
                 total = int(row[0]) if row is not None else 0
@@ -94,9 +106,10 @@ async def run_sql(
     return _shape(plan, total, raw_rows)
 
 
-def _shape(plan: SqlPlan, total: int, raw_rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+def _shape(plan: SqlPlan, total: int, raw_rows: list[tuple[Any, ...]], *, as_json: bool = False) -> dict[str, Any]:
+    rows: Any = orjson.Fragment(raw_rows[0][0]) if as_json else [_row(plan.fields, raw) for raw in raw_rows]
     return {
-        "rows": [_row(plan.fields, raw) for raw in raw_rows],
+        "rows": rows,
         "total": total,
         "table": plan.table.name,
         "limit": plan.limit,
@@ -105,25 +118,34 @@ def _shape(plan: SqlPlan, total: int, raw_rows: list[tuple[Any, ...]]) -> dict[s
 
 
 async def _run_pipelined(
-    conn: psycopg.AsyncConnection[Any], plan: SqlPlan, *, workspace_id: int, timeout_s: float
+    conn: psycopg.AsyncConnection[Any], plan: SqlPlan, *, workspace_id: int, timeout_s: float, as_json: bool
 ) -> tuple[int, list[tuple[Any, ...]]]:
     """The whole read-only transaction in one round trip (psycopg pipeline mode): begin
     read only, take the workspace's read-only role and the timeout, count, page, roll back.
-    Each statement gets the plan's timeout (``statement_timeout`` is per statement)."""
+    Each statement gets the plan's timeout (``statement_timeout`` is per statement).
+    With ``as_json`` the count and the rendered page are one statement, whose single row
+    is returned as the only raw row."""
     settings = sql.SQL(
         "SELECT set_config('role', {}, true), set_config('search_path', 'pg_catalog', true),"
         " set_config('statement_timeout', {}, true)"
     ).format(sql.Literal(ro_role(workspace_id)), sql.Literal(str(max(_MIN_TIMEOUT_MS, int(timeout_s * 1000)))))
-    rows_cur = None
+    rows_cur = count_cur = json_cur = None
     try:
         async with conn.pipeline():
             await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             await conn.execute(settings)
-            count_cur = await conn.cursor(row_factory=tuple_row).execute(plan.count_query, plan.where_params)
-            if not plan.count_only and plan.rows_query is not None:
-                rows_cur = await conn.cursor(row_factory=tuple_row).execute(plan.rows_query, plan.rows_params)
+            if as_json and plan.json_query is not None:
+                json_cur = await conn.cursor(row_factory=tuple_row).execute(plan.json_query, plan.json_params)
+            else:
+                count_cur = await conn.cursor(row_factory=tuple_row).execute(plan.count_query, plan.where_params)
+                if not plan.count_only and plan.rows_query is not None:
+                    rows_cur = await conn.cursor(row_factory=tuple_row).execute(plan.rows_query, plan.rows_params)
             await conn.execute("ROLLBACK")
-        row = await count_cur.fetchone()
+        if json_cur is not None:
+            page = await json_cur.fetchone()
+            assert page is not None  # an aggregate always gives one row
+            return int(page[1]), [page]
+        row = await count_cur.fetchone() if count_cur is not None else None
         raw_rows = await rows_cur.fetchall() if rows_cur is not None else []
     except pg_errors.QueryCanceled as exc:
         await _abort(conn)

@@ -264,6 +264,24 @@ def test_a_table_without_read_grant_is_refused(ws, tasks):
     assert q(c2, "SELECT * FROM Hidden").json()["code"] == "INVALID_SQL"
 
 
+def test_a_remembered_translation_still_checks_the_token_and_follows_schema_changes(ws, tasks):
+    """Translations are memoised per schema version: a token without read must still be
+    refused a text another token ran, and a rename must not leave the old plan in use."""
+    other = ws.create_table("Hidden2", [{"name": "Code", "type": "text"}])
+    ws.api.post(f"/tables/{other['id']}/records", json={"fields": {"Code": "x"}})
+    query = "SELECT Code FROM Hidden2"
+    assert q(ws.api, query).json()["rows"] == [{"Code": "x"}]  # the builder token's run memoises it
+    prof = ws.profile([{"table_id": tasks["id"], "read": True}])
+    reader = ws.client(ws.token("rest_api", profile_id=prof["id"])["token"])
+    r = q(reader, query)
+    assert r.status_code == 400 and r.json()["code"] == "INVALID_SQL" and "no read access" in r.json()["error"]
+    col = other["columns"][0]["id"]
+    assert ws.api.patch(f"/tables/{other['id']}/columns/{col}", json={"name": "Kode"}).status_code == 200
+    r = q(ws.api, query)
+    assert r.status_code == 400 and r.json()["code"] == "INVALID_SQL", r.text
+    assert q(ws.api, "SELECT Kode FROM Hidden2").json()["rows"] == [{"Kode": "x"}]
+
+
 def test_another_workspaces_tables_are_unknown(ws, tasks, make_workspace):
     other = make_workspace()
     theirs = other.create_table("Theirs", [{"name": "Secret", "type": "text"}])

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from psycopg import sql
 
 from storage.query import list_records, parse_params, plan_query
 from storage.query.render import list_records_json, renderable
@@ -42,3 +43,26 @@ async def test_embedding_and_file_columns_use_the_python_path(ds: Dataset) -> No
     for params in ([("expand", "Owner")], [("select", "Title,Files")], []):
         plan = plan_query(parse_params(params), ds.main, can_read=lambda _id: True, get_table=ds.get_table)
         assert not renderable(plan)
+
+
+async def test_timestamps_render_as_python_isoformat(ds: Dataset) -> None:  # noqa: F811
+    """PostgreSQL's own JSON form trims trailing fraction zeros (``…30.12+00:00``); the
+    rendered page must show what the by-id and decoded paths show (``…30.120000+00:00``)."""
+    await ds.conn.execute("SET timezone = 'UTC'")  # as the pool's sessions do
+    table = sql.Identifier(ds.main.schema, ds.main.physical)
+    due = sql.Identifier(ds.main.column("Due").physical)
+    await ds.conn.execute(sql.SQL(
+        "UPDATE {t} SET created_at = '2026-03-01 10:00:30.120000+00', updated_at = '2026-03-01 10:00:31+00',"
+        " {due} = '2026-03-01 23:59:59.500000+00' WHERE id = 1").format(t=table, due=due))
+    await ds.conn.execute(sql.SQL(
+        "UPDATE {t} SET created_at = '2026-03-01 10:00:30.000001+00' WHERE id = 2").format(t=table))
+    plan = plan_query(parse_params([("select", ALL_BUT_FILES), ("order", "id.asc")]), ds.main,
+                      can_read=lambda _id: True, get_table=ds.get_table)
+    decoded, _ = await list_records(ds.conn, plan, count=False)
+    text, _, _ = await list_records_json(ds.conn, plan, count=False)
+    rendered = json.loads(text)
+    assert rendered == decoded
+    assert rendered[0]["created_at"] == "2026-03-01T10:00:30.120000+00:00"
+    assert rendered[0]["updated_at"] == "2026-03-01T10:00:31+00:00"
+    assert rendered[0]["fields"]["Due"] == "2026-03-01T23:59:59.500000+00:00"
+    assert rendered[1]["created_at"] == "2026-03-01T10:00:30.000001+00:00"

@@ -9,12 +9,14 @@ connection, so it can be swapped for the project's database fixture later.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 import pytest_asyncio
@@ -302,3 +304,32 @@ async def test_inside_an_open_transaction_the_caller_keeps_its_role_and_write_mo
             " current_setting('statement_timeout') AS t"
         )
         assert (await cur.fetchone()) == {"me": True, "ro": "off", "t": "0"}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("query", [
+    'SELECT * FROM Tasks',
+    'SELECT Name, "Due Date", Status, Tags, Score, Done, Total FROM Tasks ORDER BY Score DESC NULLS LAST',
+    "SELECT id, created_at, Name FROM Tasks WHERE Status = 'Open' AND Score >= 1 ORDER BY Name LIMIT 1 OFFSET 1",
+    "SELECT Name FROM Tasks WHERE Name LIKE 'nothing%'",
+    'SELECT Name, Status FROM Tasks ORDER BY Status, id DESC',
+])
+@pytest.mark.parametrize("in_transaction", [False, True])
+async def test_rows_rendered_by_postgresql_equal_the_decoded_rows(
+    conn: psycopg.AsyncConnection[dict[str, object]], scratch: Scratch, query: str, in_transaction: bool
+) -> None:
+    """``json_rows``: count and page in one statement, rendered as JSON by PostgreSQL, give
+    exactly the rows, total and shape of the decoding path (file columns fall back to it)."""
+    await conn.execute("SET timezone = 'UTC'")  # as the pool's sessions do
+    plan = _plan(scratch, query)
+    decoded = await run_sql(conn, plan, workspace_id=scratch.workspace_id, timeout_s=TIMEOUT_S)
+    if in_transaction:
+        async with conn.transaction():
+            rendered = await run_sql(conn, plan, workspace_id=scratch.workspace_id, timeout_s=TIMEOUT_S, json_rows=True)
+    else:
+        rendered = await run_sql(conn, plan, workspace_id=scratch.workspace_id, timeout_s=TIMEOUT_S, json_rows=True)
+    has_files = query.startswith("SELECT *")
+    assert isinstance(rendered["rows"], list) == has_files
+    as_json = json.loads(orjson.dumps(rendered))
+    assert as_json == json.loads(orjson.dumps(decoded))
+    assert as_json["total"] == decoded["total"] and len(as_json["rows"]) == len(decoded["rows"])  # type: ignore[arg-type]
