@@ -15,13 +15,32 @@ from temporalio.client import Client
 
 from api import errors, limits, metrics
 from api.fastpath import FastReads
-from api.routes import admin, agents, columns, health, records, runs, schema, sql, tables, usage, views, publish
-from api.routes import catalogue, credentials, schedules
-from api.routes import auth, realtime, sdk, storage as storage_routes
-from api.routes import chat, search
-from api.mcp import server as mcp_server
-from api.state import AppState
 from api.idempotency import IdempotencyMiddleware
+from api.mcp import server as mcp_server
+from api.routes import (
+    admin,
+    agents,
+    auth,
+    catalogue,
+    chat,
+    columns,
+    credentials,
+    health,
+    publish,
+    realtime,
+    records,
+    runs,
+    schedules,
+    schema,
+    sdk,
+    search,
+    sql,
+    tables,
+    usage,
+    views,
+)
+from api.routes import storage as storage_routes
+from api.state import AppState
 from api.usage import ApiMiddleware
 from storage import access
 from storage.db import Database
@@ -29,8 +48,8 @@ from storage.migrations import migrate
 from storage.values import set_file_base_url
 from wds import tracing
 from wds.config import Settings, get_settings
-from worker import build_worker
 from wds.relay import run_relay
+from worker import build_worker
 
 log = logging.getLogger("wds.api")
 VERSION = "0.1.0"

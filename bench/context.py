@@ -346,6 +346,7 @@ class BenchContext:
     def figure(
         self, scenario: str, name: str, api: PhaseResult, base: PhaseResult | None, *,
         unit: str = "req/s", scale: float = 1.0, target: Target | None = None, note: str = "",
+        baseline_label: str = "psycopg",
     ) -> Figure:
         """A figure from the service's phase and its baseline phase (rates × ``scale``)."""
         notes = [note] if note else []
@@ -358,7 +359,7 @@ class BenchContext:
         return Figure(
             scenario=scenario, name=name, unit=unit, value=api.rate * scale,
             baseline=None if base is None or base.ops == 0 else base.rate * scale,
-            target=target, p50_ms=api.p50_ms, p99_ms=api.p99_ms,
+            baseline_label=baseline_label, target=target, p50_ms=api.p50_ms, p99_ms=api.p99_ms,
             baseline_p50_ms=base.p50_ms if base else None,
             baseline_p99_ms=base.p99_ms if base else None,
             errors=api.errors, client_cpu=api.client_cpu, note="; ".join(notes),

@@ -136,12 +136,13 @@ class EmbeddedStack:
         })
         return env
 
-    def _spawn(self, name: str, workers: int, extra_env: Mapping[str, str] | None = None) -> ApiProcess:
+    def _spawn(self, name: str, workers: int, extra_env: Mapping[str, str] | None = None, *,
+               app: tuple[str, ...] = ("api.app:create_app", "--factory")) -> ApiProcess:
         port = free_port()
         base_url = f"http://127.0.0.1:{port}"
         log = self.tmp / f"api-{name}-{port}.log"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
+            [sys.executable, "-m", "uvicorn", *app,
              "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
              "--log-level", "warning", "--no-access-log"],
             cwd=ROOT, env={**self.env(base_url), **(extra_env or {})}, stdout=log.open("wb"),
@@ -174,6 +175,14 @@ class EmbeddedStack:
         api = self._spawn(name, workers, extra_env)
         self.extras.append(api)
         return api
+
+    def start_bare(self, workers: int) -> ApiProcess:
+        """``bench.hello:app`` (a fixed answer, no routing, middleware or database) on the
+        same uvicorn with ``workers`` processes: the ceiling of an HTTP read here. The
+        caller stops it; :meth:`stop` stops any left over."""
+        bare = self._spawn("bare", workers, app=("bench.hello:app",))
+        self.extras.append(bare)
+        return bare
 
     def log_tail(self, chars: int = 4000) -> str:
         return "" if self.api is None else self.api.log_tail(chars)

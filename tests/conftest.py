@@ -89,6 +89,15 @@ def start_api(services: Services, *, name: str = "api", **env: str) -> ApiProces
     raise RuntimeError(f"API not healthy in time ({last}):\n{log.read_text()[-4000:]}")
 
 
+def running_api(services: Services, *, name: str, **env: str) -> Iterator[ApiProcess]:
+    """An extra API process with ``env`` for a module fixture: ``yield from running_api(...)``."""
+    proc = start_api(services, name=name, **env)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
 _SESSION: dict[str, Any] = {}
 
 

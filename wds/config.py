@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     # REST: answer GET record / GET records list without FastAPI's router (api/fastpath.py,
     # same handler functions); off = every request via FastAPI
     fast_reads: bool = True
+    # MCP: serve tools/call POSTs through the SDK's single-request kernel without its
+    # per-request stateless transport (api/mcp/fastpath.py); off = every request via the SDK
+    mcp_fast_path: bool = True
     # rate limiting on/off (bench compares both); quotas are always on
     rate_limits: bool = True
     log_level: str = "info"

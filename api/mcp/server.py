@@ -7,6 +7,8 @@ kept between requests. Every request carries ``Authorization: Bearer``; the toke
 resolved here, before the SDK sees the request, and put on the ASGI scope for the
 handlers. The SDK negotiates the protocol revision: a client asking for 2025-06-18 gets
 2025-06-18, and newer revisions the SDK knows are served when a client asks for them.
+Plain ``tools/call`` POSTs skip the SDK's per-request stateless transport and run through
+its single-request kernel inline (:mod:`api.mcp.fastpath`, same bytes on the wire).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 from api import limits
 from api.deps import StateDep, bearer, resolve_principal
 from api.errors import error_response
-from api.mcp import catalog
+from api.mcp import catalog, fastpath
 from api.mcp.spec import ToolSpec
 from api.responses import JSON
 from api.schemas import ErrorOut
@@ -68,6 +70,20 @@ def _tool(spec: ToolSpec) -> types.Tool:
     )
 
 
+def call_tool_result(ok: bool, data: dict[str, Any]) -> dict[str, Any]:
+    """A tool's answer as the wire form of ``CallToolResult``: the data as structured content
+    and the same JSON as text content.
+
+    What ``types.CallToolResult(...).model_dump(by_alias=True, mode="json", exclude_none=True)``
+    gives, without that extra walk over every record of a page: the SDK validates and
+    re-dumps the result through its per-version ``CallToolResult`` surface either way
+    (``tests/mcp/test_fast_path.py`` checks the two serialize identically).
+    """
+    text = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS).decode()
+    return {"content": [{"type": "text", "text": text}], "structuredContent": data, "isError": not ok,
+            "resultType": "complete"}
+
+
 def _principal_of(ctx: ServerRequestContext[Any, Any]) -> Principal:
     request = ctx.request
     principal = request.scope.get(SCOPE_KEY) if request is not None else None
@@ -90,8 +106,10 @@ class McpDoor:
             lifespan=self._lifespan,
             get_tool_input_schema=catalog.input_schema,
             on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
         )
+        # registered as a plain request handler so it may answer with the wire dict
+        # (see ``_call_tool``); same params type as ``on_call_tool`` would validate with
+        self.server.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
         # built once: listing is the hottest call after tools/call
         self.lists = {
             False: [_tool(t) for t in catalog.DATA_TOOLS],
@@ -102,6 +120,9 @@ class McpDoor:
         self.manager = StreamableHTTPSessionManager(
             app=self.server, json_response=True, stateless=True, security_settings=None,
         )
+        # tools/call POSTs skip the SDK's per-request transport and task (api/mcp/fastpath.py)
+        self.fast_path = state.settings.mcp_fast_path
+        self.route: Route | None = None  # set by install()
 
     @asynccontextmanager
     async def _lifespan(self, _: Server[AppState]) -> AsyncIterator[AppState]:
@@ -119,7 +140,7 @@ class McpDoor:
 
     async def _call_tool(
         self, ctx: ServerRequestContext[AppState, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> dict[str, Any]:
         principal = _principal_of(ctx)
         try:
             spec = catalog.tool_for(principal, params.name)
@@ -127,15 +148,17 @@ class McpDoor:
             # an unknown tool is a protocol error (spec: tools/call error handling)
             raise MCPError(types.INVALID_PARAMS, exc.message) from None
         ok, data = await catalog.run_tool(self.state, principal, spec, params.arguments)
-        text = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS).decode()
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)], structured_content=data, is_error=not ok,
-        )
+        return call_tool_result(ok, data)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """ASGI endpoint: authenticate, then hand the request to the SDK transport."""
+        """ASGI endpoint: authenticate, then answer a ``tools/call`` on the fast path or hand
+        the request to the SDK transport."""
         if scope["type"] != "http":
             return
+        if self.route is not None:
+            # FastAPI's router records only its own APIRoutes; without this the usage log
+            # would match the path against every route template (api/usage.py route_template)
+            scope["route"] = self.route
         try:
             principal = await mcp_principal(self.state, Request(scope))
             # the plan's rate limits and monthly request quota, as on REST (one HTTP request = one call)
@@ -147,6 +170,13 @@ class McpDoor:
             await error_response(exc.status, exc.message, exc.code, headers or None, **exc.extra)(scope, receive, send)
             return
         scope[SCOPE_KEY] = principal
+        if self.fast_path:
+            # our own lifespan state is what the manager's lifespan yields (``_lifespan``)
+            rest = await fastpath.serve(self.server, self.state, scope, receive, send,
+                                        max_body=self.manager.max_request_body_size)
+            if rest is None:
+                return
+            receive = rest
         await self.manager.handle_request(scope, receive, send)
 
 
@@ -170,5 +200,8 @@ def install(app: FastAPI, state: AppState, *, version: str) -> McpDoor:
     """Add the MCP endpoint and ``/tools`` to ``app``; enter ``door.run()`` in its lifespan."""
     door = McpDoor(state, version=version)
     app.include_router(router)
-    app.router.routes.append(Route(MCP_PATH, endpoint=door))
+    # first in the table: the router tries it before walking the REST routes (an exact
+    # path, so it shadows nothing); the usage log reads its template off ``scope["route"]``
+    door.route = Route(MCP_PATH, endpoint=door)
+    app.router.routes.insert(0, door.route)
     return door

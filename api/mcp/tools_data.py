@@ -41,9 +41,10 @@ from api.state import AppState
 from storage.access import Action, Principal
 from storage.errors import ServiceError
 from storage.formula.functions import describe_functions
-from storage.query import Query, list_records, parse_filter_list, parse_filter_object, plan_query
+from storage.query import Query, QueryPlan, list_records, parse_filter_list, parse_filter_object, plan_query
 from storage.query.parse import parse_order, parse_select
-from storage.schema import COMPUTED_TYPES, DATA_TYPES, TableMeta
+from storage.query.render import PreparedList, list_records_json, prepare_list_json, renderable
+from storage.schema import COMPUTED_TYPES, DATA_TYPES, TableMeta, WorkspaceSchema
 
 MCP_DEFAULT_LIMIT = 25  # a page a model can read whole
 MCP_MAX_LIMIT = 200
@@ -141,22 +142,55 @@ def _query(args: dict[str, Any]) -> Query:
                  offset=args.get("offset", 0), select=parse_select(select) if select else None)
 
 
+_LIST_MEMO = 256  # prepared list statements kept per workspace schema version
+_LIST_KEYS = ("filters", "order", "select", "limit", "offset")
+
+
+def _prepared(schema: WorkspaceSchema, table: TableMeta, principal: Principal,
+              args: dict[str, Any]) -> PreparedList | QueryPlan:
+    """The list's statements, memoised per table and arguments for this schema version
+    (parsing, planning and composing SQL are most of a call's Python work), or the plan
+    when PostgreSQL cannot render the page. Only renderable plans are kept: they have no
+    embedded relations, so nothing in them depends on the caller beyond the read check
+    already made."""
+    memo: dict[Any, PreparedList] = schema.derived.setdefault("mcp_lists", {})
+    key = (table.id, orjson.dumps([args.get(k) for k in _LIST_KEYS]))
+    prepared = memo.get(key)
+    if prepared is not None:
+        return prepared
+    plan = plan_query(_query(args), table, can_read=principal.can_read, get_table=schema.tables.get)
+    if not renderable(plan):
+        return plan
+    prepared = prepare_list_json(plan)
+    if len(memo) >= _LIST_MEMO:
+        memo.clear()
+    memo[key] = prepared
+    return prepared
+
+
 async def list_records_tool(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, args["table_id"])
     require(principal, table, Action.READ)
-    plan = plan_query(_query(args), table, can_read=principal.can_read, get_table=schema.tables.get)
+    prepared = _prepared(schema, table, principal, args)
+    records: list[dict[str, Any]]
     async with state.db.connection() as conn:
-        records, total = await list_records(conn, plan, count=True)
+        if isinstance(prepared, PreparedList):
+            # as REST does: PostgreSQL renders the page as JSON (no row decoded in Python)
+            text, _, total = await list_records_json(conn, prepared, count=True)
+            records = orjson.loads(text)
+        else:
+            records, total = await list_records(conn, prepared, count=True)
     total = total or 0
-    end = plan.offset + len(records)
-    page: dict[str, Any] = {"records": records, "limit": plan.limit, "offset": plan.offset,
+    offset = prepared.offset
+    end = offset + len(records)
+    page: dict[str, Any] = {"records": records, "limit": prepared.limit, "offset": offset,
                             "total": total, "has_more": end < total}
     if end < total:
         page["hint"] = (f"{total - end} more record(s) match; call list_records again with offset={end}"
                         " to continue, or narrow the result with filters or select")
     elif not records and total:
-        page["hint"] = f"offset {plan.offset} is past the last of {total} matching record(s)"
+        page["hint"] = f"offset {offset} is past the last of {total} matching record(s)"
     return page
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
 from starlette.responses import Response
 
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
@@ -264,8 +265,12 @@ async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: S
     async def write(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
         inserted.clear()
         try:
-            async with conn.transaction():  # a savepoint when a pipeline transaction is open
+            if conn.info.transaction_status == TransactionStatus.IDLE:
+                # autocommit: the insert is one statement, atomic by itself
                 rows = await rec.insert_records(conn, table=table, rows=[p for _, p in valid])
+            else:
+                async with conn.transaction():  # a savepoint inside the pipeline's transaction
+                    rows = await rec.insert_records(conn, table=table, rows=[p for _, p in valid])
             inserted.extend(zip([i for i, _ in valid], rows))
         except ServiceError:
             # a row failed in the database (e.g. a relation to a missing record):

@@ -61,6 +61,27 @@ async def get_by_id(ctx: BenchContext) -> list[Figure]:
     for conc, label in _levels(ctx):
         target = GET_TARGET if conc > 1 else None
         figures.append(await ctx.compare("records.get", f"GET by id, {label}", api_op, pg_op, conc, target=target))
+    stack, workers = ctx.deployment.stack, ctx.deployment.workers
+    if stack is not None and workers:
+        # the ceiling: a bare ASGI app on the same uvicorn, client and concurrency
+        bare = stack.start_bare(workers)
+        try:
+            bare_url = f"{bare.base_url}/functions/v1/rest-api/tables/{table.id}/records/{ids[0]}"
+
+            async def bare_op() -> None:
+                async with session.get(bare_url) as resp:
+                    body = await resp.read()
+                    if resp.status != 200:
+                        raise OperationFailed(f"HTTP {resp.status}: {body[:200]!r}")
+
+            conc = ctx.config.concurrency
+            results = await ctx.interleave([api_op, bare_op], conc)
+            figures.append(ctx.figure(
+                "records.get", f"GET by id, {conc} clients, vs a bare ASGI app (ceiling)", results[0], results[1],
+                note=f"reference: bench/hello.py on the same uvicorn ({workers} workers), fixed answer, "
+                     "no routing, middleware, auth or database", baseline_label="bare uvicorn app"))
+        finally:
+            bare.stop()
     return figures
 
 

@@ -169,9 +169,7 @@ def build_queries(
         ``where_params + order_params + (limit, offset)``.
     """
     source = sql.Identifier(schema, table)
-    where_sql: sql.Composable = sql.SQL("")
-    if where:
-        where_sql = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(sql.SQL("({})").format(f.sql) for f in where)
+    where_sql = _where_sql(where)
     params = tuple(p for f in where for p in f.params)
     count_query = sql.SQL("SELECT count(*) FROM {}{}").format(source, where_sql)
     columns = sql.SQL(", ").join(sql.Identifier(f.physical) for f in fields) if fields else sql.SQL("1")
@@ -179,6 +177,12 @@ def build_queries(
         columns, source, where_sql, sql.SQL(", ").join(o.sql for o in order)
     )
     return count_query, rows_query, params, tuple(p for o in order for p in o.params)
+
+
+def _where_sql(where: tuple[Fragment, ...]) -> sql.Composable:
+    if not where:
+        return sql.SQL("")
+    return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(sql.SQL("({})").format(f.sql) for f in where)
 
 
 MAX_JSON_FIELDS = 50  # json_build_object takes at most 100 arguments (50 pairs)
@@ -207,9 +211,7 @@ def build_json_query(
     :attr:`storage.sqlquery.plan.SqlPlan.json_params`).
     """
     source = sql.Identifier(schema, table)
-    where_sql: sql.Composable = sql.SQL("")
-    if where:
-        where_sql = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(sql.SQL("({})").format(f.sql) for f in where)
+    where_sql = _where_sql(where)
     pairs = sql.SQL(", ").join(
         sql.SQL("{}, {}").format(sql.Literal(f.name), _json_value(f)) for f in fields
     )

@@ -11,7 +11,6 @@ is rebuilt from scratch and never echoes the client's text.
 from __future__ import annotations
 
 import functools
-
 import math
 from dataclasses import dataclass
 from enum import Enum

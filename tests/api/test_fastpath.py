@@ -10,18 +10,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ApiProcess, Services, start_api
+from tests.conftest import ApiProcess, Services, running_api
 
 HEADERS = ("content-type", "x-total-count", "content-range", "www-authenticate")
 
 
 @pytest.fixture(scope="module")
 def slow_api(services: Services) -> Iterator[ApiProcess]:
-    proc = start_api(services, name="api-no-fast-reads", WDS_FAST_READS="false")
-    try:
-        yield proc
-    finally:
-        proc.stop()
+    yield from running_api(services, name="api-no-fast-reads", WDS_FAST_READS="false")
 
 
 @pytest.fixture

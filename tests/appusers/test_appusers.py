@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ApiProcess, Services, start_api
+from tests.conftest import ApiProcess, Services, running_api
 from tests.realtime.conftest import open_ws, recv, subscribe
 
 PASSWORD = "correct horse battery"
@@ -20,11 +20,7 @@ PASSWORD = "correct horse battery"
 @pytest.fixture(scope="module")
 def short_api(services: Services) -> Iterator[ApiProcess]:
     """An API process whose app-user access tokens live one second."""
-    proc = start_api(services, name="api-short", WDS_APP_ACCESS_TTL_S="1")
-    try:
-        yield proc
-    finally:
-        proc.stop()
+    yield from running_api(services, name="api-short", WDS_APP_ACCESS_TTL_S="1")
 
 
 def _auth(base_url: str) -> httpx.Client:

@@ -7,17 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import ApiProcess, Services, start_api
+from tests.conftest import ApiProcess, Services, running_api
 from tests.realtime.conftest import changes, open_ws, recv, subscribe
 
 
 @pytest.fixture(scope="module")
 def short_retention_api(services: Services) -> Iterator[ApiProcess]:
-    proc = start_api(services, name="api-retention", WDS_REALTIME_RETENTION_S="1")
-    try:
-        yield proc
-    finally:
-        proc.stop()
+    yield from running_api(services, name="api-retention", WDS_REALTIME_RETENTION_S="1")
 
 
 def test_a_resume_older_than_retention_gets_events_purged_not_silence(ws, short_retention_api):

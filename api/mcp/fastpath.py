@@ -1,0 +1,218 @@
+"""A direct route for the hot MCP request: a stateless, JSON-response ``tools/call`` POST.
+
+For every request, the SDK's stateless Streamable HTTP mode builds a transport with its
+memory streams and message-router task, a JSON-RPC dispatcher and a server task in the
+session manager's task group, and passes the answer back through those streams — about
+0.6 ms of a 2 ms ``list_records`` call (issue #7; docs/decisions.md, "MCP fast path").
+
+This module serves exactly one shape of request without that machinery, and serves it
+with the SDK's own parts:
+
+* the same checks, in the same order, as the SDK's manager and transport (body limit,
+  protocol-version routing, Content-Type, Accept, ``pydantic_core.from_json`` and
+  ``mcp_types.jsonrpc_message_adapter``); whatever does not pass all of them, or is not a
+  ``tools/call`` request, is left to the SDK, which answers it (or its error) itself;
+* the SDK's single-request kernel ``mcp.server.runner.serve_one`` with the connection the
+  stateless manager builds (``Connection.from_envelope``): the server's middleware
+  (OpenTelemetry), ``CallToolRequestParams`` validation, our ``tools/call`` handler and
+  the per-version result serialization all run exactly as on the SDK path;
+* the SDK's JSON-RPC envelope types (``JSONRPCResponse`` / ``JSONRPCError``, exceptions
+  mapped by ``handler_exception_to_error_data``, others as code 0 like the SDK's dispatcher)
+  dumped as the SDK's transport dumps them, in a response with the same status and headers.
+
+Authentication, limits and the principal on the ASGI scope are done by the caller
+(:class:`api.mcp.server.McpDoor`) before either path, so tenant isolation is unchanged.
+``WDS_MCP_FAST_PATH=false`` turns this off; the tests compare both paths byte for byte.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import pydantic_core
+from mcp.server.connection import Connection
+from mcp.server.lowlevel import Server
+from mcp.server.runner import serve_one
+from mcp.server.streamable_http import CONTENT_TYPE_JSON, check_accept_headers
+from mcp.shared.dispatcher import CallOptions
+from mcp.shared.exceptions import NoBackChannelError
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
+from mcp.shared.message import MessageMetadata, ServerMessageMetadata
+from mcp.shared.transport_context import TransportContext
+from mcp_types import (
+    DEFAULT_NEGOTIATED_VERSION,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCRequest,
+    JSONRPCResponse,
+    RequestId,
+    jsonrpc_message_adapter,
+)
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+log = logging.getLogger("wds.mcp")
+
+FAST_METHODS = frozenset({"tools/call"})
+_VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.encode("ascii")
+# the stateless manager's transport context: no back-channel (no session to answer on)
+_TRANSPORT = TransportContext(kind="streamable-http", can_send_request=False)
+
+
+@dataclass
+class JsonResponseDispatchContext:
+    """The SDK ``DispatchContext`` of one request answered with a single JSON body.
+
+    As on the SDK's stateless JSON-response path: server-initiated requests are refused
+    (``NoBackChannelError``), and notifications or progress tied to the request are
+    dropped, because a JSON body carries only the response (the SDK's message router
+    drops them in JSON-response mode too).
+    """
+
+    request_id: RequestId
+    message_metadata: MessageMetadata
+    transport: TransportContext = _TRANSPORT
+    cancel_requested: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def can_send_request(self) -> bool:
+        return False
+
+    async def send_raw_request(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> dict[str, Any]:
+        raise NoBackChannelError(method)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None:
+        log.debug("dropped %s: a JSON response carries only the answer", method)
+
+    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        return None
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    # the first occurrence, as the SDK's manager reads the protocol version
+    return next((v for k, v in scope["headers"] if k == name), None)
+
+
+def _eligible(scope: Scope, max_body: int) -> str | None:
+    """The protocol version (or ``""`` for none) if the headers allow the fast path, else ``None``."""
+    if scope.get("method") != "POST":
+        return None
+    length = _header(scope, b"content-length")
+    if length is not None:
+        try:
+            if int(length) > max_body:
+                return None  # the SDK answers 413
+        except ValueError:
+            pass
+    raw = _header(scope, _VERSION_HEADER)
+    version = raw.decode("latin-1") if raw is not None else ""
+    if raw is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None  # the SDK's 2026-era single-exchange entry (or its rejection)
+    request = Request(scope)
+    content_type = request.headers.get("content-type")
+    # TransportSecurityMiddleware (always on for POST) and then the transport's own check
+    if content_type is None or not content_type.lower().startswith(CONTENT_TYPE_JSON):
+        return None
+    if not any(p.strip() == CONTENT_TYPE_JSON for p in content_type.split(";")[0].split(",")):
+        return None
+    if not check_accept_headers(request)[0]:
+        return None  # 406 from the SDK
+    return version
+
+
+async def _read_body(receive: Receive, max_body: int) -> tuple[bytes | None, deque[Message]]:
+    """The whole body (``None`` if it did not arrive whole within ``max_body``) and the
+    messages read, for replay to the SDK."""
+    seen: deque[Message] = deque()
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        seen.append(message)
+        if message["type"] != "http.request":
+            return None, seen
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > max_body:
+            return None, seen
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks), seen
+
+
+def replaying(seen: deque[Message], receive: Receive) -> Receive:
+    """``receive`` that first hands back the messages already read."""
+
+    async def replay() -> Message:
+        if seen:
+            return seen.popleft()
+        return await receive()
+
+    return replay
+
+
+def parse_fast_request(body: bytes) -> JSONRPCRequest | None:
+    """The body as a JSON-RPC request the fast path serves, parsed as the SDK's transport
+    parses it; ``None`` for anything else (the SDK answers it, errors included)."""
+    try:
+        message = jsonrpc_message_adapter.validate_python(pydantic_core.from_json(body), by_name=False)
+    except (ValueError, ValidationError):  # pydantic's ValidationError is a ValueError too
+        return None
+    if not isinstance(message, JSONRPCRequest) or message.method not in FAST_METHODS:
+        return None
+    return message
+
+
+async def answer(server: Server[Any], lifespan_state: Any, request: Request, req: JSONRPCRequest,
+                 version: str) -> JSONRPCResponse | JSONRPCError:
+    """Run ``req`` through the SDK's single-request kernel, as the stateless manager would."""
+    connection = Connection.from_envelope(version or DEFAULT_NEGOTIATED_VERSION, None, None)
+    dctx = JsonResponseDispatchContext(
+        request_id=req.id,
+        message_metadata=ServerMessageMetadata(request_context=request, can_send_request=False),
+    )
+    try:
+        result = await serve_one(server, dctx, req.method, req.params, connection=connection,
+                                 lifespan_state=lifespan_state)
+    except Exception as exc:
+        # the SDK dispatcher's exception-to-wire boundary (code 0 for an unmapped exception)
+        error = handler_exception_to_error_data(exc)
+        if error is None:
+            log.exception("handler for %r raised", req.method)
+            error = ErrorData(code=0, message=str(exc))
+        return JSONRPCError(jsonrpc="2.0", id=req.id, error=error)
+    return JSONRPCResponse(jsonrpc="2.0", id=req.id, result=result)
+
+
+def json_response(message: JSONRPCResponse | JSONRPCError) -> Response:
+    """The HTTP answer as the SDK's transport writes it in JSON-response mode."""
+    return Response(message.model_dump_json(by_alias=True, exclude_unset=True), status_code=200,
+                    headers={"Content-Type": CONTENT_TYPE_JSON})
+
+
+async def serve(server: Server[Any], lifespan_state: Any, scope: Scope, receive: Receive, send: Send, *,
+                max_body: int) -> Receive | None:
+    """Answer the request if it is a fast-path ``tools/call``; returns ``None`` when it was
+    answered, else the ``receive`` to hand to the SDK (replaying any body already read)."""
+    version = _eligible(scope, max_body)
+    if version is None:
+        return receive
+    body, seen = await _read_body(receive, max_body)
+    req = parse_fast_request(body) if body is not None else None
+    if req is None:
+        return replaying(seen, receive)
+    # the handler's Request can still read the body, as on the SDK path
+    message = await answer(server, lifespan_state, Request(scope, replaying(seen, receive)), req, version)
+    await json_response(message)(scope, receive, send)
+    return None
