@@ -64,8 +64,12 @@ class Ledger:
             elif rid in values:
                 self.record(rid, cid, values[rid], fields)
 
-    def result(self, run_id: str) -> tuple[PipelineResult, list[dict[str, Any]]]:
-        """The run's result and the row updates to write (values and outcome per record)."""
+    def result(self, run_id: str, *, json_keys: bool = True) -> tuple[PipelineResult, list[dict[str, Any]]]:
+        """The run's result and the row updates to write (values and outcome per record).
+
+        ``json_keys``: values keyed by column id as text (they cross Temporal's converter);
+        otherwise the ledger's own dicts keyed by column id (written in the same process).
+        """
         result = PipelineResult(run_id=run_id, status="ok")
         updates = []
         for rid, values in self.values.items():
@@ -78,7 +82,7 @@ class Ledger:
                 result.ok.append(rid)
             updates.append({
                 "id": int(rid),
-                "values": {str(k): v for k, v in values.items()},
+                "values": {str(k): v for k, v in values.items()} if json_keys else values,
                 "outcome": {"status": status, "run_id": run_id, "errors": errors},
             })
         return result, updates

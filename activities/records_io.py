@@ -9,11 +9,11 @@ from temporalio import activity
 
 from datetime import datetime
 
-from activities import formula, json_parser
+from activities import formula, json_parser, written
 from activities.ledger import Ledger
 from activities.metrics import observe_step
-from activities.snap import step_value, table_meta
-from activities.types import FusedInput, LoadInput, PipelineResult, WriteInput
+from activities.snap import step_decoder, table_meta
+from activities.types import FusedInput, LoadInput, PipelineResult, TableSnap, WriteInput
 from storage import records as rec
 from storage.db import Database
 
@@ -22,28 +22,30 @@ class RecordIO:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def _load(self, inp: LoadInput) -> dict[str, dict[str, Any]]:
+    async def _load(self, inp: LoadInput) -> tuple[dict[str, dict[str, Any]], dict[int, dict[str, Any]]]:
+        """(record id → fields by column name, record id → the row as stored)."""
         table = table_meta(inp.table)
         async with self.db.connection() as conn:
             rows = await rec.get_record_rows(conn, table=table, record_ids=inp.record_ids)
+        decoders = [(c.name, c.physical, step_decoder(c)) for c in table.columns]
         out: dict[str, dict[str, Any]] = {}
         for row in rows:
-            fields = {c.name: step_value(c, row.get(c.physical)) for c in table.columns}
+            fields = {name: decode(row.get(physical)) for name, physical, decode in decoders}
             fields["id"] = row["id"]
             out[str(row["id"])] = fields
-        return out
+        return out, {row["id"]: row for row in rows}
 
     @activity.defn(name="load_records")
     async def load_records(self, inp: LoadInput) -> dict[str, dict[str, Any]]:
         """record id → fields by column name (selects as labels), for the steps to read."""
-        return await self._load(inp)
+        return (await self._load(inp))[0]
 
     @activity.defn(name="pure_pipeline")
     async def pure_pipeline(self, inp: FusedInput) -> PipelineResult:
         """Load the records, evaluate every level of formula/parser columns in order, and
         write the results: a whole pipeline of pure steps in one local activity."""
         p = inp.pipeline
-        fields = await self._load(LoadInput(table=p.table, record_ids=p.record_ids))
+        fields, loaded = await self._load(LoadInput(table=p.table, record_ids=p.record_ids))
         ledger = Ledger(p, list(fields))
         cols = {c.id: c for c in p.table.columns}
         now = datetime.fromisoformat(inp.now)
@@ -63,18 +65,28 @@ class RecordIO:
                     values, errors = json_parser.evaluate_batch(col, batch)
                 observe_step(col.type, "error" if errors else "ok", time.perf_counter() - started, len(batch))
                 ledger.apply(cid, rids, values, errors, fields)
-        result, updates = ledger.result(inp.run_id)
+        result, updates = ledger.result(inp.run_id, json_keys=False)
         if p.write and updates:
-            await self.write_results(WriteInput(table=p.table, updates=updates))
+            await self._write(p.table, [(u["id"], u["values"], u["outcome"]) for u in updates], loaded)
         return result
 
     @activity.defn(name="write_results")
     async def write_results(self, inp: WriteInput) -> int:
         """Write every record's computed values and outcome in one statement."""
-        table = table_meta(inp.table)
-        updates = [
-            (u["id"], {int(k): v for k, v in u["values"].items()}, u["outcome"]) for u in inp.updates
-        ]
-        async with self.db.transaction() as conn:
-            rows = await rec.write_computed(conn, table=table, updates=updates)
-        return len(rows)
+        updates = [(u["id"], {int(k): v for k, v in u["values"].items()}, u["outcome"]) for u in inp.updates]
+        return await self._write(inp.table, updates)
+
+    async def _write(self, snap: TableSnap, updates: list[tuple[int, dict[int, Any], dict[str, Any]]],
+                     loaded: dict[int, dict[str, Any]] | None = None) -> int:
+        table = table_meta(snap)
+        # an API process of ours waiting for this run gets the written rows straight away
+        # (activities/written.py), instead of reading them again after the run completes;
+        # with the rows as loaded, they are built here rather than decoded from the database
+        run_id = str((updates[0][2] or {}).get("run_id") or "") if updates else ""
+        waited = written.waiting(run_id)
+        async with self.db.connection() as conn:  # one autocommit statement
+            count, rows = await rec.write_computed(conn, table=table, updates=updates, returning=waited,
+                                                   loaded=loaded)
+        if waited:  # committed
+            written.notify(run_id, rows)
+        return count

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from activities.types import Caller, ColumnSnap, TableSnap
 from storage.access import Action, Perms, Principal
 from storage.schema import ColumnMeta, ColumnType, Option, TableMeta
-from storage.values import decode_value
+from storage.values import decode_value, value_decoder
 
 
 def table_snap(table: TableMeta) -> TableSnap:
@@ -69,3 +70,10 @@ def step_value(col: ColumnMeta, raw: Any) -> Any:
     if col.type is ColumnType.MULTI_SELECT and raw is not None:
         return [(col.option_by_id_or_label(v).label if col.option_by_id_or_label(v) else v) for v in raw]
     return decode_value(col, raw)
+
+
+def step_decoder(col: ColumnMeta) -> Callable[[Any], Any]:
+    """:func:`step_value` for one column, resolved once (loading a batch of records)."""
+    if col.type in (ColumnType.SINGLE_SELECT, ColumnType.MULTI_SELECT):
+        return lambda raw: step_value(col, raw)
+    return value_decoder(col)

@@ -2,9 +2,11 @@
 
 Plain dataclasses of JSON-able values only: workflows import this module (and activity
 names) and nothing else of ours. Fields added later get defaults.
-"""
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: Temporal's converter resolves a
+dataclass's type hints on every decode, and string annotations made it evaluate them
+anew each time (half the cost of decoding a pipeline's input, ~0.6 ms per decode).
+"""
 
 from dataclasses import dataclass, field
 from typing import Any

@@ -22,9 +22,10 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
+from activities import written
 from activities.bulkplan import dependants_map
 from activities.snap import caller_of, table_snap
-from activities.types import PipelineInput, PipelineResult
+from activities.types import PipelineInput, PipelineResult, RecordOutcome
 from api.limits import charge_automation_runs
 from api.metrics import observe_pipeline
 from api.routes.search import refresh_after_write
@@ -73,11 +74,23 @@ def outcome_of(result: PipelineResult, record_id: int) -> dict[str, Any]:
     return {"status": "error", "run_id": result.run_id, "errors": {"_record": "record vanished during the run"}}
 
 
+def outcomes_of(results: list[PipelineResult]) -> dict[str, dict[str, Any]]:
+    """Record id → outcome over every result, in one pass (``outcome_of`` per record
+    scans the ``ok`` list: quadratic for a batch)."""
+    out: dict[str, dict[str, Any]] = {}
+    for res in results:
+        for rid in res.ok:
+            out[rid] = {"status": "ok", "run_id": res.run_id, "errors": {}}
+        for rid, o in res.records.items():
+            out[rid] = {"status": o.status, "run_id": res.run_id, "errors": o.errors}
+    return out
+
+
 @dataclass
 class Pending:
     """A pipeline queued in the outbox with its write, waiting to be started."""
 
-    runs: list[tuple[str, PipelineInput]]  # (workflow id, input) per chunk of records
+    runs: list[tuple[str, PipelineInput, dict[str, Any]]]  # (workflow id, input, input encoded) per chunk
     outcome: dict[str, Any] | None = None  # set when the run cannot happen (quota)
 
 
@@ -108,9 +121,10 @@ async def queue_pipeline(
         chunk = ids[i:i + CHUNK]
         inp = pipeline_input(principal, table, chunk, mode, levels)
         wid = workflow_id(table, mode, chunk)  # unique (random suffix); kept in the outbox row
+        encoded = encode_input(inp)
         inp.outbox_id = await outbox.add(conn, workspace_id=table.workspace_id, table_id=table.id,
-                                         payload={"workflow_id": wid, "input": encode_input(inp)})
-        runs.append((wid, inp))
+                                         payload={"workflow_id": wid, "input": encoded})
+        runs.append((wid, inp, {**encoded, "outbox_id": inp.outbox_id}))
     return Pending(runs)
 
 
@@ -124,6 +138,37 @@ async def _forget(state: AppState, outbox_ids: list[int]) -> None:
             await outbox.remove(conn, outbox_ids=outbox_ids)
 
 
+@dataclass
+class _Committed:
+    """A run whose write committed in this process (:mod:`activities.written`) while its
+    workflow result is still on its way through Temporal."""
+
+    workflow_id: str
+    record_ids: list[int]
+    result: asyncio.Future[PipelineResult]
+    deadline: float  # event-loop time at which the wait gives up (budget + grace)
+    rows: list[dict[str, Any]]  # the rows the run's write returned
+
+
+def _result_from_rows(run: _Committed, by_id: dict[int, dict[str, Any]]) -> PipelineResult | None:
+    """The run's result as its write stored it: every record's ``_pipeline`` is the
+    ``{status, run_id, errors}`` the workflow returns. ``None`` when a record is gone or
+    carries another run's outcome (a concurrent run wrote after it): then only the
+    workflow result is exact."""
+    result = PipelineResult(run_id=run.workflow_id, status="ok")
+    for rid in run.record_ids:
+        row = by_id.get(rid)
+        stored = row.get("_pipeline") if row is not None else None
+        if not isinstance(stored, dict) or stored.get("run_id") != run.workflow_id:
+            return None
+        if stored.get("status") == "ok" and not stored.get("errors"):
+            result.ok.append(str(rid))
+        else:
+            result.records[str(rid)] = RecordOutcome(status=str(stored.get("status")), errors=dict(stored.get("errors") or {}))
+            result.status = "error"
+    return result
+
+
 async def await_pipeline(
     state: AppState, table: TableMeta, rows: list[dict[str, Any]], pending: Pending | None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -131,38 +176,88 @@ async def await_pipeline(
 
     For one row the outcome is ``{status, run_id, errors}``; for several it adds
     ``per_record`` (record id → outcome) and ``status`` is ``error`` if any row failed.
+
+    A run executed by this process's worker hands over the rows its write returned as
+    soon as it has committed (:mod:`activities.written`): the answer is built from them
+    (their ``_pipeline`` is the run's outcome per record) without reading the rows again
+    and without waiting for Temporal to record the workflow's completion. Otherwise (a run
+    on another worker, a record gone or rewritten by a concurrent run) the workflow result
+    and a fresh read answer, as before.
     """
     if pending is None:
         return rows, None
     if pending.outcome is not None:
         return rows, _single_or_batch(pending.outcome, len(rows))
-    run_ids = [wid for wid, _ in pending.runs]
+    run_ids = [wid for wid, _, _ in pending.runs]
     if state.temporal is None:
         queued = {"status": "queued", "run_id": run_ids[0], "errors": {}}
         return rows, _single_or_batch({**queued, "run_ids": run_ids} if len(rows) > 1 else queued, len(rows))
     started: list[int] = []
+    loop = asyncio.get_running_loop()
 
-    async def one(wid: str, inp: PipelineInput) -> PipelineResult | None:
+    async def one(wid: str, inp: PipelineInput, encoded: dict[str, Any]) -> PipelineResult | _Committed | None:
+        committed = written.expect(wid) if state.worker is not None else None
         try:
-            handle = await start_pipeline(
-                state.temporal, workflow_id=wid, inp=inp, task_queue=state.settings.task_queue,
-                eager=state.worker is not None, search_attributes=state.settings.temporal_search_attributes,
-            )
-        except Exception as exc:  # Temporal unreachable: the relay starts it from the outbox
-            log.warning("pipeline %s queued: %s", wid, type(exc).__name__)
-            return None
-        started.append(inp.outbox_id or 0)
-        try:
-            return await asyncio.wait_for(handle.result(), timeout=inp.time_budget_s + GRACE_S)
-        except asyncio.TimeoutError:
-            raise
-        except Exception as exc:  # lost Temporal while waiting: the run goes on without us
-            log.warning("pipeline %s still running: %s", wid, type(exc).__name__)
-            return None
+            try:
+                handle = await start_pipeline(
+                    state.temporal, workflow_id=wid, inp=inp, task_queue=state.settings.task_queue,
+                    eager=state.worker is not None, search_attributes=state.settings.temporal_search_attributes,
+                    encoded=encoded,
+                )
+            except Exception as exc:  # Temporal unreachable: the relay starts it from the outbox
+                log.warning("pipeline %s queued: %s", wid, type(exc).__name__)
+                return None
+            started.append(inp.outbox_id or 0)
+            deadline = loop.time() + inp.time_budget_s + GRACE_S
+            result: asyncio.Future[PipelineResult] = asyncio.ensure_future(handle.result())
+            handed = False  # the result future goes on with a _Committed (the caller settles it)
+            try:
+                if committed is not None:
+                    await asyncio.wait({result, committed}, timeout=deadline - loop.time(),
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    if committed.done() and not result.done():
+                        handed = True
+                        return _Committed(wid, inp.record_ids, result, deadline, committed.result())
+                return await asyncio.wait_for(result, timeout=max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                raise
+            except Exception as exc:  # lost Temporal while waiting: the run goes on without us
+                log.warning("pipeline %s still running: %s", wid, type(exc).__name__)
+                return None
+            finally:
+                if not handed and not result.done():
+                    result.cancel()  # e.g. the request was cancelled
+        finally:
+            if committed is not None:
+                written.forget(wid)
 
+    ids = [r["id"] for r in rows]
     clock, measured = time.perf_counter(), "failed"  # Prometheus: the wait, by mode and outcome
+    waits: list[PipelineResult | _Committed | None] = []
     try:
-        results = await asyncio.gather(*(one(wid, inp) for wid, inp in pending.runs))
+        waits = list(await asyncio.gather(*(one(wid, inp, encoded) for wid, inp, encoded in pending.runs)))
+        final: list[dict[str, Any]] = rows
+        by_id = {r["id"]: r for w in waits if isinstance(w, _Committed) for r in w.rows}
+        if all(isinstance(w, _Committed) for w in waits) and all(i in by_id for i in ids):
+            final = [by_id[i] for i in ids]  # every row as its run's write returned it
+        elif any(w is not None for w in waits):
+            async with state.db.connection() as conn:
+                final = await rec.get_record_rows(conn, table=table, record_ids=ids)
+            by_id = {r["id"]: r for r in final}
+        results: list[PipelineResult | None] = []
+        for w in waits:
+            if isinstance(w, _Committed):
+                res = _result_from_rows(w, by_id)
+                if res is None:  # not exact from the rows: wait for the workflow's own result
+                    try:
+                        res = await asyncio.wait_for(w.result, timeout=max(0.0, w.deadline - loop.time()))
+                    except asyncio.TimeoutError:
+                        raise
+                    except Exception as exc:
+                        log.warning("pipeline %s still running: %s", w.workflow_id, type(exc).__name__)
+                results.append(res)
+            else:
+                results.append(w)
         measured = ("queued" if any(r is None for r in results)
                     else "error" if any(r.status == "error" for r in results if r is not None) else "ok")
     except asyncio.TimeoutError:
@@ -170,6 +265,12 @@ async def await_pipeline(
         outcome = {"status": "error", "run_id": run_ids[0], "errors": {"_pipeline": "budget_exceeded"}}
         return rows, _single_or_batch(outcome, len(rows))
     finally:
+        for w in waits:  # results no longer waited for (the workflows complete on their own)
+            if isinstance(w, _Committed):
+                if not w.result.done():
+                    w.result.cancel()
+                elif not w.result.cancelled():
+                    w.result.exception()  # retrieved: no "exception never retrieved" noise
         observe_pipeline(pending.runs[0][1].mode, measured, time.perf_counter() - clock, len(rows))
         # started runs no longer need their outbox rows (in the background: not on the answer's path)
         if started:
@@ -177,19 +278,16 @@ async def await_pipeline(
             background: set[asyncio.Task[None]] = state.extras.setdefault("background", set())
             background.add(task)  # the loop keeps only weak references to tasks
             task.add_done_callback(background.discard)
-    ids = [r["id"] for r in rows]
     done = [r for r in results if r is not None]
     if len(done) < len(results):
         status = "queued" if len(started) < len(results) else "running"
         outcome = {"status": status, "run_id": run_ids[0], "errors": {}}
         if not done:
             return rows, _single_or_batch({**outcome, "run_ids": run_ids} if len(rows) > 1 else outcome, len(rows))
-    async with state.db.connection() as conn:
-        final = await rec.get_record_rows(conn, table=table, record_ids=ids)
-    by_record = {rid: res for res in done for rid in [*res.records, *res.ok]}
     if len(rows) == 1:
         return final, outcome_of(done[0], ids[0])
-    per = {str(i): outcome_of(by_record[str(i)], i) for i in ids if str(i) in by_record}
+    by_record = outcomes_of(done)
+    per = {str(i): by_record[str(i)] for i in ids if str(i) in by_record}
     status = "error" if any(o["status"] == "error" for o in per.values()) else "ok"
     if len(done) < len(results):
         status = "queued"

@@ -4,17 +4,45 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import orjson
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from storage.errors import Unavailable
 
 META = "wds"  # schema of our own metadata tables
+_LONG_DIGITS = re.compile(rb"\d{16}")
+
+
+def json_loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """Decode a ``json``/``jsonb`` value from PostgreSQL: orjson, ~5x faster than the
+    standard library (a 500-row batch of computed columns decodes 2,000 values), with the
+    standard library's exact result. orjson turns integers beyond 64 bits into floats, so
+    any run of 16+ digits (big integers, full-precision floats) goes to :func:`json.loads`,
+    as does anything orjson refuses (lone surrogates); jsonb never prints NaN, exponents
+    or duplicate keys. Below 16 digits both parsers are exact.
+    """
+    if isinstance(data, memoryview):
+        data = bytes(data)
+    raw = data.encode() if isinstance(data, str) else data
+    if _LONG_DIGITS.search(raw) is None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw)
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    set_json_loads(json_loads, conn)
 
 
 class Database:
@@ -45,6 +73,7 @@ class Database:
             # no per-checkout health check: it would double the round trips of every
             # request; a broken connection surfaces as Unavailable and is discarded
             reconnect_timeout=3600,
+            configure=_configure,
         )
 
     def _check_soon(self) -> None:

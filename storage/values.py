@@ -268,6 +268,25 @@ def decode_value(col: ColumnMeta, raw: Any) -> Any:
     return raw
 
 
+def _same(raw: Any) -> Any:
+    return raw
+
+
+def _number_or_none(raw: Any) -> Any:
+    return None if raw is None else _decode_number(float(raw))
+
+
+def value_decoder(col: ColumnMeta) -> Callable[[Any], Any]:
+    """:func:`decode_value` for one column, resolved once: loops over many rows (a
+    pipeline batch) skip the per-value dispatch. Same results as ``decode_value``."""
+    t = col.type
+    if t is ColumnType.NUMBER:
+        return _number_or_none
+    if t in (ColumnType.DATE, ColumnType.CHECKBOX, ColumnType.MULTI_SELECT, ColumnType.FILE):
+        return lambda raw: decode_value(col, raw)
+    return _same  # every other type stores what the API shows (None stays None)
+
+
 def iso(ts: datetime | None) -> str | None:
     """ISO-8601 text of a timestamp (system columns)."""
     return ts.isoformat() if ts is not None else None

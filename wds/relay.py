@@ -28,11 +28,10 @@ from temporalio.common import (
 from temporalio.converter import value_to_type
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from activities.types import PipelineInput
+from activities.types import PipelineInput, PipelineResult
 from storage import outbox
 from storage.db import Database
 from storage.errors import Unavailable
-from workflows.pipeline import PipelineWorkflow
 
 log = logging.getLogger("wds.relay")
 GRACE_S = 5.0  # extra time a pipeline may take beyond its row budget
@@ -60,13 +59,20 @@ async def start_pipeline(
     task_queue: str,
     eager: bool = False,
     search_attributes: bool = True,
+    encoded: dict[str, Any] | None = None,
 ) -> WorkflowHandle[Any, Any]:
-    """Start (or join, if already started) the pipeline workflow ``workflow_id``."""
+    """Start (or join, if already started) the pipeline workflow ``workflow_id``.
+
+    ``encoded`` is ``inp`` as :func:`encode_input` gives it, when the caller has it
+    already (the outbox row): the converter then serializes a dict instead of walking
+    the dataclass again (the same JSON).
+    """
     table = inp.table
     try:
         return await client.start_workflow(
-            PipelineWorkflow.run,
-            inp,
+            "PipelineWorkflow",
+            encoded if encoded is not None else inp,
+            result_type=PipelineResult,
             id=workflow_id,
             task_queue=task_queue,
             execution_timeout=timedelta(seconds=inp.time_budget_s + GRACE_S * 4),
@@ -96,7 +102,7 @@ async def relay_once(client: Client, db: Database, *, task_queue: str, search_at
             try:
                 await start_pipeline(
                     client, workflow_id=payload["workflow_id"], inp=decode_input(payload["input"]),
-                    task_queue=task_queue, search_attributes=search_attributes,
+                    task_queue=task_queue, search_attributes=search_attributes, encoded=payload["input"],
                 )
             except Exception as exc:  # Temporal still down: leave the rest for the next round
                 log.warning("outbox relay: Temporal not accepting starts yet (%s)", type(exc).__name__)

@@ -59,3 +59,36 @@ def test_batch_runs_one_pipeline_for_all_rows(ws):
     assert [x["record"]["fields"]["B"] for x in res[:50]] == [i * 3 for i in range(50)]
     assert res[50]["code"] == "INVALID_VALUE"
     assert r.json()["pipeline"]["status"] == "ok" and len(r.json()["pipeline"]["run_ids"]) == 1
+
+
+def test_batch_answer_equals_what_a_read_returns(ws):
+    """A batch's answer is built from the rows its run wrote (api/pipelines.py,
+    activities/written.py), not read again: it must be exactly what a read returns —
+    JSON types (3 vs 3.0), floats, object key order as jsonb keeps it, outcomes — both
+    when every value reads back predictably and when one does not (1e17, 1e-07)."""
+    import json
+
+    t = ws.create_table("Echo", [
+        {"name": "A", "type": "number"},
+        {"name": "Json", "type": "text"},
+        {"name": "Third", "type": "formula", "formula": "{A} / 3"},
+        {"name": "Inv", "type": "formula", "formula": "1 / {A}"},
+        {"name": "Obj", "type": "json_parser", "config": {"source_column": "Json", "path": "@"}},
+    ])
+    plain = '{"zz": 1, "a": {"bb": 0.1, "b": [1, 2.5, "\u00e9", null, true]}, "k": "x"}'
+    odd = '{"big": 1e17, "tiny": 1e-7, "n": 1234567890123456789}'
+    for docs in ([plain] * 3, [plain, odd]):
+        rows = [{"fields": {"A": i, "Json": doc}} for i, doc in enumerate(docs)]
+        r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["pipeline"]["status"] == "error"  # 1 / 0 in the first row
+        for res in body["results"]:
+            rec = res["record"]
+            got = ws.api.get(f"/tables/{t['id']}/records/{rec['id']}").json()
+            assert json.dumps(rec["fields"]) == json.dumps(got["fields"])  # types and key order too
+            assert rec["updated_at"] == got["updated_at"] and rec["created_at"] == got["created_at"]
+            assert rec["pipeline"] == got["pipeline"]
+        first = body["results"][0]["record"]
+        assert first["pipeline"]["status"] == "error" and "Inv" in first["pipeline"]["errors"]
+        assert body["results"][1]["record"]["fields"]["Third"] == 1 / 3
