@@ -41,6 +41,7 @@ from activities.proxy import (
 from activities.steps import column_for_step
 from activities.templates import TemplateFailure, check_template, render, render_value
 from activities.types import StepInput, StepResult
+from storage import jsontext
 from storage.db import Database
 from storage.errors import ValidationError
 from storage.pipelines import register_config_check
@@ -61,7 +62,7 @@ def coerce_param(spec: dict[str, Any], value: Any) -> Any:
     kind, name = spec["type"], spec["name"]
     try:
         if kind in ("string", "url"):
-            return value if isinstance(value, str) else orjson.dumps(value).decode()
+            return value if isinstance(value, str) else jsontext.dumps(value).decode()
         if kind == "integer":
             number = float(value) if isinstance(value, str) else value
             if isinstance(number, bool) or not isinstance(number, (int, float)) or number != int(number):

@@ -40,7 +40,7 @@ from activities.proxy import (
 from activities.steps import column_for_step
 from activities.templates import TemplateFailure, check_template, render
 from activities.types import StepInput, StepResult
-from storage import quotas
+from storage import jsontext, quotas
 from storage.db import Database
 from storage.errors import PlanLimit, ValidationError
 from storage.pipelines import register_config_check
@@ -239,7 +239,7 @@ class AiStep:
                     return Outcome(error=str(exc))
                 req = OutboundRequest(
                     method="POST", url=f"{base_url}/chat/completions", headers={"Content-Type": "application/json"},
-                    content=orjson.dumps(chat_body(messages, model=model, json_mode=json_mode)),
+                    content=jsontext.dumps(chat_body(messages, model=model, json_mode=json_mode)),
                     idempotency_key=idempotency_key(inp.step_key, rid), credential=auth, timeout_s=timeout_s,
                 )
                 out = await send(self.client, req, deadline=deadline)

@@ -34,6 +34,7 @@ from activities.proxy import (
 from activities.steps import column_for_step
 from activities.templates import TemplateFailure, check_template, render, render_value
 from activities.types import StepInput, StepResult
+from storage import jsontext
 from storage.db import Database
 from storage.errors import ValidationError
 from storage.pipelines import register_config_check
@@ -61,7 +62,7 @@ def encode_body(body: Any, headers: dict[str, str]) -> bytes | None:
         return data
     if not has_type:
         headers["Content-Type"] = "application/json"
-    return orjson.dumps(body)
+    return jsontext.dumps(body)
 
 
 def timeout_of(config: dict[str, Any]) -> float:

@@ -33,6 +33,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.egress import DEFAULT_TIMEOUT_S, AddressRefused
+from storage import jsontext
 from storage.db import Database
 from storage.errors import ServiceError
 from storage.secrets import SecretBox, load_secrets
@@ -187,7 +188,7 @@ def clean_headers(raw: dict[str, Any]) -> dict[str, str]:
         name = str(name).strip()
         if not name or any(c in name for c in " :\r\n\t") or not name.isascii():
             raise RequestInvalid(f"invalid header name {name!r}")
-        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+        text = value if isinstance(value, str) else jsontext.dumps(value).decode()
         if "\r" in text or "\n" in text:
             raise RequestInvalid(f"header {name!r} contains a line break")
         if name.lower() not in _STRIP_HEADERS:

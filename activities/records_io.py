@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
 from temporalio import activity
-
-from datetime import datetime
 
 from activities import formula, json_parser, written
 from activities.ledger import Ledger

@@ -10,9 +10,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-import orjson
 from jinja2 import TemplateError, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+from storage import jsontext
 
 MAX_OUTPUT = 1_000_000
 
@@ -22,7 +23,7 @@ class TemplateFailure(Exception):
 
 
 def _tojson(value: Any) -> str:
-    return orjson.dumps(value, default=str).decode()
+    return jsontext.dumps(value, default=str).decode()
 
 
 @lru_cache(maxsize=1)

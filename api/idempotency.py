@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.deps import resolve_principal
 from api.errors import error_response
 from api.limits import PRINCIPAL_KEY
-from storage import idempotency
+from storage import idempotency, jsontext
 from storage.errors import ServiceError
 
 log = logging.getLogger("wds.idempotency")
@@ -92,7 +92,7 @@ class IdempotencyMiddleware:
             return
         if claim.state == "replay":
             headers = [(b"content-type", b"application/json"), (b"idempotent-replayed", b"true")]
-            payload = orjson.dumps(claim.response)
+            payload = jsontext.dumps(claim.response)
             await send({"type": "http.response.start", "status": claim.status,
                         "headers": [*headers, (b"content-length", str(len(payload)).encode())]})
             await send({"type": "http.response.body", "body": payload})

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-import orjson
 import psycopg
 from psycopg import sql
 from starlette.websockets import WebSocket
 
 from api.appusers import app_user_principal, is_app_token
 from api.state import AppState
+from storage import jsontext
 from storage import records as rec
 from storage.access import Principal, TokenType
 from storage.errors import Forbidden, ServiceError
@@ -105,7 +105,7 @@ def decode_change(table: TableMeta, row: dict[str, Any]) -> Change:
         "old_record": rec.row_to_record(table, old) if old is not None else None,
         "seq": row["seq"],
     }
-    return Change(row["seq"], table.id, row["event"], new, old, orjson.dumps(message).decode())
+    return Change(row["seq"], table.id, row["event"], new, old, jsontext.dumps(message).decode())
 
 
 def _stale(schema: Any, rows: list[dict[str, Any]]) -> bool:
@@ -184,7 +184,7 @@ class Client:
                         continue
                     await self.ws.send_text(one.text)
                 else:
-                    await self.ws.send_text(orjson.dumps(one).decode())
+                    await self.ws.send_text(jsontext.dumps(one).decode())
 
     async def _still_allowed(self, table_id: int) -> bool:
         """Re-check the credential and its grant on each delivery (cached principal)."""
@@ -196,7 +196,7 @@ class Client:
         if self.principal.can_read(table_id):
             return True
         if self.subs.pop(table_id, None) is not None:
-            await self.ws.send_text(orjson.dumps({
+            await self.ws.send_text(jsontext.dumps({
                 "type": "error", "code": "FORBIDDEN", "table_id": table_id,
                 "error": "this token may no longer read the table; unsubscribed",
             }).decode())

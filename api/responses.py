@@ -7,9 +7,11 @@ from typing import Any
 import orjson
 from starlette.responses import JSONResponse
 
+from storage import jsontext
+
 
 class JSON(JSONResponse):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS)
+        return jsontext.dumps(content, option=orjson.OPT_NON_STR_KEYS)

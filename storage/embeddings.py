@@ -32,8 +32,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import httpx
-import orjson
 
+from storage import jsontext
 from storage.errors import ServiceError, Unavailable
 from storage.schema import ColumnMeta, ColumnType, TableMeta
 
@@ -204,7 +204,7 @@ def _value_text(col: ColumnMeta, raw: Any) -> str:
     if isinstance(raw, str):
         return raw
     if isinstance(raw, (dict, list)) and col.type is not ColumnType.FILE:
-        return orjson.dumps(raw).decode()
+        return jsontext.dumps(raw).decode()
     return "" if col.type is ColumnType.FILE else str(raw)
 
 

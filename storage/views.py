@@ -44,6 +44,7 @@ import orjson
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
+from storage import jsontext
 from storage.errors import Conflict, PayloadTooLarge, UnknownColumn, ValidationError
 from storage.query import Query, parse_filter_object, plan_query
 from storage.query.parse import OrderTerm, parse_order
@@ -110,7 +111,7 @@ def validate_view(*, table: TableMeta, view_type: Any, config: Any) -> dict[str,
     if not isinstance(config, Mapping):
         raise ValidationError("config must be a JSON object")
     try:
-        size = len(orjson.dumps(config))
+        size = len(jsontext.dumps(config))
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise ValidationError("config must be plain JSON") from exc
     if size > MAX_CONFIG_BYTES:

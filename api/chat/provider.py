@@ -21,6 +21,7 @@ import httpx
 import orjson
 
 from api.state import AppState
+from storage import jsontext
 from storage.errors import ServiceError, Unavailable
 
 CONNECT_TIMEOUT_S = 10.0
@@ -116,7 +117,7 @@ async def stream_completion(
     finished = Finished()
     try:
         async with client.stream("POST", f"{base_url}/chat/completions", headers=headers,
-                                 content=orjson.dumps({**body, "stream": True}),
+                                 content=jsontext.dumps({**body, "stream": True}),
                                  ) as resp:
             if resp.status_code >= 300:
                 detail = (await resp.aread())[:300].decode("utf-8", "replace")

@@ -25,6 +25,7 @@ from api.chat.provider import ToolCall
 from api.mcp.catalog import BY_NAME, run_tool
 from api.mcp.spec import ToolSpec
 from api.state import AppState
+from storage import jsontext
 from storage.access import Perms, Principal, TokenType
 
 # Synthetic token ids of agents: far below app users' (-<user id>), one per channel, so
@@ -121,13 +122,13 @@ def summarise(ok: bool, data: Mapping[str, Any]) -> str:
 
 def wrap_result(name: str, ok: bool, data: Any) -> str:
     """The tool message content: JSON marked as data, cut to :data:`MAX_TOOL_CHARS`."""
-    text = orjson.dumps({"tool": name, "ok": ok, "note": DATA_NOTE, "data": data},
+    text = jsontext.dumps({"tool": name, "ok": ok, "note": DATA_NOTE, "data": data},
                         option=orjson.OPT_NON_STR_KEYS, default=str).decode()
     if len(text) <= MAX_TOOL_CHARS:
         return text
     # keep it valid JSON: the cut data travels as a string
-    raw = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
-    return orjson.dumps({"tool": name, "ok": ok, "note": DATA_NOTE, "truncated": True,
+    raw = jsontext.dumps(data, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
+    return jsontext.dumps({"tool": name, "ok": ok, "note": DATA_NOTE, "truncated": True,
                          "data_prefix": raw[:MAX_TOOL_CHARS - 600],
                          "hint": "the result was cut; ask for fewer records (limit, select, filters)"}).decode()
 

@@ -35,6 +35,7 @@ from api.mcp.spec import ToolSpec
 from api.responses import JSON
 from api.schemas import ErrorOut
 from api.state import AppState
+from storage import jsontext
 from storage.access import Principal, TokenType
 from storage.errors import Forbidden, ServiceError
 
@@ -79,7 +80,7 @@ def call_tool_result(ok: bool, data: dict[str, Any]) -> dict[str, Any]:
     re-dumps the result through its per-version ``CallToolResult`` surface either way
     (``tests/mcp/test_fast_path.py`` checks the two serialize identically).
     """
-    text = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS).decode()
+    text = jsontext.dumps(data, option=orjson.OPT_NON_STR_KEYS).decode()
     return {"content": [{"type": "text", "text": text}], "structuredContent": data, "isError": not ok,
             "resultType": "complete"}
 

@@ -40,6 +40,7 @@ from api.responses import JSON
 from api.schemas import ErrorOut
 from api.state import AppState
 from storage import chat as store
+from storage import jsontext
 from storage.errors import ServiceError, ValidationError
 
 router = APIRouter(tags=["chat"])
@@ -88,7 +89,7 @@ async def _json_body(request: Request) -> Any:
 def _sse(events: Any) -> Any:
     async def gen() -> Any:
         async for name, data in events:
-            yield ServerSentEvent(data=orjson.dumps(data).decode(), event=name)
+            yield ServerSentEvent(data=jsontext.dumps(data).decode(), event=name)
     return gen()
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from storage import jsontext
 from storage.query.parse import Op
 from storage.query.plan import JsonOperand, Kind, PlannedFilter
 
@@ -122,9 +123,8 @@ def _json_text(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return _number_text(value)
-    import orjson  # local: only JSON containers take this path
 
-    return orjson.dumps(value).decode().replace(",", ", ").replace(":", ": ")
+    return jsontext.dumps(value).decode().replace(",", ", ").replace(":", ": ")
 
 
 def _number_text(value: int | float) -> str:

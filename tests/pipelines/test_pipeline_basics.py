@@ -92,3 +92,30 @@ def test_batch_answer_equals_what_a_read_returns(ws):
         first = body["results"][0]["record"]
         assert first["pipeline"]["status"] == "error" and "Inv" in first["pipeline"]["errors"]
         assert body["results"][1]["record"]["fields"]["Third"] == 1 / 3
+
+
+def test_integers_beyond_64_bits_are_answered_exactly_by_every_read(ws, base_url):
+    """jsonb keeps 1e20 as the integer 100000000000000000000; orjson alone refuses integers
+    beyond 64 bits, which used to turn every read of such a record into a 500."""
+    from tests.mcp.conftest import call_tool_sync
+
+    t = ws.create_table("Big", [
+        {"name": "A", "type": "number"},
+        {"name": "Huge", "type": "formula", "formula": "{A} * 100000000000000000000"},
+    ])
+    r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": 3}})
+    assert r.status_code == 201, r.text
+    assert b'"Huge":300000000000000000000' in r.content
+    rid = r.json()["id"]
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"fields": {"A": 1}}]})
+    assert r.status_code == 200 and r.json()["results"][0]["record"]["fields"]["Huge"] == 10**20, r.text
+    got = ws.api.get(f"/tables/{t['id']}/records/{rid}")
+    assert got.status_code == 200 and got.json()["fields"]["Huge"] == 3 * 10**20
+    listed = ws.api.get(f"/tables/{t['id']}/records", params={"order": "id.asc"})
+    assert listed.status_code == 200 and listed.json()["records"][0]["fields"]["Huge"] == 3 * 10**20
+    expanded = ws.api.get(f"/tables/{t['id']}/records", params={"Huge": "gt.1", "select": "A,Huge"})
+    assert expanded.status_code == 200, expanded.text
+    sql = ws.api.post("/sql", json={"query": "SELECT Huge FROM Big ORDER BY id"})
+    assert sql.status_code == 200 and sql.json()["rows"][0]["Huge"] == 3 * 10**20
+    data = call_tool_sync(base_url, ws.builder_token, "get_record", {"table_id": t["id"], "record_id": rid})
+    assert data["fields"]["Huge"] == 3 * 10**20
