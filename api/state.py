@@ -8,6 +8,7 @@ from typing import Any
 from api.cache import Caches
 from storage import meta
 from storage.db import Database
+from storage.reads import RecordReader
 from storage.schema import WorkspaceSchema
 from wds.config import Settings
 
@@ -20,6 +21,10 @@ class AppState:
     temporal: Any = None  # temporalio.client.Client once connected
     worker: Any = None  # in-process temporalio.worker.Worker
     extras: dict[str, Any] = field(default_factory=dict)
+    reader: RecordReader = field(init=False)  # concurrent reads by id, coalesced per table
+
+    def __post_init__(self) -> None:
+        self.reader = RecordReader(self.db)
 
     async def schema(self, workspace_id: int) -> WorkspaceSchema:
         async def load() -> WorkspaceSchema:

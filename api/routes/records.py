@@ -172,8 +172,7 @@ async def get_(table_id: int, record_id: str, principal: RestPrincipal, state: S
 async def record_response(state: AppState, principal: Principal, table_id: int, record_id: str) -> JSON:
     """The get route's answer (shared with :mod:`api.fastpath`)."""
     table = await _table(state, principal, table_id, Action.READ)
-    async with state.db.connection() as conn:
-        row = await rec.get_record_row(conn, table=table, record_id=_record_id(record_id))
+    row = await state.reader.get(table, _record_id(record_id))
     if row is None:
         raise NotFound(f"record {record_id} not found")
     return JSON(_with_pipeline(rec.row_to_record(table, row), rec.pipeline_of(row)))
