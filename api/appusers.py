@@ -41,6 +41,7 @@ from storage import appusers as au
 from storage import records as rec
 from storage.access import Perms, Principal, TokenType
 from storage.errors import Conflict, Forbidden, RateLimited, ServiceError, Unauthorized, Unavailable
+from storage.values import iso_text
 
 ISSUER = "wds"
 AUDIENCE = "wds-app"
@@ -158,7 +159,7 @@ def _user_out(table: Any, row: dict[str, Any] | None, account: dict[str, Any]) -
     fields = record["fields"] if record else {}
     return {
         "id": account["record_id"], "email": account["email"], "name": fields.get(au.NAME_COLUMN),
-        "fields": fields, "created_at": account["created_at"].isoformat(),
+        "fields": fields, "created_at": iso_text(account["created_at"]),
     }
 
 

@@ -260,7 +260,7 @@ def decode_value(col: ColumnMeta, raw: Any) -> Any:
     if t is ColumnType.NUMBER:
         return _decode_number(float(raw))
     if t is ColumnType.DATE:
-        return raw.isoformat() if isinstance(raw, datetime) else str(raw)
+        return iso_text(raw) if isinstance(raw, datetime) else str(raw)
     if t is ColumnType.MULTI_SELECT:
         return list(raw)
     if t is ColumnType.FILE:
@@ -288,5 +288,23 @@ def value_decoder(col: ColumnMeta) -> Callable[[Any], Any]:
 
 
 def iso(ts: datetime | None) -> str | None:
-    """ISO-8601 text of a timestamp (system columns)."""
-    return ts.isoformat() if ts is not None else None
+    """ISO-8601 text of a timestamp (system columns); see :func:`iso_text`."""
+    return iso_text(ts) if ts is not None else None
+
+
+def iso_text(ts: datetime) -> str:
+    """ISO-8601 text as PostgreSQL writes a timestamptz in JSON: the fraction without
+    trailing zeros, none when it is zero. Pages rendered by PostgreSQL, realtime events
+    (``to_jsonb``) and rows decoded here all show the same text for the same instant.
+
+    >>> from datetime import timezone
+    >>> iso_text(datetime(2026, 3, 1, 10, 0, 30, 120000, tzinfo=timezone.utc))
+    '2026-03-01T10:00:30.12+00:00'
+    >>> iso_text(datetime(2026, 3, 1, 10, 0, 30, tzinfo=timezone.utc))
+    '2026-03-01T10:00:30+00:00'
+    """
+    text = ts.isoformat()
+    if not ts.microsecond:
+        return text
+    head, _, rest = text.partition(".")
+    return f"{head}.{rest[:6].rstrip('0')}{rest[6:]}"

@@ -19,7 +19,7 @@ from psycopg.rows import tuple_row
 from storage.query.build import build_count, build_list
 from storage.query.plan import Embed, QueryPlan
 from storage.schema import ColumnMeta, ColumnType
-from storage.values import decode_value
+from storage.values import decode_value, iso_text
 
 
 async def list_records(
@@ -74,7 +74,8 @@ def decode_row(plan: QueryPlan, row: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def iso_utc(ts: datetime | str | None) -> str | None:
-    """A timestamp as ISO-8601 in UTC (``2026-01-02T03:04:05.123456+00:00``).
+    """A timestamp as ISO-8601 in UTC (``2026-01-02T03:04:05.123456+00:00``, the fraction
+    without trailing zeros as PostgreSQL writes it: :func:`storage.values.iso_text`).
 
     Normalising to UTC keeps responses independent of the session's TimeZone setting.
     """
@@ -82,7 +83,7 @@ def iso_utc(ts: datetime | str | None) -> str | None:
         return None
     if isinstance(ts, str):
         ts = datetime.fromisoformat(ts)
-    return ts.astimezone(timezone.utc).isoformat()
+    return iso_text(ts.astimezone(timezone.utc))
 
 
 def _decode(col: ColumnMeta, raw: Any) -> Any:

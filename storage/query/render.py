@@ -5,7 +5,8 @@ aggregated with ``json_agg`` into one text value, which the API splices into its
 response without decoding a single row in Python. Values render exactly as
 :func:`storage.values.decode_value` does (checked by tests that compare both paths):
 checkbox NULL → false, multi_select NULL → [], integral numbers as integers below 2^53,
-timestamps as Python's ISO-8601 in UTC.
+timestamps as ISO-8601 in UTC (the pool's sessions run with ``timezone=UTC``) without
+trailing fraction zeros, as :func:`storage.values.iso_text` writes them.
 """
 
 from __future__ import annotations
@@ -35,14 +36,11 @@ def renderable(plan: QueryPlan) -> bool:
 
 
 def timestamp_text(c: sql.Composable) -> sql.Composable:
-    """A timestamptz as the text :func:`storage.values.iso` gives (Python's ``isoformat`` in
-    UTC: six fraction digits, none when the fraction is zero), not PostgreSQL's JSON form,
-    which trims trailing zeros (``…30.12+00:00``): a record reads the same in a list and
-    by id."""
-    return sql.SQL(
-        "to_char({c} AT TIME ZONE 'UTC', CASE WHEN date_trunc('second', {c}) = {c}"
-        " THEN 'YYYY-MM-DD\"T\"HH24:MI:SS\"+00:00\"' ELSE 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"' END)"
-    ).format(c=c)
+    """A timestamptz as PostgreSQL's JSON form in the pool's UTC sessions
+    (``2026-03-01T10:00:30.12+00:00``), which :func:`storage.values.iso_text` writes too:
+    a record reads the same in a list and by id. (Formatting it with ``to_char`` instead
+    cost ~0.15 ms per 100-row page.)"""
+    return c
 
 
 def value_json(col: ColumnMeta, c: sql.Composable) -> sql.Composable:
