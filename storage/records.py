@@ -16,11 +16,13 @@ from typing import Any
 import orjson
 import psycopg
 from psycopg import AsyncConnection, sql
+from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from storage import ddl
 from storage.errors import InvalidValue, ServiceError, UnknownColumn
 from storage.query import build_where
+from storage.query.render import record_json_renderable, record_object
 from storage.schema import ColumnMeta, ColumnType, TableMeta
 from storage.values import decode_value, encode_value, iso
 
@@ -157,19 +159,7 @@ async def insert_records(conn: Conn, *, table: TableMeta, rows: Sequence[Prepare
     """
     if not rows:
         return []
-    col_ids = sorted({cid for r in rows for cid in r.values})
-    if col_ids:
-        # ONE parameter whatever the row count: the rows travel as a JSON array that
-        # jsonb_to_recordset types column by column. The statement text depends only on the
-        # columns, so it is composed once and prepared by the server; a VALUES list of
-        # rows × columns placeholders cost more client time than the INSERT itself.
-        physical = [f"c_{cid}" for cid in col_ids]
-        payload = orjson.dumps([{p: r.values[cid] for p, cid in zip(physical, col_ids) if cid in r.values}
-                                for r in rows], default=_json_default).decode()
-        query, params = _insert_sql(table, col_ids), [payload]
-    else:
-        query = _target(table).as_string(None).join(["INSERT INTO ", " SELECT FROM generate_series(1, %s) RETURNING *"])
-        params = [len(rows)]
+    query, params = _insert_statement(table, rows)
     try:
         cur = await conn.execute(query, params)
     except psycopg.errors.ForeignKeyViolation as exc:
@@ -178,6 +168,55 @@ async def insert_records(conn: Conn, *, table: TableMeta, rows: Sequence[Prepare
     # identity values are assigned in the array's order (WITH ORDINALITY ... ORDER BY)
     got.sort(key=lambda r: r["id"])
     return got
+
+
+def insert_renderable(table: TableMeta) -> bool:
+    """Whether :func:`insert_records_json` can answer for this table (no file columns,
+    whose URLs are signed in Python; at most 50 columns)."""
+    return record_json_renderable(table.columns)
+
+
+async def insert_records_json(conn: Conn, *, table: TableMeta, rows: Sequence[PreparedRow]) -> list[str]:
+    """:func:`insert_records`, answered as each new record's API JSON rendered by
+    PostgreSQL (:func:`storage.query.render.record_object`, the list pages' renderer), in
+    input order: no row is decoded in Python. For plain writes (no pipeline to feed).
+
+    Raises:
+        InvalidValue: as :func:`insert_records`.
+    """
+    if not rows:
+        return []
+    insert, params = _insert_statement(table, rows)
+    key = (insert, tuple((c.physical, c.type) for c in table.columns))
+    query = _INSERT_JSON_SQL.get(key)
+    if query is None:
+        if len(_INSERT_JSON_SQL) >= 4096:
+            _INSERT_JSON_SQL.clear()
+        query = _INSERT_JSON_SQL[key] = sql.SQL("WITH ins AS ({}) SELECT {}::text FROM ins ORDER BY id").format(
+            sql.SQL(insert), record_object(table.columns, "ins")).as_string(None)
+    try:
+        cur = await conn.cursor(row_factory=tuple_row).execute(query, [*params, *(c.name for c in table.columns)])
+    except psycopg.errors.ForeignKeyViolation as exc:
+        raise _fk_error(table, exc) from None
+    return [row[0] for row in await cur.fetchall()]
+
+
+_INSERT_JSON_SQL: dict[tuple[Any, ...], str] = {}
+
+
+def _insert_statement(table: TableMeta, rows: Sequence[PreparedRow]) -> tuple[str, list[Any]]:
+    col_ids = sorted({cid for r in rows for cid in r.values})
+    if not col_ids:
+        query = _target(table).as_string(None).join(["INSERT INTO ", " SELECT FROM generate_series(1, %s) RETURNING *"])
+        return query, [len(rows)]
+    # ONE parameter whatever the row count: the rows travel as a JSON array that
+    # jsonb_to_recordset types column by column. The statement text depends only on the
+    # columns, so it is composed once and prepared by the server; a VALUES list of
+    # rows × columns placeholders cost more client time than the INSERT itself.
+    physical = [f"c_{cid}" for cid in col_ids]
+    payload = orjson.dumps([{p: r.values[cid] for p, cid in zip(physical, col_ids) if cid in r.values}
+                            for r in rows], default=_json_default).decode()
+    return _insert_sql(table, col_ids), [payload]
 
 
 _INSERT_SQL: dict[tuple[Any, ...], str] = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Query, Request
 from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
@@ -87,6 +88,13 @@ def _with_pipeline(record: dict[str, Any], outcome: dict[str, Any] | None) -> di
     if outcome is not None:
         record["pipeline"] = outcome
     return record
+
+
+def _plain(table: TableMeta, *, enabled: bool) -> bool:
+    """A create that nothing follows (no computed column to run, no embeddings to refresh)
+    on a table PostgreSQL can render records of."""
+    return not table.semantic and rec.insert_renderable(table) and not will_run(
+        table, mode="create", changed=None, enabled=enabled)
 
 
 def _record_id(record_id: str) -> int:
@@ -259,6 +267,18 @@ async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: S
             valid.append((i, prepared))
         except ServiceError as exc:
             results[i] = {"index": i, "error": exc.message, "code": exc.code}
+    if valid and _plain(table, enabled=body.run_pipeline):
+        # nothing runs after the insert: PostgreSQL renders the new records (one statement,
+        # no row decoded in Python); a failing row falls to the isolating path below
+        try:
+            async with state.db.connection() as conn:
+                texts = await rec.insert_records_json(conn, table=table, rows=[p for _, p in valid])
+        except ServiceError:
+            pass
+        else:
+            for (i, _), text in zip(valid, texts):
+                results[i] = {"index": i, "record": orjson.Fragment(text)}
+            return JSON({"results": results})
     inserted: list[tuple[int, dict[str, Any]]] = []
 
     async def write(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:

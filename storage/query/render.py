@@ -28,11 +28,7 @@ _SAFE_INT = 9007199254740992  # 2^53
 
 def renderable(plan: QueryPlan) -> bool:
     """Whether the page can be rendered in SQL (else decode in Python)."""
-    return (
-        not plan.embeds
-        and len(plan.output) <= MAX_FIELDS
-        and all(c.type is not ColumnType.FILE for c in plan.output)
-    )
+    return not plan.embeds and record_json_renderable(plan.output)
 
 
 def timestamp_text(c: sql.Composable) -> sql.Composable:
@@ -60,20 +56,28 @@ def value_json(col: ColumnMeta, c: sql.Composable) -> sql.Composable:
     return c
 
 
+def record_json_renderable(columns: tuple[ColumnMeta, ...] | list[ColumnMeta]) -> bool:
+    """Whether a record with these columns can be rendered by :func:`record_object`."""
+    return len(columns) <= MAX_FIELDS and all(c.type is not ColumnType.FILE for c in columns)
+
+
+def record_object(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str) -> sql.Composed:
+    """``json_build_object`` of one API record (``id``, ``fields``, timestamps) over the
+    row ``alias``; takes the column names as parameters, in order (``%s`` each)."""
+    pairs = [sql.SQL("%s::text, {}").format(value_json(col, sql.Identifier(alias, col.physical))) for col in columns]
+    return sql.SQL(
+        "json_build_object('id', {a}.id, 'fields', json_build_object({pairs}),"
+        " 'created_at', {created}, 'updated_at', {updated})"
+    ).format(a=sql.Identifier(alias), pairs=sql.SQL(", ").join(pairs),
+             created=timestamp_text(sql.Identifier(alias, "created_at")),
+             updated=timestamp_text(sql.Identifier(alias, "updated_at")))
+
+
 def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     """One statement returning the page as a JSON array text (``'[]'`` when empty) and
     the number of records on it."""
-    params: list[Any] = []
-    pairs: list[sql.Composable] = []
-    for col in plan.output:
-        pairs.append(sql.SQL("%s::text, {}").format(value_json(col, sql.Identifier(TABLE_ALIAS, col.physical))))
-        params.append(col.name)
-    obj = sql.SQL(
-        "json_build_object('id', {a}.id, 'fields', json_build_object({pairs}),"
-        " 'created_at', {created}, 'updated_at', {updated})"
-    ).format(a=sql.Identifier(TABLE_ALIAS), pairs=sql.SQL(", ").join(pairs),
-             created=timestamp_text(sql.Identifier(TABLE_ALIAS, "created_at")),
-             updated=timestamp_text(sql.Identifier(TABLE_ALIAS, "updated_at")))
+    params: list[Any] = [col.name for col in plan.output]
+    obj = record_object(plan.output, TABLE_ALIAS)
     outer_order, outer_params = _order_by(plan.order)
     params.extend(outer_params)
     where, where_params = build_where(plan.filters)

@@ -152,3 +152,44 @@ def test_computed_columns_refuse_client_writes(ws):
     t = ws.create_table("F", [{"name": "A", "type": "number"}, {"name": "B", "type": "formula", "formula": "{A} * 2"}])
     r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": 1, "B": 5}})
     assert r.status_code == 400 and r.json()["code"] == "READ_ONLY_COLUMN"
+
+
+def test_a_plain_batch_answers_each_record_exactly_as_a_read_does(ws):
+    """Plain batches (nothing runs after the insert) are answered with records rendered by
+    PostgreSQL; every answer must equal what a GET of the record returns, types included."""
+    people = ws.create_table("BPeople", [{"name": "Name", "type": "text"}])
+    pid = ws.api.post(f"/tables/{people['id']}/records", json={"fields": {"Name": "Ada"}}).json()["id"]
+    t = ws.create_table("BAll", [
+        {"name": "Title", "type": "text"}, {"name": "Score", "type": "number"}, {"name": "Done", "type": "checkbox"},
+        {"name": "Status", "type": "single_select", "options": ["todo", "done"]},
+        {"name": "Tags", "type": "multi_select", "options": ["red", "blue"]}, {"name": "Due", "type": "date"},
+        {"name": "Owner", "type": "relation", "relation_table_id": people["id"]},
+        {"name": "Calc", "type": "formula", "formula": "{Score} * 2"},
+    ])
+    rows = [
+        {"fields": {"Title": "a", "Score": 3, "Done": True, "Status": "todo", "Tags": ["red", "blue"],
+                    "Due": "2026-01-02T10:00:00.120Z", "Owner": pid}},
+        {"fields": {"Title": "b", "Score": 2.5}},
+        {"fields": {"Nope": 1}},  # refused before the insert
+        {"Title": "plain object of fields", "Score": -7},
+        {"fields": {}},
+    ]
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows, "run_pipeline": False})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [x.get("code") for x in results] == [None, None, "UNKNOWN_COLUMN", None, None]
+    assert [x["index"] for x in results] == [0, 1, 2, 3, 4]
+    ids = [x["record"]["id"] for x in results if "record" in x]
+    assert ids == sorted(ids)
+    for x in results:
+        if "record" in x:
+            got = ws.api.get(f"/tables/{t['id']}/records/{x['record']['id']}")
+            assert x["record"] == got.json()
+            assert list(x["record"]["fields"]) == list(got.json()["fields"])  # column order
+            for name, value in got.json()["fields"].items():  # 3 stays 3, not 3.0
+                assert type(x["record"]["fields"][name]) is type(value), name
+    # a row the database refuses (relation to a missing record) is isolated as before
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [
+        {"fields": {"Title": "ok"}}, {"fields": {"Title": "bad", "Owner": 999999999}}], "run_pipeline": False})
+    assert r.status_code == 200
+    assert "record" in r.json()["results"][0] and r.json()["results"][1]["code"] == "INVALID_VALUE"
