@@ -43,7 +43,7 @@ from storage.errors import ServiceError
 from storage.formula.functions import describe_functions
 from storage.query import Query, QueryPlan, list_records, parse_filter_list, parse_filter_object, plan_query
 from storage.query.parse import parse_order, parse_select
-from storage.query.render import PreparedList, list_records_json, prepare_list_json, renderable
+from storage.query.render import PreparedList, list_records_json, memoised_list
 from storage.schema import COMPUTED_TYPES, DATA_TYPES, TableMeta, WorkspaceSchema
 
 MCP_DEFAULT_LIMIT = 25  # a page a model can read whole
@@ -142,30 +142,17 @@ def _query(args: dict[str, Any]) -> Query:
                  offset=args.get("offset", 0), select=parse_select(select) if select else None)
 
 
-_LIST_MEMO = 256  # prepared list statements kept per workspace schema version
 _LIST_KEYS = ("filters", "order", "select", "limit", "offset")
 
 
 def _prepared(schema: WorkspaceSchema, table: TableMeta, principal: Principal,
               args: dict[str, Any]) -> PreparedList | QueryPlan:
     """The list's statements, memoised per table and arguments for this schema version
-    (parsing, planning and composing SQL are most of a call's Python work), or the plan
-    when PostgreSQL cannot render the page. Only renderable plans are kept: they have no
-    embedded relations, so nothing in them depends on the caller beyond the read check
-    already made."""
-    memo: dict[Any, PreparedList] = schema.derived.setdefault("mcp_lists", {})
-    key = (table.id, orjson.dumps([args.get(k) for k in _LIST_KEYS]))
-    prepared = memo.get(key)
-    if prepared is not None:
-        return prepared
-    plan = plan_query(_query(args), table, can_read=principal.can_read, get_table=schema.tables.get)
-    if not renderable(plan):
-        return plan
-    prepared = prepare_list_json(plan)
-    if len(memo) >= _LIST_MEMO:
-        memo.clear()
-    memo[key] = prepared
-    return prepared
+    (:func:`storage.query.render.memoised_list`), or the plan when PostgreSQL cannot
+    render the page."""
+    key = ("mcp", table.id, orjson.dumps([args.get(k) for k in _LIST_KEYS]))
+    return memoised_list(schema, key, lambda: plan_query(
+        _query(args), table, can_read=principal.can_read, get_table=schema.tables.get))
 
 
 async def list_records_tool(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:

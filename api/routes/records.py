@@ -25,12 +25,12 @@ from storage.access import Action, Principal
 from storage.errors import NotFound, ServiceError
 from storage.plans import BATCH_MAX
 from storage.query import list_records, parse_params, plan_query
-from storage.query.render import PreparedList, list_records_json, prepare_list_json, renderable
+from storage.query.plan import QueryPlan
+from storage.query.render import PreparedList, list_records_json, memoised_list, prepared_or_plan
 from storage.schema import TableMeta
 
 router = APIRouter(prefix="/functions/v1/rest-api/tables/{table_id}/records", tags=["records"])
 MAX_BATCH = BATCH_MAX
-_LIST_MEMO = 256  # prepared list queries kept per workspace schema version
 
 
 async def _table(state: AppState, principal: Principal, table_id: int, action: Action) -> TableMeta:
@@ -134,22 +134,13 @@ async def list_response(
     require(principal, table, Action.READ)
     want_count = "count=exact" in prefer
     headers: dict[str, str] = {}
-    # A renderable plan (no embeds: nothing in it depends on who asks beyond the read
-    # check above) is memoised per query string for this schema version.
-    memo: dict[Any, PreparedList] = schema.derived.setdefault("lists", {})
-    key = (table.id, tuple(params)) if view is None else None
-    prepared = memo.get(key) if key is not None else None
-    if prepared is None:
-        query = parse_params(params)
-        if view is not None:
-            query = await view_query(state, principal, table, view, query)
-        plan = plan_query(query, table, can_read=principal.can_read, get_table=schema.tables.get)
-        if renderable(plan):
-            prepared = prepare_list_json(plan)
-            if key is not None:
-                if len(memo) >= _LIST_MEMO:
-                    memo.clear()
-                memo[key] = prepared
+    if view is None:
+        found = memoised_list(schema, ("rest", table.id, tuple(params)), lambda: plan_query(
+            parse_params(params), table, can_read=principal.can_read, get_table=schema.tables.get))
+    else:  # a view's filters are read from the database: not memoised
+        query = await view_query(state, principal, table, view, parse_params(params))
+        found = prepared_or_plan(plan_query(query, table, can_read=principal.can_read, get_table=schema.tables.get))
+    prepared = found if isinstance(found, PreparedList) else None
     if prepared is not None:
         # PostgreSQL renders the page as JSON: no row is decoded in Python
         async with state.db.connection() as conn:
@@ -157,10 +148,11 @@ async def list_response(
         _count_headers(headers, prepared.offset, n, total)
         body = b'{"records":%s,"limit":%d,"offset":%d}' % (page.encode(), prepared.limit, prepared.offset)
         return Response(body, media_type="application/json", headers=headers)
+    assert isinstance(found, QueryPlan)
     async with state.db.connection() as conn:
-        records, total = await list_records(conn, plan, count=want_count)
-    _count_headers(headers, plan.offset, len(records), total)
-    return JSON({"records": records, "limit": plan.limit, "offset": plan.offset}, headers=headers)
+        records, total = await list_records(conn, found, count=want_count)
+    _count_headers(headers, found.offset, len(records), total)
+    return JSON({"records": records, "limit": found.limit, "offset": found.offset}, headers=headers)
 
 
 def _count_headers(headers: dict[str, str], offset: int, n: int, total: int | None) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from psycopg import sql
 
-from storage.query.render import timestamp_text, value_json  # one rendering for REST lists and SQL
+from storage.query.render import value_json  # one rendering for REST lists and SQL
 from storage.schema import ColumnMeta, ColumnType
 from storage.sqlquery.parse import Op
 
@@ -227,6 +227,4 @@ def _json_value(field: Field) -> sql.Composable:
     col = sql.Identifier(field.physical)
     if field.meta is not None:
         return value_json(field.meta, col)
-    if field.kind == KIND_TIMESTAMP:
-        return timestamp_text(col)
-    return col
+    return col  # id, and the timestamps in PostgreSQL's JSON form (as storage.values.iso_text)
