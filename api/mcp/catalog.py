@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import orjson
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from jsonschema.exceptions import best_match  # type: ignore[import-untyped]
 
@@ -27,6 +28,10 @@ log = logging.getLogger("wds.mcp")
 ALL_TOOLS: list[ToolSpec] = [*DATA_TOOLS, *BUILDER_TOOLS]
 BY_NAME: dict[str, ToolSpec] = {t.name: t for t in ALL_TOOLS}
 _VALIDATORS = {t.name: Draft202012Validator(t.input_schema) for t in ALL_TOOLS}
+# arguments already found valid, as tool name + their JSON: validation is a pure function
+# of the two, and an agent (or a client paging) sends the same arguments again and again
+VALID_MEMO = 2048
+_VALID: set[bytes] = set()
 assert len(DATA_TOOLS) == 12 and len(BUILDER_TOOLS) == 42 and len(BY_NAME) == 54, "tool catalogue drifted"
 
 
@@ -66,10 +71,20 @@ def validate_arguments(spec: ToolSpec, args: Any) -> dict[str, Any]:
         args = {}
     if not isinstance(args, dict):
         raise ValidationError("tool arguments must be an object")
+    try:
+        key: bytes | None = spec.name.encode() + b"\0" + orjson.dumps(args)
+    except TypeError:  # an integer beyond 64 bits: validate without the memo
+        key = None
+    if key is not None and key in _VALID:
+        return args
     error = best_match(_VALIDATORS[spec.name].iter_errors(args))
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path)
         raise ValidationError(f"{where}: {error.message}" if where else error.message)
+    if key is not None:
+        if len(_VALID) >= VALID_MEMO:
+            _VALID.clear()
+        _VALID.add(key)
     return args
 
 

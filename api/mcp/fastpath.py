@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import orjson
 import pydantic_core
 from mcp.server.connection import Connection
 from mcp.server.lowlevel import Server
@@ -59,6 +61,8 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
+
+from storage import jsontext
 
 log = logging.getLogger("wds.mcp")
 
@@ -97,6 +101,54 @@ class JsonResponseDispatchContext:
 
     async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         return None
+
+
+class HeldResult:
+    """A ``tools/call`` result whose JSON the fast path writes itself.
+
+    The SDK's kernel validates a tool's result against the protocol version's
+    ``CallToolResult`` and dumps it with pydantic, which walks every value of a page of
+    records twice (about 0.15 ms of a 1 ms ``list_records`` call). For a result of JSON
+    values only (:class:`api.mcp.spec.JsonValues`) the handler instead hands the SDK the
+    same result with an empty text and empty structured content, so the SDK still decides
+    the envelope (which fields this version has, ``isError``, ``_meta``), and this writes
+    the data into it: its orjson bytes as the structured content and, as a string, the
+    text. orjson writes JSON values as pydantic does, so the bytes are the SDK path's
+    (``tests/mcp/test_fast_path.py`` compares both paths byte for byte).
+    """
+
+    __slots__ = ("raw",)
+
+    def __init__(self) -> None:
+        self.raw: bytes | None = None
+
+    def hold(self, data: dict[str, Any],
+             wire: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+        """Keep ``data``'s JSON; the wire result (``wire(True, {}, text="")``) for the SDK."""
+        self.raw = jsontext.dumps(data)
+        return wire(True, {}, text="")
+
+    def fill(self, result: Any) -> Any:
+        """The SDK's serialized ``result`` with the held data written in."""
+        if self.raw is None or not isinstance(result, dict):
+            return result
+        out = dict(result)
+        if out.get("structuredContent") == {}:
+            out["structuredContent"] = orjson.Fragment(self.raw)
+        content = out.get("content")
+        if (isinstance(content, list) and content and isinstance(content[0], dict)
+                and content[0].get("type") == "text" and content[0].get("text") == ""):
+            # the SDK's item, keys in its order, with the text written in
+            out["content"] = [{**content[0], "text": self.raw.decode()}, *content[1:]]
+        return out
+
+
+_HELD: ContextVar[HeldResult | None] = ContextVar("wds_mcp_held_result", default=None)
+
+
+def held_result() -> HeldResult | None:
+    """The fast path's :class:`HeldResult` of the request being answered (``None`` off it)."""
+    return _HELD.get()
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -195,10 +247,19 @@ async def answer(server: Server[Any], lifespan_state: Any, request: Request, req
     return JSONRPCResponse(jsonrpc="2.0", id=req.id, result=result)
 
 
-def json_response(message: JSONRPCResponse | JSONRPCError) -> Response:
-    """The HTTP answer as the SDK's transport writes it in JSON-response mode."""
-    return Response(message.model_dump_json(by_alias=True, exclude_unset=True), status_code=200,
-                    headers={"Content-Type": CONTENT_TYPE_JSON})
+def json_response(message: JSONRPCResponse | JSONRPCError, held: HeldResult | None = None) -> Response:
+    """The HTTP answer as the SDK's transport writes it in JSON-response mode.
+
+    A response's ``result`` is already the SDK's per-version wire dict; orjson writes the
+    same bytes as ``model_dump_json`` (compact, keys in order, UTF-8 unescaped; the tests
+    compare both paths byte for byte) in a third of the time on a page of records.
+    """
+    if isinstance(message, JSONRPCResponse):
+        result = held.fill(message.result) if held is not None else message.result
+        body = jsontext.dumps({"jsonrpc": message.jsonrpc, "id": message.id, "result": result})
+    else:
+        body = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+    return Response(body, status_code=200, headers={"Content-Type": CONTENT_TYPE_JSON})
 
 
 async def serve(server: Server[Any], lifespan_state: Any, scope: Scope, receive: Receive, send: Send, *,
@@ -213,6 +274,11 @@ async def serve(server: Server[Any], lifespan_state: Any, scope: Scope, receive:
     if req is None:
         return replaying(seen, receive)
     # the handler's Request can still read the body, as on the SDK path
-    message = await answer(server, lifespan_state, Request(scope, replaying(seen, receive)), req, version)
-    await json_response(message)(scope, receive, send)
+    held = HeldResult()
+    token = _HELD.set(held)
+    try:
+        message = await answer(server, lifespan_state, Request(scope, replaying(seen, receive)), req, version)
+    finally:
+        _HELD.reset(token)
+    await json_response(message, held)(scope, receive, send)
     return None

@@ -31,7 +31,7 @@ from api import limits
 from api.deps import StateDep, bearer, resolve_principal
 from api.errors import error_response
 from api.mcp import catalog, fastpath
-from api.mcp.spec import ToolSpec
+from api.mcp.spec import JsonValues, ToolSpec
 from api.responses import JSON
 from api.schemas import ErrorOut
 from api.state import AppState
@@ -71,16 +71,17 @@ def _tool(spec: ToolSpec) -> types.Tool:
     )
 
 
-def call_tool_result(ok: bool, data: dict[str, Any]) -> dict[str, Any]:
+def call_tool_result(ok: bool, data: dict[str, Any], *, text: str | None = None) -> dict[str, Any]:
     """A tool's answer as the wire form of ``CallToolResult``: the data as structured content
-    and the same JSON as text content.
+    and the same JSON as text content (``text``, when given, stands in for that JSON).
 
     What ``types.CallToolResult(...).model_dump(by_alias=True, mode="json", exclude_none=True)``
     gives, without that extra walk over every record of a page: the SDK validates and
     re-dumps the result through its per-version ``CallToolResult`` surface either way
     (``tests/mcp/test_fast_path.py`` checks the two serialize identically).
     """
-    text = jsontext.dumps(data, option=orjson.OPT_NON_STR_KEYS).decode()
+    if text is None:
+        text = jsontext.dumps(data, option=orjson.OPT_NON_STR_KEYS).decode()
     return {"content": [{"type": "text", "text": text}], "structuredContent": data, "isError": not ok,
             "resultType": "complete"}
 
@@ -149,6 +150,10 @@ class McpDoor:
             # an unknown tool is a protocol error (spec: tools/call error handling)
             raise MCPError(types.INVALID_PARAMS, exc.message) from None
         ok, data = await catalog.run_tool(self.state, principal, spec, params.arguments)
+        held = fastpath.held_result()
+        if ok and held is not None and isinstance(data, JsonValues):
+            # on the fast path, which writes the page's JSON itself (once, with orjson)
+            return held.hold(data, call_tool_result)
         return call_tool_result(ok, data)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -58,6 +58,19 @@ class ToolSpec:
 # --------------------------------------------------------------------------- schema helpers
 
 
+class JsonValues(dict[str, Any]):
+    """A tool result made of JSON values only: ``str``, ``int``, ``float``, ``bool``,
+    ``None`` and lists and dicts (with ``str`` keys) of them, as parsed from JSON.
+
+    orjson writes such a value byte for byte as the SDK's pydantic dump does, so the MCP
+    fast path may write it itself instead of through the SDK's per-version result model
+    (:class:`api.mcp.fastpath.HeldResult`). Only a handler that knows its result holds
+    nothing else (a datetime, say, is written differently by the two) returns one.
+    """
+
+    __slots__ = ()
+
+
 def string(description: str, **kw: Any) -> dict[str, Any]:
     return {"type": "string", "description": description, **kw}
 

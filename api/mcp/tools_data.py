@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from api.deps import require, table_or_404
 from api.mcp.spec import (
+    JsonValues,
     DELETED_OUT,
     FIELDS,
     ID_OR_NAME,
@@ -138,11 +139,14 @@ def _query(args: dict[str, Any]) -> Query:
     if limit > MCP_MAX_LIMIT:
         raise ServiceError(f"limit may be at most {MCP_MAX_LIMIT} over MCP; page with offset",
                            code="LIMIT_TOO_LARGE")
+    if not args.get("count", False):
+        # one record past the page says whether more match, without counting them all
+        limit += 1
     return Query(filters=filters, order=parse_order(order) if order else (), limit=limit,
                  offset=args.get("offset", 0), select=parse_select(select) if select else None)
 
 
-_LIST_KEYS = ("filters", "order", "select", "limit", "offset")
+_LIST_KEYS = ("filters", "order", "select", "limit", "offset", "count")
 
 
 def _prepared(schema: WorkspaceSchema, table: TableMeta, principal: Principal,
@@ -156,28 +160,45 @@ def _prepared(schema: WorkspaceSchema, table: TableMeta, principal: Principal,
 
 
 async def list_records_tool(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    """One page with ``limit``, ``offset`` and ``has_more``; the exact ``total`` only when
+    ``count`` is true (as REST counts only on ``Prefer: count=exact``: a count reads every
+    match, which on a large table costs far more than the page). Without it the page is
+    read with one record more than asked, which tells whether more match."""
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, args["table_id"])
     require(principal, table, Action.READ)
+    counting = bool(args.get("count", False))
     prepared = _prepared(schema, table, principal, args)
     records: list[dict[str, Any]]
     async with state.db.connection() as conn:
         if isinstance(prepared, PreparedList):
             # as REST does: PostgreSQL renders the page as JSON (no row decoded in Python)
-            text, _, total = await list_records_json(conn, prepared, count=True)
+            text, _, total = await list_records_json(conn, prepared, count=counting)
             records = orjson.loads(text)
         else:
-            records, total = await list_records(conn, prepared, count=True)
-    total = total or 0
+            records, total = await list_records(conn, prepared, count=counting)
     offset = prepared.offset
-    end = offset + len(records)
-    page: dict[str, Any] = {"records": records, "limit": prepared.limit, "offset": offset,
-                            "total": total, "has_more": end < total}
-    if end < total:
-        page["hint"] = (f"{total - end} more record(s) match; call list_records again with offset={end}"
+    limit = prepared.limit if counting else prepared.limit - 1
+    # parsed from PostgreSQL's JSON (or decoded to JSON values): written by orjson on the fast path
+    page = JsonValues(records=records, limit=limit, offset=offset)
+    matching = total or 0  # the exact total, when counting
+    if counting:
+        end = offset + len(records)
+        more = end < matching
+        page["total"] = matching
+    else:
+        more = len(records) > limit
+        if more:
+            del records[limit:]
+        end = offset + len(records)
+    page["has_more"] = more
+    if more:
+        left = f"{matching - end} more record(s) match" if counting else "more records match"
+        page["hint"] = (f"{left}; call list_records again with offset={end}"
                         " to continue, or narrow the result with filters or select")
-    elif not records and total:
-        page["hint"] = f"offset {offset} is past the last of {total} matching record(s)"
+    elif not records and offset:
+        page["hint"] = (f"offset {offset} is past the last of {matching} matching record(s)" if matching
+                        else f"offset {offset} is past the last matching record")
     return page
 
 
@@ -247,7 +268,7 @@ _PAGE_OUT = out({
     "records": {"type": "array", "items": {"type": "object"}},
     "limit": {"type": "integer"}, "offset": {"type": "integer"}, "total": {"type": "integer"},
     "has_more": {"type": "boolean"}, "hint": {"type": "string"},
-}, ("records", "limit", "offset", "total", "has_more"))
+}, ("records", "limit", "offset", "has_more"))
 _TABLE_ONLY = obj({"table_id": TABLE_ID}, ("table_id",))
 _REC = {"table_id": TABLE_ID, "record_id": RECORD_ID}
 _RUN = boolean("run the table's computed columns before answering (default true)")
@@ -277,7 +298,8 @@ DATA_TOOLS: list[ToolSpec] = [
                                          ("columns",)),
           read_only=True, idempotent=True),
     _spec("list_records", "List records",
-          f"One page of a table's records with filters, order and select. Returns total and has_more;"
+          f"One page of a table's records with filters, order and select. Returns has_more (and the"
+          f" exact total of matching records with count: true);"
           f" default {MCP_DEFAULT_LIMIT} records per page, at most {MCP_MAX_LIMIT}.",
           list_records_tool, obj({
               "table_id": TABLE_ID, "filters": _FILTERS,
@@ -286,6 +308,8 @@ DATA_TOOLS: list[ToolSpec] = [
                                        " created_at, updated_at"},
               "limit": integer(f"page size, default {MCP_DEFAULT_LIMIT}, at most {MCP_MAX_LIMIT}", minimum=0),
               "offset": integer("records to skip (from has_more/hint of the previous page)", minimum=0),
+              "count": boolean("also return total, the exact number of matching records (reads every"
+                               " match; default false)"),
               "select": {"type": ["string", "array"], "items": {"type": "string"},
                          "description": "fields to return, \"A,B\"; embed a relation as \"Rel(Name,Email)\""},
           }, ("table_id",)), _PAGE_OUT, read_only=True, idempotent=True),

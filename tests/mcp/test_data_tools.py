@@ -106,14 +106,21 @@ async def test_list_records_pages_with_metadata_and_a_hint(ws, mcp, table):
     seed(ws, table, 30)
     async with mcp(ws.builder_token) as c:
         first = data(await c.call_tool("list_records", {"table_id": "Tasks", "order": "Score.asc"}))
-        assert (first["limit"], first["offset"], first["total"], first["has_more"]) == (25, 0, 30, True)
+        # no count asked: has_more comes from one record past the page, and there is no total
+        assert (first["limit"], first["offset"], first["has_more"]) == (25, 0, True) and "total" not in first
         assert len(first["records"]) == 25 and "offset=25" in first["hint"]
+        assert [r["fields"]["Score"] for r in first["records"]] == list(range(25))
+        counted = data(await c.call_tool("list_records", {"table_id": "Tasks", "order": "Score.asc", "count": True}))
+        assert (counted["limit"], counted["offset"], counted["total"], counted["has_more"]) == (25, 0, 30, True)
+        assert counted["records"] == first["records"] and "5 more record(s)" in counted["hint"]
         rest = data(await c.call_tool("list_records", {"table_id": "Tasks", "order": "Score.asc", "offset": 25}))
         assert [r["fields"]["Score"] for r in rest["records"]] == [25, 26, 27, 28, 29]
         assert rest["has_more"] is False and "hint" not in rest
+        exact = data(await c.call_tool("list_records", {"table_id": "Tasks", "order": "Score.asc", "limit": 30}))
+        assert len(exact["records"]) == 30 and exact["has_more"] is False and "hint" not in exact
         done = data(await c.call_tool("list_records", {
             "table_id": "Tasks", "filters": {"Status": "eq.done", "Score": "gte.20"},
-            "order": ["Score.desc"], "select": "Title,Score", "limit": 3}))
+            "order": ["Score.desc"], "select": "Title,Score", "limit": 3, "count": True}))
         assert done["total"] == 5 and done["has_more"] is True
         assert [r["fields"] for r in done["records"]] == [{"Title": "t29", "Score": 29}, {"Title": "t27", "Score": 27},
                                                           {"Title": "t25", "Score": 25}]
@@ -123,6 +130,12 @@ async def test_list_records_pages_with_metadata_and_a_hint(ws, mcp, table):
         assert sorted(r["fields"]["Score"] for r in ranged["records"]) == [4, 5]
         past = data(await c.call_tool("list_records", {"table_id": "Tasks", "offset": 100}))
         assert past["records"] == [] and past["has_more"] is False and "past the last" in past["hint"]
+        past = data(await c.call_tool("list_records", {"table_id": "Tasks", "offset": 100, "count": True}))
+        assert past["total"] == 30 and "past the last of 30" in past["hint"]
+        none = data(await c.call_tool("list_records", {"table_id": "Tasks", "limit": 0}))
+        assert none["records"] == [] and none["has_more"] is True and none["limit"] == 0
+        bad = await c.call_tool("list_records", {"table_id": "Tasks", "count": "yes"})
+        assert error_code(bad) == "VALIDATION_ERROR"
 
 
 async def test_list_views_and_sql_query(ws, mcp, table):
@@ -156,7 +169,7 @@ async def test_grants_apply_to_every_tool(ws, mcp, table):
     token = ws.token("user_mcp", profile_id=prof["id"])["token"]
     async with mcp(token) as c:
         assert [t["name"] for t in data(await c.call_tool("list_tables", {}))["tables"]] == ["Tasks"]
-        assert data(await c.call_tool("list_records", {"table_id": "Tasks"}))["total"] == 1
+        assert len(data(await c.call_tool("list_records", {"table_id": "Tasks"}))["records"]) == 1
         assert data(await c.call_tool("get_record", {"table_id": "Tasks", "record_id": rec["id"]}))["id"] == rec["id"]
         t, r = table["id"], rec["id"]
         forbidden = [
@@ -192,4 +205,4 @@ async def test_read_only_plan_refuses_writes_but_serves_reads(ws, mcp, table, ad
                            ("compute_cell", {"record_id": rec["id"], "column": "Double"})]:
             assert error_code(await c.call_tool(tool, {"table_id": table["id"], **args})) == "PLAN_READ_ONLY"
         assert error_code(await c.call_tool("create_table", {"name": "New"})) == "PLAN_READ_ONLY"
-        assert data(await c.call_tool("list_records", {"table_id": table["id"]}))["total"] == 1
+        assert len(data(await c.call_tool("list_records", {"table_id": table["id"]}))["records"]) == 1

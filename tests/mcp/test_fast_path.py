@@ -26,6 +26,7 @@ from starlette.types import Message, Receive, Scope
 
 from api.mcp import fastpath
 from api.mcp.server import call_tool_result
+from api.mcp.spec import JsonValues
 from tests.conftest import start_api
 from tests.mcp.conftest import MCP_PATH
 
@@ -53,6 +54,24 @@ def test_the_tool_result_dict_serializes_as_the_sdk_model_does(version, ok, data
     assert via_dict == via_model
     assert (methods.serialize_server_result("tools/call", version, via_dict)
             == methods.serialize_server_result("tools/call", version, via_model))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("data", [SAMPLE, {}, {"records": [], "note": "ü \u2028 </script>", "x": [1.5, -0.0, None]}])
+def test_a_held_result_is_written_as_the_sdk_writes_the_whole_result(version, data):
+    """The fast path's :class:`fastpath.HeldResult` (the SDK serializes an empty result and
+    the data is written in after) gives the bytes of the SDK serializing the whole result."""
+    envelope = {"jsonrpc": "2.0", "id": 7}
+    whole = types.JSONRPCResponse(**envelope, result=methods.serialize_server_result(
+        "tools/call", version, call_tool_result(True, data)))
+    held = fastpath.HeldResult()
+    skeleton = held.hold(JsonValues(data), call_tool_result)
+    assert skeleton["content"][0]["text"] == "" and skeleton["structuredContent"] == {}
+    filled = fastpath.json_response(
+        types.JSONRPCResponse(**envelope, result=methods.serialize_server_result("tools/call", version, skeleton)),
+        held)
+    assert filled.body == fastpath.json_response(whole).body
+    assert filled.body == whole.model_dump_json(by_alias=True, exclude_unset=True).encode()
 
 
 # --------------------------------------------------------------------------- in process
@@ -321,7 +340,7 @@ def test_list_records_pages_match_rest(ws, base_url):
                       headers={"Prefer": "count=exact"})
     assert rest.status_code == 200
     body = call("list_records", {"table_id": table["id"], "filters": {"Score": "gt.2"}, "order": "Score.desc",
-                                 "limit": 7, "offset": 2})
+                                 "limit": 7, "offset": 2, "count": True})
     for _ in range(2):  # the second call is served from the memoised statements
         r = httpx.post(base_url + MCP_PATH, content=_body(body),
                        headers={**JSON_HEADERS, "Authorization": f"Bearer {ws.builder_token}"})

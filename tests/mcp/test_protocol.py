@@ -3,6 +3,8 @@ authentication (401 / 403 WRONG_PROTOCOL), argument validation and unknown tools
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
@@ -85,7 +87,7 @@ def test_get_tools_returns_the_tokens_live_list(ws, base_url):
         list_records = next(t for t in body["tools"] if t["name"] == "list_records")
         assert list_records["annotations"]["readOnlyHint"] is True
         assert set(list_records["inputSchema"]["properties"]) == {"table_id", "filters", "order", "limit",
-                                                                   "offset", "select"}
+                                                                   "offset", "select", "count"}
     delete = next(t for t in httpx.get(f"{base_url}{MCP_PATH}/tools",
                                        headers={"Authorization": f"Bearer {ws.builder_token}"}).json()["tools"]
                   if t["name"] == "delete_table")
@@ -159,3 +161,26 @@ def test_docs_list_exactly_the_54_tools_with_their_doors():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "mcp.md").read_text()
     rows = dict(re.findall(r"^\| `([a-z_]+)` \| (data|builder) \|", doc, flags=re.MULTILINE))
     assert rows == {t.name: t.door for t in catalog.ALL_TOOLS}
+
+
+def test_argument_validation_memo_keeps_only_valid_arguments():
+    """Arguments found valid are remembered (as tool name + JSON); invalid ones are checked
+    every time, and the same JSON under another tool is validated against that tool."""
+    from api.mcp import catalog
+    from storage.errors import ValidationError
+
+    spec = catalog.BY_NAME["list_records"]
+    good = {"table_id": 7, "filters": {"Score": "gt.1"}, "limit": 5}
+    catalog._VALID.clear()
+    assert catalog.validate_arguments(spec, good) is good
+    assert spec.name.encode() + b"\0" + json.dumps(good, separators=(",", ":")).encode() in catalog._VALID
+    assert catalog.validate_arguments(spec, dict(good)) == good  # from the memo
+    for bad in ({"table_id": 7, "limit": -1}, {"table_id": 7, "count": "yes"}, {"limit": 5}):
+        for _ in range(2):
+            with pytest.raises(ValidationError):
+                catalog.validate_arguments(spec, bad)
+    with pytest.raises(ValidationError):  # valid for list_records, not for get_record
+        catalog.validate_arguments(catalog.BY_NAME["get_record"], good)
+    huge = {"table_id": 2**70}  # beyond orjson: validated without the memo
+    catalog.validate_arguments(spec, huge)
+    assert len(catalog._VALID) == 1
