@@ -94,6 +94,8 @@ def summarise(ok: bool, data: Mapping[str, Any]) -> str:
 
     >>> summarise(True, {"records": [{}, {}], "total": 7})
     '2 of 7 records'
+    >>> summarise(True, {"records": [{}, {}], "has_more": True})
+    '2 records (more match)'
     >>> summarise(False, {"error": "no read permission", "code": "FORBIDDEN"})
     'FORBIDDEN: no read permission'
     """
@@ -102,7 +104,9 @@ def summarise(ok: bool, data: Mapping[str, Any]) -> str:
     if isinstance(data.get("records"), list):
         n = len(data["records"])
         total = data.get("total")
-        return f"{n} of {total} records" if isinstance(total, int) and total != n else f"{n} records"
+        if isinstance(total, int) and total != n:
+            return f"{n} of {total} records"
+        return f"{n} records (more match)" if data.get("has_more") is True else f"{n} records"
     if isinstance(data.get("results"), list):
         return f"{len(data['results'])} results"
     if isinstance(data.get("rows"), list):
