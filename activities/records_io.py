@@ -21,11 +21,21 @@ class RecordIO:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def _load(self, inp: LoadInput) -> tuple[dict[str, dict[str, Any]], dict[int, dict[str, Any]]]:
-        """(record id → fields by column name, record id → the row as stored)."""
+    async def _load(self, inp: LoadInput, run_id: str = "") -> tuple[dict[str, dict[str, Any]], dict[int, dict[str, Any]]]:
+        """(record id → fields by column name, record id → the row as stored).
+
+        The rows come from the write that started run ``run_id`` when it waits in this
+        process and handed them over (:func:`activities.written.given_rows`: the rows it
+        committed, every one of them), else from the database.
+        """
         table = table_meta(inp.table)
-        async with self.db.connection() as conn:
-            rows = await rec.get_record_rows(conn, table=table, record_ids=inp.record_ids)
+        given = written.given_rows(run_id) if run_id else None
+        by_id = {row["id"]: row for row in given} if given is not None else {}
+        if given is not None and all(rid in by_id for rid in inp.record_ids):
+            rows = [by_id[rid] for rid in inp.record_ids]
+        else:
+            async with self.db.connection() as conn:
+                rows = await rec.get_record_rows(conn, table=table, record_ids=inp.record_ids)
         decoders = [(c.name, c.physical, step_decoder(c)) for c in table.columns]
         out: dict[str, dict[str, Any]] = {}
         for row in rows:
@@ -44,7 +54,7 @@ class RecordIO:
         """Load the records, evaluate every level of formula/parser columns in order, and
         write the results: a whole pipeline of pure steps in one local activity."""
         p = inp.pipeline
-        fields, loaded = await self._load(LoadInput(table=p.table, record_ids=p.record_ids))
+        fields, loaded = await self._load(LoadInput(table=p.table, record_ids=p.record_ids), inp.run_id)
         ledger = Ledger(p, list(fields))
         cols = {c.id: c for c in p.table.columns}
         now = datetime.fromisoformat(inp.now)

@@ -21,14 +21,27 @@ from typing import Any
 
 Rows = list[dict[str, Any]]
 _waiting: dict[str, asyncio.Future[Rows]] = {}
+_given: dict[str, Rows] = {}
 
 
-def expect(run_id: str) -> asyncio.Future[Rows]:
+def expect(run_id: str, given: Rows | None = None) -> asyncio.Future[Rows]:
     """A future that resolves, with the written rows, when run ``run_id`` (workflow id)
-    has committed its write in this process. Call :func:`forget` when no longer waiting."""
+    has committed its write in this process. Call :func:`forget` when no longer waiting.
+
+    ``given``: the rows as the write that queued the run committed them (``RETURNING *``);
+    a run executing here reads its records from them instead of from the database
+    (:func:`given_rows`). They are the committed rows: the run is started after the commit.
+    """
     fut: asyncio.Future[Rows] = asyncio.get_running_loop().create_future()
     _waiting[run_id] = fut
+    if given is not None:
+        _given[run_id] = given
     return fut
+
+
+def given_rows(run_id: str) -> Rows | None:
+    """The rows handed over with :func:`expect` for ``run_id``, if this process has them."""
+    return _given.get(run_id)
 
 
 def waiting(run_id: str) -> bool:
@@ -38,6 +51,7 @@ def waiting(run_id: str) -> bool:
 
 def forget(run_id: str) -> None:
     _waiting.pop(run_id, None)
+    _given.pop(run_id, None)
 
 
 def _resolve(fut: asyncio.Future[Rows], rows: Rows) -> None:

@@ -194,9 +194,11 @@ async def await_pipeline(
         return rows, _single_or_batch({**queued, "run_ids": run_ids} if len(rows) > 1 else queued, len(rows))
     started: list[int] = []
     loop = asyncio.get_running_loop()
+    by_written = {r["id"]: r for r in rows}  # the rows as this write committed them
 
     async def one(wid: str, inp: PipelineInput, encoded: dict[str, Any]) -> PipelineResult | _Committed | None:
-        committed = written.expect(wid) if state.worker is not None else None
+        committed = (written.expect(wid, [by_written[i] for i in inp.record_ids if i in by_written])
+                     if state.worker is not None else None)
         try:
             try:
                 handle = await start_pipeline(

@@ -119,3 +119,24 @@ def test_integers_beyond_64_bits_are_answered_exactly_by_every_read(ws, base_url
     assert sql.status_code == 200 and sql.json()["rows"][0]["Huge"] == 3 * 10**20
     data = call_tool_sync(base_url, ws.builder_token, "get_record", {"table_id": t["id"], "record_id": rid})
     assert data["fields"]["Huge"] == 3 * 10**20
+
+
+async def test_a_waiting_write_hands_its_committed_rows_to_the_run():
+    """activities/written.py: the rows a write committed go with its wait to the run, which
+    reads its records from them (RecordIO._load) instead of the database; forgetting the
+    run drops them, and a run with no rows handed over reads the database."""
+    from activities import written
+
+    rows = [{"id": 5, "c_1": 3}, {"id": 6, "c_1": 4}]
+    fut = written.expect("run-a", rows)
+    try:
+        assert written.given_rows("run-a") is rows and written.waiting("run-a")
+        assert written.given_rows("run-b") is None
+        written.expect("run-b")  # no rows: the run reads the database
+        assert written.given_rows("run-b") is None and written.waiting("run-b")
+        written.notify("run-a", rows[:1])
+        assert await fut == rows[:1]
+    finally:
+        written.forget("run-a")
+        written.forget("run-b")
+    assert written.given_rows("run-a") is None and not written.waiting("run-a")
