@@ -15,13 +15,13 @@ from starlette.responses import Response
 
 from api.deps import require, table_or_404
 from api.mcp.spec import (
-    JsonValues,
     DELETED_OUT,
     FIELDS,
     ID_OR_NAME,
     RECORD_ID,
     RECORD_OUT,
     TABLE_ID,
+    JsonValues,
     ToolSpec,
     any_object,
     array,
@@ -179,8 +179,11 @@ async def list_records_tool(state: AppState, principal: Principal, args: dict[st
             records, total = await list_records(conn, prepared, count=counting)
     offset = prepared.offset
     limit = prepared.limit if counting else prepared.limit - 1
-    # parsed from PostgreSQL's JSON (or decoded to JSON values): written by orjson on the fast path
-    page = JsonValues(records=records, limit=limit, offset=offset)
+    page: dict[str, Any] = {"records": records, "limit": limit, "offset": offset}
+    if isinstance(prepared, PreparedList):
+        # parsed from PostgreSQL's JSON, so JSON values only: the fast path writes it itself
+        # (a page decoded in Python may hold other types, e.g. a computed column's datetime)
+        page = JsonValues(page)
     matching = total or 0  # the exact total, when counting
     if counting:
         end = offset + len(records)
