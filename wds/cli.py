@@ -188,6 +188,11 @@ def dev(
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1)
     finally:
+        # a second Ctrl-C (or a SIGTERM) during the shutdown must not cut it short: that
+        # would leave PostgreSQL and Temporal running in their own sessions, holding the
+        # ports the next start needs
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         console.print("stopping …")
         for p in procs:
             p.terminate()
