@@ -81,8 +81,11 @@ async def mcp_list_records(ctx: BenchContext) -> list[Figure]:
             page = json.loads(await resp.read())
         if [r["id"] for r in tool_records(page)] != [r["id"] for r in rest["records"]]:
             raise BenchError("MCP and REST return different pages")
-        if not page["result"]["structuredContent"]["has_more"]:
+        content = page["result"]["structuredContent"]
+        if not content["has_more"]:
             raise BenchError("the measured query should match more records than one page")
+        if ("total" in content) != (body is counted_payload):
+            raise BenchError("list_records should give a total exactly when count is true")
 
     def mcp_op(body: bytes) -> Operation:
         async def op() -> None:

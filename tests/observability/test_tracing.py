@@ -70,3 +70,19 @@ def test_a_write_and_its_pipeline_share_one_trace(observed: Observed, admin):
 def test_health_and_metrics_are_not_traced(observed: Observed):
     assert httpx.get(f"{observed.api.base_url}/healthz").status_code == 200
     assert not [s for s in spans(observed.api.log) if "healthz" in s["name"] or "metrics" in s["name"]]
+
+
+def test_an_mcp_tool_call_is_traced_by_the_sdk(observed: Observed, admin):
+    """With tracing on, the MCP SDK's own middleware spans every tool call (with tracing
+    off the API drops that middleware: it would only make non-recording spans)."""
+    base = observed.api.base_url
+    ws = admin.post("/workspaces", json={"name": "trace-mcp", "plan": "pro"}).json()
+    token = admin.post(f"/workspaces/{ws['id']}/tokens", json={"type": "vibe_mcp", "name": "b"}).json()["token"]
+    r = httpx.post(f"{base}/functions/v1/mcp-server", timeout=30, headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18",
+    }, json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "list_tables", "arguments": {}}})
+    assert r.status_code == 200 and r.json()["result"]["structuredContent"] == {"tables": []}
+    span = wait_for_span(observed.api.log, "tools/call list_tables")
+    assert span["attributes"]["gen_ai.tool.name"] == "list_tables"
+
