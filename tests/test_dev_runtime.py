@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from wds import cli
 from wds.runtime import free_port, port_open
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,17 +36,11 @@ def _start(data_dir: Path, ports: dict[str, int], log: Path) -> subprocess.Popen
     )
 
 
-def _wait_healthy(proc: subprocess.Popen[bytes], base_url: str, log: Path, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"wds dev exited early:\n{log.read_text()[-3000:]}"
-        try:
-            if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"not healthy in {timeout_s} s:\n{log.read_text()[-3000:]}")
+def _wait_healthy(proc: subprocess.Popen[bytes], base_url: str, log: Path) -> None:
+    try:
+        cli.wait_healthy(base_url, [proc], timeout=180)
+    except RuntimeError as exc:
+        raise AssertionError(f"{exc}:\n{log.read_text()[-3000:]}") from None
 
 
 def _banner_token(log: Path) -> str:

@@ -86,7 +86,8 @@ def _bootstrap(base_url: str, admin_key: str, name: str = "default", plan: str =
 # --------------------------------------------------------------------------- dev
 
 
-def _wait_healthy(base_url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 120) -> None:
+def wait_healthy(base_url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 120) -> None:
+    """Until ``/healthz`` answers 200; RuntimeError if a process exits or time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for p in procs:
@@ -153,7 +154,7 @@ def dev(
             [sys.executable, str(ROOT / "worker.py")], env=env, cwd=ROOT,
             stdout=(logs / "worker.log").open("ab"), stderr=subprocess.STDOUT,
         ))
-        _wait_healthy(base_url, procs)
+        wait_healthy(base_url, procs)
         boot = local.get("bootstrap")
         if not boot or boot.get("base_url") != base_url:
             boot = _bootstrap(base_url, admin_key)

@@ -186,14 +186,12 @@ async def list_records_tool(state: AppState, principal: Principal, args: dict[st
         page = JsonValues(page)
     matching = total or 0  # the exact total, when counting
     if counting:
-        end = offset + len(records)
-        more = end < matching
+        more = offset + len(records) < matching
         page["total"] = matching
     else:
         more = len(records) > limit
-        if more:
-            del records[limit:]
-        end = offset + len(records)
+        del records[limit:]  # the record past the page, when there was one
+    end = offset + len(records)
     page["has_more"] = more
     if more:
         left = f"{matching - end} more record(s) match" if counting else "more records match"
