@@ -88,8 +88,8 @@ def call_tool_result(ok: bool, data: dict[str, Any], *, text: str | None = None)
             "resultType": "complete"}
 
 
-def _principal_of(ctx: ServerRequestContext[Any, Any]) -> Principal:
-    request = ctx.request
+def _principal_of(request: Any) -> Principal:
+    """The principal our endpoint put on the request's ASGI scope."""
     principal = request.scope.get(SCOPE_KEY) if request is not None else None
     if principal is None:
         # only reachable if the SDK were driven without our authenticating endpoint
@@ -144,13 +144,19 @@ class McpDoor:
     async def _list_tools(
         self, ctx: ServerRequestContext[AppState, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        principal = _principal_of(ctx)
+        principal = _principal_of(ctx.request)
         return types.ListToolsResult(tools=self.lists[catalog.has_builder_tools(principal)])
 
     async def _call_tool(
         self, ctx: ServerRequestContext[AppState, Any], params: types.CallToolRequestParams
     ) -> dict[str, Any]:
-        principal = _principal_of(ctx)
+        return await self._tool_answer(_principal_of(ctx.request), params)
+
+    async def _call_tool_direct(self, request: Request, params: types.CallToolRequestParams) -> dict[str, Any]:
+        """``_call_tool`` without the SDK context, for the fast path (``fastpath.call_directly``)."""
+        return await self._tool_answer(_principal_of(request), params)
+
+    async def _tool_answer(self, principal: Principal, params: types.CallToolRequestParams) -> dict[str, Any]:
         try:
             spec = catalog.tool_for(principal, params.name)
         except catalog.UnknownTool as exc:
@@ -186,7 +192,8 @@ class McpDoor:
         if self.fast_path:
             # our own lifespan state is what the manager's lifespan yields (``_lifespan``)
             rest = await fastpath.serve(self.server, self.state, scope, receive, send,
-                                        max_body=self.manager.max_request_body_size)
+                                        max_body=self.manager.max_request_body_size,
+                                        direct=self._call_tool_direct)
             if rest is None:
                 return
             receive = rest

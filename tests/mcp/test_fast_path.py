@@ -20,7 +20,7 @@ import pytest
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
-from mcp_types import methods
+from mcp_types import DEFAULT_NEGOTIATED_VERSION, methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope
 
@@ -67,37 +67,59 @@ def test_a_held_result_is_written_as_the_sdk_writes_the_whole_result(version, da
     held = fastpath.HeldResult()
     skeleton = held.hold(JsonValues(data), call_tool_result)
     assert skeleton["content"][0]["text"] == "" and skeleton["structuredContent"] == {}
-    filled = fastpath.json_response(
+    filled = fastpath.json_body(
         types.JSONRPCResponse(**envelope, result=methods.serialize_server_result("tools/call", version, skeleton)),
         held)
-    assert filled.body == fastpath.json_response(whole).body
-    assert filled.body == whole.model_dump_json(by_alias=True, exclude_unset=True).encode()
+    assert filled == fastpath.json_body(whole)
+    assert filled == whole.model_dump_json(by_alias=True, exclude_unset=True).encode()
 
 
 # --------------------------------------------------------------------------- in process
 
 
+HELD_PAGE = {"records": SAMPLE["records"], "limit": 25, "offset": 0, "has_more": True, "hint": "more"}
+
+
+async def toy_answer(request: Any, version: str, params: types.CallToolRequestParams,
+                     session: Any = None) -> Any:
+    """The toy ``tools/call`` handler; the SDK passes its context's parts, the direct path
+    the request alone (as ``api.mcp.server.McpDoor`` does)."""
+    args = params.arguments or {}
+    if params.name == "echo":
+        assert request.scope["wds.test"] == "scope seen"  # the handler sees the ASGI scope
+        assert json.loads(await request.body())["params"]["name"] == "echo"  # and the body
+        return call_tool_result(True, {"args": args, "version": version})
+    if params.name == "held":
+        held = fastpath.held_result()
+        data = JsonValues(HELD_PAGE)
+        return held.hold(data, call_tool_result) if held is not None else call_tool_result(True, data)
+    if params.name == "tool_error":
+        return call_tool_result(False, {"error": "nope", "code": "FORBIDDEN"})
+    if params.name == "unknown":
+        raise MCPError(types.INVALID_PARAMS, "unknown tool 'unknown'")
+    if params.name == "validation":
+        types.Tool.model_validate({})  # a pydantic ValidationError escaping the handler
+    if params.name == "crash":
+        raise RuntimeError("boom")
+    if params.name == "model":
+        return types.CallToolResult(content=[types.TextContent(type="text", text="{}")], structured_content={})
+    if params.name == "error data":
+        return types.ErrorData(code=-32001, message="returned, not raised")
+    if params.name == "notify":
+        if session is not None:  # a JSON response carries only the answer: the SDK drops this
+            await session.send_log_message(level="info", data="hi", related_request_id=1)
+        return call_tool_result(True, {})
+    raise AssertionError(params.name)
+
+
+async def toy_direct(request: Any, params: types.CallToolRequestParams) -> Any:
+    version = request.headers.get("mcp-protocol-version") or DEFAULT_NEGOTIATED_VERSION
+    return await toy_answer(request, version, params)
+
+
 def toy_server() -> Server[Any]:
-    async def call(ctx: Any, params: types.CallToolRequestParams) -> dict[str, Any]:
-        args = params.arguments or {}
-        if params.name == "echo":
-            assert ctx.request.scope["wds.test"] == "scope seen"  # the handler sees the ASGI scope
-            assert json.loads(await ctx.request.body())["params"]["name"] == "echo"  # and the body
-            return call_tool_result(True, {"args": args, "version": ctx.protocol_version})
-        if params.name == "tool_error":
-            return call_tool_result(False, {"error": "nope", "code": "FORBIDDEN"})
-        if params.name == "unknown":
-            raise MCPError(types.INVALID_PARAMS, "unknown tool 'unknown'")
-        if params.name == "validation":
-            types.Tool.model_validate({})  # a pydantic ValidationError escaping the handler
-        if params.name == "crash":
-            raise RuntimeError("boom")
-        if params.name == "model":
-            return types.CallToolResult(content=[types.TextContent(type="text", text="{}")], structured_content={})
-        if params.name == "notify":
-            await ctx.session.send_log_message(level="info", data="hi", related_request_id=ctx.request_id)
-            return call_tool_result(True, {})
-        raise AssertionError(params.name)
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> Any:
+        return await toy_answer(ctx.request, ctx.protocol_version, params, ctx.session)
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[types.Tool(name="echo", input_schema={"type": "object"})])
@@ -140,8 +162,12 @@ def receiver(body: bytes, chunks: int = 1) -> Receive:
 
 
 @asynccontextmanager
-async def both_paths() -> AsyncIterator[Any]:
+async def both_paths(direct: bool = False, middleware: bool = False) -> AsyncIterator[Any]:
+    """The SDK's own answer and the fast path's, through the kernel (``serve_one``) or,
+    with ``direct``, through its steps alone (``fastpath.call_directly``)."""
     server = toy_server()
+    if middleware:
+        server.middleware = [passing_middleware]
     manager = StreamableHTTPSessionManager(app=server, json_response=True, stateless=True, security_settings=None)
     async with manager.run():
 
@@ -153,12 +179,17 @@ async def both_paths() -> AsyncIterator[Any]:
         async def via_fast(scope: Scope, body: bytes, chunks: int) -> tuple[Any, bool]:
             sent = Captured()
             rest = await fastpath.serve(server, None, scope, receiver(body, chunks), sent.send,
-                                        max_body=manager.max_request_body_size)
+                                        max_body=manager.max_request_body_size,
+                                        direct=toy_direct if direct else None)
             if rest is not None:  # declined: the SDK answers, replaying what was read
                 await manager.handle_request(scope, rest, sent.send)
             return sent.result(), rest is None
 
         yield via_sdk, via_fast
+
+
+async def passing_middleware(ctx: Any, call_next: Any) -> Any:
+    return await call_next(ctx)
 
 
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
@@ -181,6 +212,10 @@ FAST_CASES = {
     "handler validation error": (call("validation", {}), {}),
     "handler crash": (call("crash", {}), {}),
     "model result": (call("model", {}), {}),
+    "error data result": (call("error data", {}), {}),
+    "held page": (call("held", {}), {}),
+    "held page 2024-11-05": (call("held", {}), {"MCP-Protocol-Version": "2024-11-05"}),
+    "held page 2025-11-25": (call("held", {}), {"MCP-Protocol-Version": "2025-11-25"}),
     "notification dropped": (call("notify", {}), {}),
     "params missing name": ({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"arguments": {}}}, {}),
     "params not an object": ({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": 5}}, {}),
@@ -216,11 +251,12 @@ def _body(payload: Any) -> bytes:
 
 @pytest.mark.parametrize("case", sorted(FAST_CASES) + sorted(SDK_CASES))
 @pytest.mark.parametrize("chunks", [1, 3])
-async def test_fast_path_and_sdk_answer_byte_for_byte(case, chunks):
+@pytest.mark.parametrize("kernel", ["serve_one", "direct", "direct declined (middleware)"])
+async def test_fast_path_and_sdk_answer_byte_for_byte(case, chunks, kernel):
     payload, headers = FAST_CASES.get(case) or SDK_CASES[case]
     scope = scope_for({**JSON_HEADERS, **headers})
     body = _body(payload)
-    async with both_paths() as (via_sdk, via_fast):
+    async with both_paths(direct=kernel != "serve_one", middleware="middleware" in kernel) as (via_sdk, via_fast):
         sdk, _ = await via_sdk(dict(scope), body, chunks)
         fast, took_fast_path = await via_fast(dict(scope), body, chunks)
     assert fast == sdk
@@ -238,6 +274,39 @@ async def test_declared_oversize_body_and_other_methods_go_to_the_sdk():
             sdk, _ = await via_sdk(dict(scope), body, 1)
             fast, took = await via_fast(dict(scope), body, 1)
             assert fast == sdk and not took
+
+
+async def test_direct_answers_stay_identical_when_repeated():
+    """The direct path remembers the SDK's shaping of a held result's skeleton per version;
+    later answers (and other tools' between them) must still be the SDK's bytes."""
+    async with both_paths(direct=True) as (via_sdk, via_fast):
+        for _ in range(3):
+            for case in ("held page", "held page 2024-11-05", "echo", "tool error", "held page 2025-11-25"):
+                payload, headers = FAST_CASES[case]
+                scope = scope_for({**JSON_HEADERS, **headers})
+                sdk, _ = await via_sdk(dict(scope), _body(payload), 1)
+                fast, took = await via_fast(dict(scope), _body(payload), 1)
+                assert fast == sdk and took, case
+
+
+async def test_direct_path_is_taken_only_without_middleware(monkeypatch):
+    """With tracing on the server has middleware, which must see every call: the SDK kernel."""
+    seen: list[str] = []
+
+    async def counting(ctx: Any, call_next: Any) -> Any:
+        seen.append(ctx.method)
+        return await call_next(ctx)
+
+    async with both_paths(direct=True) as (_, via_fast):
+        await via_fast(scope_for(JSON_HEADERS), _body(call("echo", {})), 1)
+    assert seen == []
+    server = toy_server()
+    server.middleware = [counting]
+    sent = Captured()
+    rest = await fastpath.serve(server, None, scope_for(JSON_HEADERS), receiver(_body(call("echo", {}))), sent.send,
+                                max_body=1 << 20, direct=toy_direct)
+    assert rest is None and seen == ["tools/call"]
+    assert json.loads(sent.result()[2])["result"]["structuredContent"]["args"] == {}
 
 
 def test_parse_fast_request_takes_only_single_tools_call_requests():
