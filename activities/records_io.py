@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from contextlib import suppress
 from datetime import datetime
 from typing import Any
 
@@ -12,9 +14,10 @@ from activities import formula, json_parser, written
 from activities.ledger import Ledger
 from activities.metrics import observe_step
 from activities.snap import step_decoder, table_meta
-from activities.types import FusedInput, LoadInput, PipelineResult, TableSnap, WriteInput
+from activities.types import FusedInput, LoadInput, PipelineResult, RecordOutcome, TableSnap, WriteInput
 from storage import records as rec
 from storage.db import Database
+from storage.schema import TableMeta
 
 
 class RecordIO:
@@ -36,13 +39,7 @@ class RecordIO:
         else:
             async with self.db.connection() as conn:
                 rows = await rec.get_record_rows(conn, table=table, record_ids=inp.record_ids)
-        decoders = [(c.name, c.physical, step_decoder(c)) for c in table.columns]
-        out: dict[str, dict[str, Any]] = {}
-        for row in rows:
-            fields = {name: decode(row.get(physical)) for name, physical, decode in decoders}
-            fields["id"] = row["id"]
-            out[str(row["id"])] = fields
-        return out, {row["id"]: row for row in rows}
+        return _decode(table, rows), {row["id"]: row for row in rows}
 
     @activity.defn(name="load_records")
     async def load_records(self, inp: LoadInput) -> dict[str, dict[str, Any]]:
@@ -52,31 +49,49 @@ class RecordIO:
     @activity.defn(name="pure_pipeline")
     async def pure_pipeline(self, inp: FusedInput) -> PipelineResult:
         """Load the records, evaluate every level of formula/parser columns in order, and
-        write the results: a whole pipeline of pure steps in one local activity."""
+        write the results: a whole pipeline of pure steps in one local activity. For a
+        staged create (``precompute``) the values go back to the waiting write instead."""
         p = inp.pipeline
+        if p.precompute:
+            return await self._precomputed(inp)
         fields, loaded = await self._load(LoadInput(table=p.table, record_ids=p.record_ids), inp.run_id)
-        ledger = Ledger(p, list(fields))
-        cols = {c.id: c for c in p.table.columns}
-        now = datetime.fromisoformat(inp.now)
-        for level in p.levels:
-            for cid in level:
-                col = cols.get(cid)
-                if col is None:
-                    continue
-                rids = ledger.eligible(cid)
-                if not rids:
-                    continue
-                batch = {r: fields[r] for r in rids}
-                started = time.perf_counter()
-                if col.type == "formula":
-                    values, errors = formula.evaluate_batch(col, batch, now)
-                else:
-                    values, errors = json_parser.evaluate_batch(col, batch)
-                observe_step(col.type, "error" if errors else "ok", time.perf_counter() - started, len(batch))
-                ledger.apply(cid, rids, values, errors, fields)
+        ledger = _evaluate(inp, fields)
         result, updates = ledger.result(inp.run_id, json_keys=False)
         if p.write and updates:
             await self._write(p.table, [(u["id"], u["values"], u["outcome"]) for u in updates], loaded)
+        return result
+
+    async def _precomputed(self, inp: FusedInput) -> PipelineResult:
+        """A staged create (:class:`activities.written.Staged`): compute from the staged
+        rows, hand the values to the write, and report the records it stored."""
+        p = inp.pipeline
+        staged = written.take_staged(inp.run_id)
+        if staged is None:
+            # the write is not waiting here (another process took the task, or it gave up
+            # and inserted its records itself, with a run of their own): nothing to do
+            return PipelineResult(run_id=inp.run_id, status="error", records={
+                str(rid): RecordOutcome(status="error", errors={"_pipeline": NOT_STAGED}) for rid in p.record_ids})
+        try:
+            rows = await asyncio.wait_for(asyncio.shield(staged.rows), timeout=STORE_WAIT_S)
+        except (TimeoutError, asyncio.CancelledError):
+            # the write could not stage its rows (it inserts them itself, then runs them)
+            if not staged.rows.cancelled():
+                raise
+            return PipelineResult(run_id=inp.run_id, status="error", records={
+                str(rid): RecordOutcome(status="error", errors={"_pipeline": NOT_STAGED}) for rid in p.record_ids})
+        fields = _decode(table_meta(p.table), rows)
+        result, updates = _evaluate(inp, fields).result(inp.run_id, json_keys=False)
+        staged.hand(result, updates)
+        try:
+            stored = await asyncio.wait_for(asyncio.shield(staged.stored), timeout=STORE_WAIT_S)
+        except TimeoutError:
+            stored = set()
+        for rid in p.record_ids:
+            if rid not in stored:
+                result.records[str(rid)] = RecordOutcome(status="error", errors={"_record": NOT_STORED})
+                with suppress(ValueError):
+                    result.ok.remove(str(rid))
+                result.status = "error"
         return result
 
     @activity.defn(name="write_results")
@@ -99,3 +114,44 @@ class RecordIO:
         if waited:  # committed
             written.notify(run_id, rows)
         return count
+
+
+NOT_STAGED = "not run here: the write stored its records and ran their columns itself"
+NOT_STORED = "the write did not store this record"
+STORE_WAIT_S = 10.0  # how long a staged run waits for its write to report what it stored
+
+
+def _decode(table: TableMeta, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """record id → fields by column name (selects as labels), as the steps read them."""
+    decoders = [(c.name, c.physical, step_decoder(c)) for c in table.columns]
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        fields = {name: decode(row.get(physical)) for name, physical, decode in decoders}
+        fields["id"] = row["id"]
+        out[str(row["id"])] = fields
+    return out
+
+
+def _evaluate(inp: FusedInput, fields: dict[str, dict[str, Any]]) -> Ledger:
+    """Every level of formula/parser columns over ``fields``, in order."""
+    p = inp.pipeline
+    ledger = Ledger(p, list(fields))
+    cols = {c.id: c for c in p.table.columns}
+    now = datetime.fromisoformat(inp.now)
+    for level in p.levels:
+        for cid in level:
+            col = cols.get(cid)
+            if col is None:
+                continue
+            rids = ledger.eligible(cid)
+            if not rids:
+                continue
+            batch = {r: fields[r] for r in rids}
+            started = time.perf_counter()
+            if col.type == "formula":
+                values, errors = formula.evaluate_batch(col, batch, now)
+            else:
+                values, errors = json_parser.evaluate_batch(col, batch)
+            observe_step(col.type, "error" if errors else "ok", time.perf_counter() - started, len(batch))
+            ledger.apply(cid, rids, values, errors, fields)
+    return ledger

@@ -59,6 +59,10 @@ class PipelineInput:
     # column id → ids of the computed columns that read it, transitively (skipped on failure)
     dependants: dict[str, list[int]] = field(default_factory=dict)
     outbox_id: int | None = None  # the outbox row this run was committed with
+    # a create staged in the API process (activities/written.py): the run computes the
+    # staged rows' columns and hands the values back for the write's one INSERT; it writes
+    # nothing itself (and does nothing when the rows are not staged in its process)
+    precompute: bool = False
 
 
 @dataclass

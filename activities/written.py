@@ -65,3 +65,80 @@ def notify(run_id: str, rows: Rows) -> None:
     if fut is not None:
         with suppress(RuntimeError):  # the waiter's loop is gone: nobody to tell
             fut.get_loop().call_soon_threadsafe(_resolve, fut, rows)
+
+
+# --------------------------------------------------------------------------- staged creates
+
+
+class Staged:
+    """A create's rows staged in this process before its INSERT.
+
+    The API stages the rows (new record ids and values typed as stored,
+    :func:`storage.records.stage_records`, read while the run starts) and starts the run;
+    the run, executing here, computes every column from them and hands the values back
+    (:meth:`hand`); the API stores rows and values in one statement and tells the run
+    which records it stored (:meth:`settle`), which the run's result reports. A run that
+    finds no staged rows (another process took the task, or the API gave up waiting)
+    writes nothing.
+    """
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.rows: asyncio.Future[Rows] = loop.create_future()  # set by the write (:meth:`fill`)
+        self.computed: asyncio.Future[tuple[Any, list[dict[str, Any]]]] = loop.create_future()
+        self.stored: asyncio.Future[set[int]] = loop.create_future()
+
+    def fill(self, rows: Rows | None) -> None:
+        """From the write: the staged rows (``None``: it could not stage them)."""
+        if not self.rows.done():
+            if rows is None:
+                self.rows.cancel()
+            else:
+                self.rows.set_result(rows)
+
+    def hand(self, result: Any, updates: list[dict[str, Any]]) -> None:
+        """From the run: its result and per-record ``{id, values, outcome}`` (any thread)."""
+        with suppress(RuntimeError):
+            self.computed.get_loop().call_soon_threadsafe(_settle, self.computed, (result, updates))
+
+    def settle(self, ids: set[int]) -> None:
+        """From the write: the records it stored (none when it gave up on the run)."""
+        _settle(self.stored, ids)
+        self.fill(None)
+
+
+def _settle(fut: asyncio.Future[Any], value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+_staged: dict[str, Staged] = {}
+
+
+def stage(run_id: str) -> Staged:
+    """Stage a create's rows for run ``run_id`` (:meth:`Staged.fill`); call
+    :func:`unstage` when no longer waiting."""
+    staged = _staged[run_id] = Staged()
+    return staged
+
+
+def take_staged(run_id: str) -> Staged | None:
+    """The rows staged for ``run_id``, once (a retried attempt finds none), when they can
+    be handed back on this event loop."""
+    staged = _staged.pop(run_id, None)
+    if staged is None:
+        return None
+    try:
+        same_loop = staged.computed.get_loop() is asyncio.get_running_loop()
+    except RuntimeError:
+        same_loop = False
+    if not same_loop:
+        staged.settle(set())
+        return None
+    return staged
+
+
+def unstage(run_id: str) -> None:
+    staged = _staged.pop(run_id, None)
+    if staged is not None:
+        staged.settle(set())

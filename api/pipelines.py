@@ -36,7 +36,7 @@ from storage.access import Principal
 from storage.errors import PlanLimit, ServiceError
 from storage.pipelines import plan_steps
 from storage.plans import plan as plan_of
-from storage.schema import ColumnMeta, TableMeta
+from storage.schema import ColumnMeta, ColumnType, TableMeta
 from wds.relay import GRACE_S, encode_input, start_pipeline
 
 log = logging.getLogger("wds.pipelines")
@@ -104,14 +104,16 @@ def will_run(table: TableMeta, *, mode: str, changed: list[str] | None, enabled:
 
 async def queue_pipeline(
     state: AppState, principal: Principal, table: TableMeta, conn: AsyncConnection[Any],
-    rows: list[dict[str, Any]], *, mode: str, levels: list[list[ColumnMeta]],
+    rows: list[dict[str, Any]], *, mode: str, levels: list[list[ColumnMeta]], charged: bool = False,
 ) -> Pending | None:
-    """Inside the write's transaction: charge the automation runs and add outbox rows."""
+    """Inside the write's transaction: charge the automation runs (unless ``charged``
+    already) and add outbox rows."""
     if not rows or not levels:
         return None
     ids = [r["id"] for r in rows]
     try:  # one automation run per record (monthly quota); the write itself still happens
-        await charge_automation_runs(state, principal, len(ids))
+        if not charged:
+            await charge_automation_runs(state, principal, len(ids))
     except PlanLimit as exc:
         outcome = {"status": "error", "run_id": None, "errors": {"_pipeline": exc.message},
                    "code": exc.code, "upgrade": True}
@@ -337,3 +339,126 @@ async def refresh_embeddings(
         if problem is not None and outcome is not None:
             outcome.setdefault("errors", {})["_embedding"] = problem
     return rows, outcome
+
+
+# --------------------------------------------------------------------------- staged creates
+
+PRECOMPUTE_KINDS = frozenset({ColumnType.FORMULA, ColumnType.JSON_PARSER})
+
+
+def can_precompute(state: AppState, table: TableMeta, levels: list[list[ColumnMeta]], n: int) -> bool:
+    """Whether a create of ``n`` records may have its columns computed before its INSERT
+    (:func:`create_computed`): formulas and parsers only (one fused local activity, no
+    outside call, nothing written by the run), an in-process worker to compute them, a
+    table whose records PostgreSQL renders and without semantic search, one chunk."""
+    return (state.settings.pipeline_precompute and state.worker is not None and state.temporal is not None
+            and 0 < n <= CHUNK and not table.semantic and rec.insert_renderable(table)
+            and bool(levels) and all(c.type in PRECOMPUTE_KINDS for level in levels for c in level))
+
+
+@dataclass
+class Computed:
+    """What :func:`create_computed` stored: per input row its record's JSON (with its
+    ``pipeline``) or the error that kept it out; and the batch's pipeline outcome."""
+
+    records: list[str | ServiceError]
+    outcome: dict[str, Any] | None  # None when no record was stored (as on the usual path)
+
+
+async def create_computed(
+    state: AppState, principal: Principal, table: TableMeta, rows: list[rec.PreparedRow],
+    levels: list[list[ColumnMeta]],
+) -> Computed | bool:
+    """Create ``rows`` with their computed columns in ONE statement.
+
+    The rows are staged first (new ids, values typed as stored: one SELECT); the run starts
+    (eager, on this process's worker), computes every level from the staged rows and hands
+    the values back (:class:`activities.written.Staged`); the records go in with their
+    values and outcomes in one INSERT, and the run reports which it stored. Against
+    insert-then-run this saves the second write of every row (an UPDATE, its realtime
+    event and its dead tuples) and the run's reading of the rows; subscribers see each
+    record once, complete.
+
+    Nothing is stored before the values arrive. Returns ``True`` (automation runs charged)
+    or ``False`` when the caller must insert and run as usual instead: quota refused,
+    Temporal unreachable, or the run did not take the staged rows in time (another
+    worker took the task, or Temporal is slow).
+    """
+    try:
+        await charge_automation_runs(state, principal, len(rows))
+    except PlanLimit:
+        return False  # the usual path answers it (the write happens, the runs do not)
+    async with state.db.connection() as conn:
+        ids = await rec.allocate_ids(conn, table=table, n=len(rows))
+    inp = pipeline_input(principal, table, ids, "create", levels)
+    inp.precompute = True
+    wid = workflow_id(table, "create", ids)
+    staged = written.stage(wid)
+    clock = time.perf_counter()
+    result: asyncio.Future[PipelineResult] | None = None
+
+    async def stage_rows() -> None:
+        # typed while the run starts: the run waits for them (Staged.rows)
+        try:
+            async with state.db.connection() as conn:
+                staged.fill(await rec.stage_records(conn, table=table, rows=rows, ids=ids))
+        finally:
+            staged.fill(None)  # no-op once filled
+
+    staging = asyncio.ensure_future(stage_rows())
+    try:
+        assert state.temporal is not None
+        try:
+            handle = await start_pipeline(
+                state.temporal, workflow_id=wid, inp=inp, task_queue=state.settings.task_queue, eager=True,
+                search_attributes=state.settings.temporal_search_attributes, encoded=encode_input(inp),
+            )
+        except Exception as exc:  # Temporal unreachable: insert now, the outbox runs it later
+            log.warning("pipeline %s not started: %s", wid, type(exc).__name__)
+            return True
+        result = asyncio.ensure_future(handle.result())
+        await asyncio.wait({staged.computed, result}, timeout=inp.time_budget_s + GRACE_S,
+                           return_when=asyncio.FIRST_COMPLETED)
+        if not staged.computed.done():
+            log.warning("pipeline %s did not take its staged rows; inserting first", wid)
+            return True
+        await staging  # done: the run computed from its rows
+        _, updates = staged.computed.result()
+        by_id = {u["id"]: u for u in updates}
+        computed = [by_id[rid]["values"] if rid in by_id else {} for rid in ids]
+        outcomes = [by_id[rid]["outcome"] if rid in by_id else {"status": "ok", "run_id": wid, "errors": {}}
+                    for rid in ids]
+        records: list[str | ServiceError] = []
+        try:
+            async with state.db.connection() as conn:  # one autocommit statement
+                records.extend(await rec.insert_computed_json(conn, table=table, rows=rows, ids=ids,
+                                                              computed=computed, outcomes=outcomes))
+        except ServiceError:
+            # a row the database refuses (a relation to a missing record): row by row
+            records.clear()
+            for i, row in enumerate(rows):
+                try:
+                    async with state.db.connection() as conn:
+                        records.extend(await rec.insert_computed_json(
+                            conn, table=table, rows=[row], ids=[ids[i]], computed=[computed[i]],
+                            outcomes=[outcomes[i]]))
+                except ServiceError as exc:
+                    records.append(exc)
+        stored = {rid for rid, r in zip(ids, records) if not isinstance(r, ServiceError)}
+        staged.settle(stored)
+        failed = any(o["status"] != "ok" for rid, o in zip(ids, outcomes) if rid in stored)
+        status = "error" if failed else "ok"
+        observe_pipeline("create", status, time.perf_counter() - clock, len(rows))
+        return Computed(records, {"status": status, "run_id": wid, "run_ids": [wid], "errors": {}} if stored else None)
+    finally:
+        staged.settle(set())  # no-op once settled; else the run stops waiting
+        written.unstage(wid)
+        if not staging.done():
+            staging.cancel()
+        elif not staging.cancelled():
+            staging.exception()  # retrieved (a failed staging means the usual path ran)
+        if result is not None:
+            if not result.done():
+                result.cancel()  # the workflow completes on its own; its answer is ours already
+            elif not result.cancelled():
+                result.exception()  # retrieved: no "exception never retrieved" noise

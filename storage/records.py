@@ -19,11 +19,11 @@ from psycopg import AsyncConnection, sql
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
-from storage import ddl
+from storage import ddl, jsontext
 from storage.errors import InvalidValue, ServiceError, UnknownColumn
 from storage.query import build_where
 from storage.query.render import record_json_renderable, record_object
-from storage.schema import ColumnMeta, ColumnType, TableMeta
+from storage.schema import COMPUTED_PG_TYPE, ColumnMeta, ColumnType, TableMeta
 from storage.values import decode_value, encode_value, iso
 
 Conn = AsyncConnection[Any]
@@ -202,6 +202,115 @@ async def insert_records_json(conn: Conn, *, table: TableMeta, rows: Sequence[Pr
 
 
 _INSERT_JSON_SQL: dict[tuple[Any, ...], str] = {}
+
+
+async def allocate_ids(conn: Conn, *, table: TableMeta, n: int) -> list[int]:
+    """``n`` new record ids from the table's identity sequence, ascending (an INSERT
+    given them stores its rows under them)."""
+    key = ("ids", table.workspace_id, table.id)
+    query = _INSERT_SQL.get(key)
+    if query is None:
+        if len(_INSERT_SQL) >= 4096:
+            _INSERT_SQL.clear()
+        query = _INSERT_SQL[key] = sql.SQL("SELECT nextval(pg_get_serial_sequence({}, 'id')) FROM generate_series(1, %s)").format(
+            sql.Literal(_target(table).as_string(None))).as_string(None)
+    cur = await conn.cursor(row_factory=tuple_row).execute(query, [n])
+    return sorted(row[0] for row in await cur.fetchall())
+
+
+async def stage_records(conn: Conn, *, table: TableMeta, rows: Sequence[PreparedRow],
+                        ids: Sequence[int]) -> list[dict[str, Any]]:
+    """The rows :func:`insert_records` would store, without storing them: row ``i`` as
+    record ``ids[i]`` (:func:`allocate_ids`) with every column the insert would write,
+    typed by PostgreSQL exactly as the insert types it (the same ``jsonb_to_recordset``
+    expression) and read back as a stored row reads. Columns no row sets are absent
+    (NULL when inserted). For computing a create's columns before its one INSERT
+    (:func:`insert_computed_json`)."""
+    if not rows:
+        return []
+    col_ids = sorted({cid for r in rows for cid in r.values})
+    if not col_ids:
+        return [{"id": rid} for rid in ids]
+    _, params = _insert_statement(table, rows)
+    types = tuple(ddl.pg_type(_column(table, cid).type) for cid in col_ids)
+    key = ("stage", table.workspace_id, table.id, tuple(col_ids), types)
+    query = _INSERT_SQL.get(key)
+    if query is None:
+        cols = sql.SQL(", ").join(sql.Identifier(f"c_{cid}") for cid in col_ids)
+        defs = sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(f"c_{cid}"), sql.SQL(t))
+                                  for cid, t in zip(col_ids, types))
+        if len(_INSERT_SQL) >= 4096:
+            _INSERT_SQL.clear()
+        query = _INSERT_SQL[key] = sql.SQL(
+            "SELECT {cols} FROM ROWS FROM (jsonb_to_recordset(%s::jsonb) AS ({defs}))"
+            " WITH ORDINALITY AS x ORDER BY x.ordinality"
+        ).format(cols=cols, defs=defs).as_string(None)
+    cur = await conn.execute(query, params)
+    staged = await cur.fetchall()
+    for row, rid in zip(staged, ids):
+        row["id"] = rid
+    return staged
+
+
+async def insert_computed_json(
+    conn: Conn, *, table: TableMeta, rows: Sequence[PreparedRow], ids: Sequence[int],
+    computed: Sequence[Mapping[int, Any]], outcomes: Sequence[Mapping[str, Any]],
+) -> list[str]:
+    """Insert records with their computed values and pipeline outcome in one statement:
+    row ``i`` as record ``ids[i]`` (from :func:`stage_records`) with ``computed[i]``
+    (column id → JSON value) and ``outcomes[i]`` as ``_pipeline``. Answers each record's
+    API JSON with its ``pipeline`` (as write responses show it), rendered by PostgreSQL,
+    in input order. The realtime feed sees one INSERT per record with every value.
+
+    Raises:
+        InvalidValue: as :func:`insert_records` (the statement inserts nothing).
+    """
+    if not rows:
+        return []
+    data_ids = sorted({cid for r in rows for cid in r.values})
+    comp_ids = sorted({cid for c in computed for cid in c})
+    physical = [f"c_{cid}" for cid in data_ids]
+    doc = []
+    for row, rid, comp, outcome in zip(rows, ids, computed, outcomes):
+        item: dict[str, Any] = {"id": rid, "_pipeline": outcome}
+        for p, cid in zip(physical, data_ids):
+            if cid in row.values:
+                item[p] = row.values[cid]
+        for cid, value in comp.items():
+            item[f"c_{cid}"] = value
+        doc.append(item)
+    payload = jsontext.dumps(doc, default=_json_default).decode()
+    key = ("computed", table.workspace_id, table.id, tuple(data_ids), tuple(comp_ids),
+           tuple((c.physical, c.type) for c in table.columns))
+    query = _INSERT_JSON_SQL.get(key)
+    if query is None:
+        names = [sql.Identifier(f"c_{cid}") for cid in (*data_ids, *comp_ids)]
+        types = [ddl.pg_type(_column(table, cid).type) for cid in data_ids]
+        types += [COMPUTED_PG_TYPE] * len(comp_ids)
+        cols = sql.SQL(", ").join([sql.Identifier("id"), *names, sql.Identifier("_pipeline")])
+        defs = sql.SQL(", ").join([sql.SQL("id bigint"), *(sql.SQL("{} {}").format(n, sql.SQL(t))
+                                                         for n, t in zip(names, types)), sql.SQL("_pipeline jsonb")])
+        if len(_INSERT_JSON_SQL) >= 4096:
+            _INSERT_JSON_SQL.clear()
+        query = _INSERT_JSON_SQL[key] = sql.SQL(
+            "WITH ins AS (INSERT INTO {t} ({cols}) SELECT {cols} FROM ROWS FROM (jsonb_to_recordset(%s::jsonb)"
+            " AS ({defs})) WITH ORDINALITY AS x ORDER BY x.ordinality RETURNING *)"
+            " SELECT {obj}::text FROM ins ORDER BY id"
+        ).format(t=_target(table), cols=cols, defs=defs,
+                 obj=record_object(table.columns, "ins", pipeline=True)).as_string(None)
+    try:
+        cur = await conn.cursor(row_factory=tuple_row).execute(query, [payload, *(c.name for c in table.columns)])
+    except psycopg.errors.ForeignKeyViolation as exc:
+        raise _fk_error(table, exc) from None
+    by_order = [row[0] for row in await cur.fetchall()]
+    # ORDER BY id: input order when ids ascend with it (stage_records)
+    if list(ids) != sorted(ids):
+        order = sorted(range(len(ids)), key=lambda i: ids[i])
+        out = [""] * len(ids)
+        for pos, i in enumerate(order):
+            out[i] = by_order[pos]
+        return out
+    return by_order
 
 
 def _insert_statement(table: TableMeta, rows: Sequence[PreparedRow]) -> tuple[str, list[Any]]:

@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     # MCP: serve tools/call POSTs through the SDK's single-request kernel without its
     # per-request stateless transport (api/mcp/fastpath.py); off = every request via the SDK
     mcp_fast_path: bool = True
+    # pipelines: a batch create whose computed columns are all formulas/parsers has them
+    # computed by its run (in-process worker) before its one INSERT, instead of inserting
+    # and then updating every row (api/pipelines.py create_computed); off = insert, then run
+    pipeline_precompute: bool = True
     # rate limiting on/off (bench compares both); quotas are always on
     rate_limits: bool = True
     log_level: str = "info"

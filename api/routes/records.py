@@ -13,7 +13,15 @@ from psycopg.pq import TransactionStatus
 from starlette.responses import Response
 
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
-from api.pipelines import await_pipeline, queue_pipeline, refresh_embeddings, will_run
+from api.pipelines import (
+    Computed,
+    await_pipeline,
+    can_precompute,
+    create_computed,
+    queue_pipeline,
+    refresh_embeddings,
+    will_run,
+)
 from api.responses import JSON
 from api.routes.tables import ERRORS
 from api.routes.views import view_query
@@ -66,11 +74,13 @@ async def _write(
     mode: str,
     changed: list[str] | None,
     enabled: bool,
+    charged: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """Run ``write`` and then the table's pipeline for the rows it wrote.
 
     Without computed columns to run, the write is one autocommit statement. With them,
     the write and its outbox row commit together, so a Temporal outage loses nothing.
+    ``charged``: the automation runs are paid already (a staged create that fell back).
     """
     levels = will_run(table, mode=mode, changed=changed, enabled=enabled)
     if not levels:
@@ -79,7 +89,8 @@ async def _write(
         return await refresh_embeddings(state, table, rows, None, mode=mode, changed=changed)
     async with state.db.transaction() as conn:
         rows = await write(conn)
-        pending = await queue_pipeline(state, principal, table, conn, rows, mode=mode, levels=levels)
+        pending = await queue_pipeline(state, principal, table, conn, rows, mode=mode, levels=levels,
+                                       charged=charged)
     final, outcome = await await_pipeline(state, table, rows, pending)
     return await refresh_embeddings(state, table, final, outcome, mode=mode, changed=changed)
 
@@ -259,6 +270,21 @@ async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: S
             valid.append((i, prepared))
         except ServiceError as exc:
             results[i] = {"index": i, "error": exc.message, "code": exc.code}
+    charged = False
+    if valid and body.run_pipeline:
+        levels = will_run(table, mode="create", changed=None, enabled=True)
+        if can_precompute(state, table, levels, len(valid)):
+            # the run computes the columns first; the records go in once, with their values
+            done = await create_computed(state, principal, table, [p for _, p in valid], levels)
+            if isinstance(done, Computed):
+                for (i, _), stored in zip(valid, done.records):
+                    results[i] = ({"index": i, "error": stored.message, "code": stored.code}
+                                  if isinstance(stored, ServiceError) else {"index": i, "record": orjson.Fragment(stored)})
+                out: dict[str, Any] = {"results": results}
+                if done.outcome is not None:
+                    out["pipeline"] = done.outcome
+                return JSON(out)
+            charged = done
     if valid and _plain(table, enabled=body.run_pipeline):
         # nothing runs after the insert: PostgreSQL renders the new records (one statement,
         # no row decoded in Python); a failing row falls to the isolating path below
@@ -298,14 +324,14 @@ async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: S
     outcome: dict[str, Any] | None = None
     if valid:
         rows_after, outcome = await _write(state, principal, table, write, mode="create", changed=None,
-                                           enabled=body.run_pipeline)
+                                           enabled=body.run_pipeline, charged=charged)
     per_row = (outcome or {}).get("per_record", {})
     for (i, _), row in zip(inserted, rows_after):
         record = rec.row_to_record(table, row)
         if per_row.get(str(row["id"])) is not None:
             record["pipeline"] = per_row[str(row["id"])]
         results[i] = {"index": i, "record": record}
-    out: dict[str, Any] = {"results": results}
+    out = {"results": results}
     if outcome is not None:
         out["pipeline"] = {k: v for k, v in outcome.items() if k != "per_record"}
     return JSON(out)

@@ -52,15 +52,22 @@ def record_json_renderable(columns: tuple[ColumnMeta, ...] | list[ColumnMeta]) -
     return len(columns) <= MAX_FIELDS and all(c.type is not ColumnType.FILE for c in columns)
 
 
-def record_object(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str) -> sql.Composed:
+def record_object(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str, *,
+                  pipeline: bool = False) -> sql.Composed:
     """``json_build_object`` of one API record (``id``, ``fields``, timestamps) over the
-    row ``alias``; takes the column names as parameters, in order (``%s`` each)."""
+    row ``alias``; takes the column names as parameters, in order (``%s`` each).
+    ``pipeline`` adds the record's pipeline outcome as write responses show it
+    (``{status, run_id, errors}``, from ``_pipeline``)."""
     pairs = [sql.SQL("%s::text, {}").format(value_json(col, sql.Identifier(alias, col.physical))) for col in columns]
+    outcome = sql.SQL(
+        ", 'pipeline', json_build_object('status', {p}->'status', 'run_id', {p}->'run_id', 'errors', {p}->'errors')"
+    ).format(p=sql.Identifier(alias, "_pipeline")) if pipeline else sql.SQL("")
     return sql.SQL(
         "json_build_object('id', {a}.id, 'fields', json_build_object({pairs}),"
-        " 'created_at', {created}, 'updated_at', {updated})"
+        " 'created_at', {created}, 'updated_at', {updated}{outcome})"
     ).format(a=sql.Identifier(alias), pairs=sql.SQL(", ").join(pairs),
-             created=sql.Identifier(alias, "created_at"), updated=sql.Identifier(alias, "updated_at"))
+             created=sql.Identifier(alias, "created_at"), updated=sql.Identifier(alias, "updated_at"),
+             outcome=outcome)
 
 
 def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
