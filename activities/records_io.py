@@ -63,22 +63,22 @@ class RecordIO:
 
     async def _precomputed(self, inp: FusedInput) -> PipelineResult:
         """A staged create (:class:`activities.written.Staged`): compute from the staged
-        rows, hand the values to the write, and report the records it stored."""
+        rows, hand the values to the write, and report the records it stored. The input
+        carries no record ids (the staged rows do)."""
         p = inp.pipeline
         staged = written.take_staged(inp.run_id)
-        if staged is None:
+        rows: list[dict[str, Any]] | None = None
+        if staged is not None:
+            try:
+                rows = await asyncio.wait_for(asyncio.shield(staged.rows), timeout=STORE_WAIT_S)
+            except asyncio.CancelledError:
+                if not staged.rows.cancelled():
+                    raise  # this activity is being cancelled
+        if staged is None or rows is None:
             # the write is not waiting here (another process took the task, or it gave up
-            # and inserted its records itself, with a run of their own): nothing to do
+            # and inserts its records itself, to run them after): nothing to do
             return PipelineResult(run_id=inp.run_id, status="error", records={
-                str(rid): RecordOutcome(status="error", errors={"_pipeline": NOT_STAGED}) for rid in p.record_ids})
-        try:
-            rows = await asyncio.wait_for(asyncio.shield(staged.rows), timeout=STORE_WAIT_S)
-        except (TimeoutError, asyncio.CancelledError):
-            # the write could not stage its rows (it inserts them itself, then runs them)
-            if not staged.rows.cancelled():
-                raise
-            return PipelineResult(run_id=inp.run_id, status="error", records={
-                str(rid): RecordOutcome(status="error", errors={"_pipeline": NOT_STAGED}) for rid in p.record_ids})
+                ALL_RECORDS: RecordOutcome(status="error", errors={"_pipeline": NOT_STAGED})})
         fields = _decode(table_meta(p.table), rows)
         result, updates = _evaluate(inp, fields).result(inp.run_id, json_keys=False)
         staged.hand(result, updates)
@@ -86,11 +86,12 @@ class RecordIO:
             stored = await asyncio.wait_for(asyncio.shield(staged.stored), timeout=STORE_WAIT_S)
         except TimeoutError:
             stored = set()
-        for rid in p.record_ids:
-            if rid not in stored:
-                result.records[str(rid)] = RecordOutcome(status="error", errors={"_record": NOT_STORED})
+        for row in rows:
+            if row["id"] not in stored:
+                rid = str(row["id"])
+                result.records[rid] = RecordOutcome(status="error", errors={"_record": NOT_STORED})
                 with suppress(ValueError):
-                    result.ok.remove(str(rid))
+                    result.ok.remove(rid)
                 result.status = "error"
         return result
 
@@ -116,6 +117,7 @@ class RecordIO:
         return count
 
 
+ALL_RECORDS = "*"  # a result's key for "every record of the run"
 NOT_STAGED = "not run here: the write stored its records and ran their columns itself"
 NOT_STORED = "the write did not store this record"
 STORE_WAIT_S = 10.0  # how long a staged run waits for its write to report what it stored

@@ -9,6 +9,7 @@ steps, from the plan) end a row with ``budget_exceeded`` on the columns left.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -57,9 +58,12 @@ class PipelineWorkflow:
         if inp.write and _all_pure(inp, self.cols):
             # the common case, formulas and parsers only: load, evaluate every level and
             # write in ONE local activity (same rules, see activities/ledger.py)
+            # a staged create's run reads its records from the staged rows (record ids
+            # included): its activity input goes without the ids (~1 ms of converting 500)
+            fused = replace(inp, record_ids=[]) if inp.precompute else inp
             return await workflow.execute_local_activity(
                 "pure_pipeline",
-                FusedInput(pipeline=inp, run_id=workflow.info().workflow_id, now=self.start.isoformat()),
+                FusedInput(pipeline=fused, run_id=workflow.info().workflow_id, now=self.start.isoformat()),
                 start_to_close_timeout=timedelta(seconds=max(1.0, min(30.0, inp.time_budget_s))),
                 retry_policy=LOCAL_RETRY,
                 result_type=PipelineResult,
