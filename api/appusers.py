@@ -21,6 +21,7 @@ import asyncio
 import functools
 import hashlib
 import hmac
+import math
 import re
 import secrets
 import time
@@ -74,10 +75,12 @@ def _jwt_key(state: AppState) -> bytes:
 
 def access_token(state: AppState, *, workspace_id: int, record_id: int, family_id: str) -> tuple[str, int]:
     ttl = int(state.settings.app_access_ttl_s)
-    now = int(time.time())
+    now = time.time()
     claims = {
         "iss": ISSUER, "aud": AUDIENCE, "sub": str(record_id), "ws": workspace_id, "sid": family_id,
-        "iat": now, "exp": now + ttl, "typ": "access",
+        # whole seconds, rounded so the token lives at least the ``expires_in`` it is
+        # announced with (int(now) + ttl could end it up to a second early)
+        "iat": int(now), "exp": math.ceil(now) + ttl, "typ": "access",
     }
     return jwt.encode(claims, _jwt_key(state), algorithm="HS256"), ttl
 

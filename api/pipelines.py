@@ -172,7 +172,8 @@ def _result_from_rows(run: _Committed, by_id: dict[int, dict[str, Any]]) -> Pipe
 
 
 async def await_pipeline(
-    state: AppState, table: TableMeta, rows: list[dict[str, Any]], pending: Pending | None,
+    state: AppState, table: TableMeta, rows: list[dict[str, Any]], pending: Pending | None, *,
+    start: bool = True,
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """After the commit: start the queued runs and wait for them.
 
@@ -191,7 +192,7 @@ async def await_pipeline(
     if pending.outcome is not None:
         return rows, _single_or_batch(pending.outcome, len(rows))
     run_ids = [wid for wid, _, _ in pending.runs]
-    if state.temporal is None:
+    if state.temporal is None or not start:  # the outbox relay starts them
         queued = {"status": "queued", "run_id": run_ids[0], "errors": {}}
         return rows, _single_or_batch({**queued, "run_ids": run_ids} if len(rows) > 1 else queued, len(rows))
     started: list[int] = []
@@ -356,6 +357,14 @@ def can_precompute(state: AppState, table: TableMeta, levels: list[list[ColumnMe
             and bool(levels) and all(c.type in PRECOMPUTE_KINDS for level in levels for c in level))
 
 
+@dataclass(frozen=True)
+class InsertFirst:
+    """:func:`create_computed`'s answer when the write must insert first and run after."""
+
+    charged: bool  # the automation runs are paid already
+    start: bool = True  # False: Temporal just failed to start a run; queue it for the relay only
+
+
 @dataclass
 class Computed:
     """What :func:`create_computed` stored: per input row its record's JSON (with its
@@ -368,7 +377,7 @@ class Computed:
 async def create_computed(
     state: AppState, principal: Principal, table: TableMeta, rows: list[rec.PreparedRow],
     levels: list[list[ColumnMeta]],
-) -> Computed | bool:
+) -> Computed | InsertFirst:
     """Create ``rows`` with their computed columns in ONE statement.
 
     The rows are staged first (new ids, values typed as stored: one SELECT); the run starts
@@ -379,15 +388,16 @@ async def create_computed(
     event and its dead tuples) and the run's reading of the rows; subscribers see each
     record once, complete.
 
-    Nothing is stored before the values arrive. Returns ``True`` (automation runs charged)
-    or ``False`` when the caller must insert and run as usual instead: quota refused,
-    Temporal unreachable, or the run did not take the staged rows in time (another
-    worker took the task, or Temporal is slow).
+    Nothing is stored before the values arrive. Returns :class:`InsertFirst` when the
+    caller must insert and run as usual instead: quota refused, Temporal unreachable
+    (then the caller only queues the run, without a second start attempt), or the run
+    did not take the staged rows in time (another worker took the task, or Temporal is
+    slow).
     """
     try:
         await charge_automation_runs(state, principal, len(rows))
     except PlanLimit:
-        return False  # the usual path answers it (the write happens, the runs do not)
+        return InsertFirst(charged=False)  # the usual path answers it (the write happens, the runs do not)
     async with state.db.connection() as conn:
         ids = await rec.allocate_ids(conn, table=table, n=len(rows))
     inp = pipeline_input(principal, table, ids, "create", levels)
@@ -415,13 +425,13 @@ async def create_computed(
             )
         except Exception as exc:  # Temporal unreachable: insert now, the outbox runs it later
             log.warning("pipeline %s not started: %s", wid, type(exc).__name__)
-            return True
+            return InsertFirst(charged=True, start=False)
         result = asyncio.ensure_future(handle.result())
         await asyncio.wait({staged.computed, result}, timeout=inp.time_budget_s + GRACE_S,
                            return_when=asyncio.FIRST_COMPLETED)
         if not staged.computed.done():
             log.warning("pipeline %s did not take its staged rows; inserting first", wid)
-            return True
+            return InsertFirst(charged=True)
         await staging  # done: the run computed from its rows
         _, updates = staged.computed.result()
         by_id = {u["id"]: u for u in updates}

@@ -15,6 +15,7 @@ from starlette.responses import Response
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.pipelines import (
     Computed,
+    InsertFirst,
     await_pipeline,
     can_precompute,
     create_computed,
@@ -75,12 +76,14 @@ async def _write(
     changed: list[str] | None,
     enabled: bool,
     charged: bool = False,
+    start: bool = True,
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """Run ``write`` and then the table's pipeline for the rows it wrote.
 
     Without computed columns to run, the write is one autocommit statement. With them,
     the write and its outbox row commit together, so a Temporal outage loses nothing.
-    ``charged``: the automation runs are paid already (a staged create that fell back).
+    ``charged``: the automation runs are paid already (a staged create that fell back);
+    ``start=False``: Temporal just refused to start its run, so it is only queued.
     """
     levels = will_run(table, mode=mode, changed=changed, enabled=enabled)
     if not levels:
@@ -91,7 +94,7 @@ async def _write(
         rows = await write(conn)
         pending = await queue_pipeline(state, principal, table, conn, rows, mode=mode, levels=levels,
                                        charged=charged)
-    final, outcome = await await_pipeline(state, table, rows, pending)
+    final, outcome = await await_pipeline(state, table, rows, pending, start=start)
     return await refresh_embeddings(state, table, final, outcome, mode=mode, changed=changed)
 
 
@@ -270,7 +273,7 @@ async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: S
             valid.append((i, prepared))
         except ServiceError as exc:
             results[i] = {"index": i, "error": exc.message, "code": exc.code}
-    charged = False
+    fallback = InsertFirst(charged=False)
     if valid and body.run_pipeline:
         levels = will_run(table, mode="create", changed=None, enabled=True)
         if can_precompute(state, table, levels, len(valid)):
@@ -284,7 +287,7 @@ async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: S
                 if done.outcome is not None:
                     out["pipeline"] = done.outcome
                 return JSON(out)
-            charged = done
+            fallback = done
     if valid and _plain(table, enabled=body.run_pipeline):
         # nothing runs after the insert: PostgreSQL renders the new records (one statement,
         # no row decoded in Python); a failing row falls to the isolating path below
@@ -324,7 +327,8 @@ async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: S
     outcome: dict[str, Any] | None = None
     if valid:
         rows_after, outcome = await _write(state, principal, table, write, mode="create", changed=None,
-                                           enabled=body.run_pipeline, charged=charged)
+                                           enabled=body.run_pipeline, charged=fallback.charged,
+                                           start=fallback.start)
     per_row = (outcome or {}).get("per_record", {})
     for (i, _), row in zip(inserted, rows_after):
         record = rec.row_to_record(table, row)
