@@ -463,9 +463,9 @@ async def create_computed(
     finally:
         staged.settle(set())  # no-op once settled; else the run stops waiting
         written.unstage(wid)
-        if not staging.done():
-            staging.cancel()
-        elif not staging.cancelled():
+        # a short query: let it finish rather than cancel it on a pooled connection
+        await asyncio.wait({staging})
+        if not staging.cancelled():
             staging.exception()  # retrieved (a failed staging means the usual path ran)
         if result is not None:
             if not result.done():

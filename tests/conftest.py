@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,16 @@ def start_api(services: Services, *, name: str = "api", **env: str) -> ApiProces
         time.sleep(0.2)
     proc.kill()
     raise RuntimeError(f"API not healthy in time ({last}):\n{log.read_text()[-4000:]}")
+
+
+@contextmanager
+def api_process(services: Services, *, name: str, **env: str) -> Iterator[str]:
+    """Another API process on the same database with ``env`` set; yields its base URL."""
+    proc = start_api(services, name=name, **env)
+    try:
+        yield proc.base_url
+    finally:
+        proc.stop()
 
 
 def running_api(services: Services, *, name: str, **env: str) -> Iterator[ApiProcess]:

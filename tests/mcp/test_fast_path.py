@@ -27,7 +27,7 @@ from starlette.types import Message, Receive, Scope
 from api.mcp import fastpath
 from api.mcp.server import call_tool_result
 from api.mcp.spec import JsonValues
-from tests.conftest import start_api
+from tests.conftest import api_process
 from tests.mcp.conftest import MCP_PATH
 
 VERSIONS = [*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS]
@@ -326,11 +326,8 @@ COLUMNS = [{"name": "Name", "type": "text"}, {"name": "Score", "type": "number"}
 @pytest.fixture(scope="module")
 def sdk_only_url(services: Any) -> Iterator[str]:
     """An API process on the same database with the fast path off: every request via the SDK."""
-    proc = start_api(services, name="api-mcp-sdk-only", WDS_MCP_FAST_PATH="false")
-    try:
-        yield proc.base_url
-    finally:
-        proc.stop()
+    with api_process(services, name="api-mcp-sdk-only", WDS_MCP_FAST_PATH="false") as url:
+        yield url
 
 
 def test_api_fast_path_and_sdk_only_api_answer_identically(ws, base_url, sdk_only_url):

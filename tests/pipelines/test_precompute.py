@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from activities import written
-from tests.conftest import start_api
+from tests.conftest import api_process
 
 COLUMNS = [
     {"name": "A", "type": "number"},
@@ -40,11 +40,8 @@ def rows_for(n: int) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def insert_first_url(services: Any) -> Iterator[str]:
     """An API process on the same database that inserts first and runs after."""
-    proc = start_api(services, name="api-insert-first", WDS_PIPELINE_PRECOMPUTE="false")
-    try:
-        yield proc.base_url
-    finally:
-        proc.stop()
+    with api_process(services, name="api-insert-first", WDS_PIPELINE_PRECOMPUTE="false") as url:
+        yield url
 
 
 def _normal(result: dict[str, Any]) -> dict[str, Any]:
