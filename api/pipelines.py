@@ -434,10 +434,9 @@ async def create_computed(
             return InsertFirst(charged=True)
         await staging  # done: the run computed from its rows
         _, updates = staged.computed.result()
-        by_id = {u["id"]: u for u in updates}
-        computed = [by_id[rid]["values"] if rid in by_id else {} for rid in ids]
-        outcomes = [by_id[rid]["outcome"] if rid in by_id else {"status": "ok", "run_id": wid, "errors": {}}
-                    for rid in ids]
+        by_id = {u["id"]: u for u in updates}  # one per staged row (activities/ledger.py)
+        computed = [by_id[rid]["values"] for rid in ids]
+        outcomes = [by_id[rid]["outcome"] for rid in ids]
         records: list[str | ServiceError] = []
         try:
             async with state.db.connection() as conn:  # one autocommit statement

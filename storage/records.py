@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import orjson
@@ -190,10 +191,8 @@ async def insert_records_json(conn: Conn, *, table: TableMeta, rows: Sequence[Pr
     key = (insert, tuple((c.physical, c.type) for c in table.columns))
     query = _INSERT_JSON_SQL.get(key)
     if query is None:
-        if len(_INSERT_JSON_SQL) >= 4096:
-            _INSERT_JSON_SQL.clear()
-        query = _INSERT_JSON_SQL[key] = sql.SQL("WITH ins AS ({}) SELECT {}::text FROM ins ORDER BY id").format(
-            sql.SQL(insert), record_object(table.columns, "ins")).as_string(None)
+        query = _remember(_INSERT_JSON_SQL, key, sql.SQL("WITH ins AS ({}) SELECT {}::text FROM ins ORDER BY id").format(
+            sql.SQL(insert), record_object(table.columns, "ins")))
     try:
         cur = await conn.cursor(row_factory=tuple_row).execute(query, [*params, *(c.name for c in table.columns)])
     except psycopg.errors.ForeignKeyViolation as exc:
@@ -204,7 +203,7 @@ async def insert_records_json(conn: Conn, *, table: TableMeta, rows: Sequence[Pr
 _INSERT_JSON_SQL: dict[tuple[Any, ...], str] = {}
 
 
-_SEQUENCES: dict[tuple[int, int], str] = {}
+_SEQUENCES: dict[tuple[Any, ...], str] = {}
 
 
 async def allocate_ids(conn: Conn, *, table: TableMeta, n: int) -> list[int]:
@@ -219,10 +218,8 @@ async def allocate_ids(conn: Conn, *, table: TableMeta, n: int) -> list[int]:
         found = await cur.fetchone()
         if found is None or found[0] is None:
             raise ServiceError(f"table {table.name!r} has no id sequence", code="CONFLICT", status=409)
-        if len(_SEQUENCES) >= 4096:
-            _SEQUENCES.clear()
-        query = _SEQUENCES[key] = sql.SQL("SELECT nextval({}::regclass) FROM generate_series(1, %s)").format(
-            sql.Literal(found[0])).as_string(None)
+        query = _remember(_SEQUENCES, key, sql.SQL("SELECT nextval({}::regclass) FROM generate_series(1, %s)").format(
+            sql.Literal(found[0])))
     cur = await conn.cursor(row_factory=tuple_row).execute(query, [n])
     return sorted(row[0] for row in await cur.fetchall())
 
@@ -241,19 +238,13 @@ async def stage_records(conn: Conn, *, table: TableMeta, rows: Sequence[Prepared
     if not col_ids:
         return [{"id": rid} for rid in ids]
     _, params = _insert_statement(table, rows)
-    types = tuple(ddl.pg_type(_column(table, cid).type) for cid in col_ids)
-    key = ("stage", table.workspace_id, table.id, tuple(col_ids), types)
+    columns = _data_columns(table, col_ids)
+    key = ("stage", table.workspace_id, table.id, columns)
     query = _INSERT_SQL.get(key)
     if query is None:
-        cols = sql.SQL(", ").join(sql.Identifier(f"c_{cid}") for cid in col_ids)
-        defs = sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(f"c_{cid}"), sql.SQL(t))
-                                  for cid, t in zip(col_ids, types))
-        if len(_INSERT_SQL) >= 4096:
-            _INSERT_SQL.clear()
-        query = _INSERT_SQL[key] = sql.SQL(
-            "SELECT {cols} FROM ROWS FROM (jsonb_to_recordset(%s::jsonb) AS ({defs}))"
-            " WITH ORDINALITY AS x ORDER BY x.ordinality"
-        ).format(cols=cols, defs=defs).as_string(None)
+        names, source = _typed_rows(columns)
+        query = _remember(_INSERT_SQL, key, sql.SQL("SELECT {names} FROM {source} ORDER BY x.ordinality").format(
+            names=names, source=source))
     cur = await conn.execute(query, params)
     staged = await cur.fetchall()
     for row, rid in zip(staged, ids):
@@ -266,7 +257,8 @@ async def insert_computed_json(
     computed: Sequence[Mapping[int, Any]], outcomes: Sequence[Mapping[str, Any]],
 ) -> list[str]:
     """Insert records with their computed values and pipeline outcome in one statement:
-    row ``i`` as record ``ids[i]`` (from :func:`stage_records`) with ``computed[i]``
+    row ``i`` as record ``ids[i]`` (ascending with the input, as :func:`allocate_ids`
+    gives them) with ``computed[i]``
     (column id → JSON value) and ``outcomes[i]`` as ``_pipeline``. Answers each record's
     API JSON with its ``pipeline`` (as write responses show it), rendered by PostgreSQL,
     in input order. The realtime feed sees one INSERT per record with every value.
@@ -276,6 +268,8 @@ async def insert_computed_json(
     """
     if not rows:
         return []
+    if any(a >= b for a, b in pairwise(ids)):
+        raise ValueError("record ids must ascend with the input rows")
     data_ids = sorted({cid for r in rows for cid in r.values})
     comp_ids = sorted({cid for c in computed for cid in c})
     physical = [f"c_{cid}" for cid in data_ids]
@@ -289,37 +283,21 @@ async def insert_computed_json(
             item[f"c_{cid}"] = value
         doc.append(item)
     payload = jsontext.dumps(doc, default=_json_default).decode()
-    key = ("computed", table.workspace_id, table.id, tuple(data_ids), tuple(comp_ids),
-           tuple((c.physical, c.type) for c in table.columns))
+    columns = (("id", "bigint"), *_data_columns(table, data_ids),
+               *((f"c_{cid}", COMPUTED_PG_TYPE) for cid in comp_ids), ("_pipeline", "jsonb"))
+    key = ("computed", table.workspace_id, table.id, columns, tuple((c.physical, c.type) for c in table.columns))
     query = _INSERT_JSON_SQL.get(key)
     if query is None:
-        names = [sql.Identifier(f"c_{cid}") for cid in (*data_ids, *comp_ids)]
-        types = [ddl.pg_type(_column(table, cid).type) for cid in data_ids]
-        types += [COMPUTED_PG_TYPE] * len(comp_ids)
-        cols = sql.SQL(", ").join([sql.Identifier("id"), *names, sql.Identifier("_pipeline")])
-        defs = sql.SQL(", ").join([sql.SQL("id bigint"), *(sql.SQL("{} {}").format(n, sql.SQL(t))
-                                                         for n, t in zip(names, types)), sql.SQL("_pipeline jsonb")])
-        if len(_INSERT_JSON_SQL) >= 4096:
-            _INSERT_JSON_SQL.clear()
-        query = _INSERT_JSON_SQL[key] = sql.SQL(
-            "WITH ins AS (INSERT INTO {t} ({cols}) SELECT {cols} FROM ROWS FROM (jsonb_to_recordset(%s::jsonb)"
-            " AS ({defs})) WITH ORDINALITY AS x ORDER BY x.ordinality RETURNING *)"
+        names, source = _typed_rows(columns)
+        query = _remember(_INSERT_JSON_SQL, key, sql.SQL(
+            "WITH ins AS (INSERT INTO {t} ({names}) SELECT {names} FROM {source} ORDER BY x.ordinality RETURNING *)"
             " SELECT {obj}::text FROM ins ORDER BY id"
-        ).format(t=_target(table), cols=cols, defs=defs,
-                 obj=record_object(table.columns, "ins", pipeline=True)).as_string(None)
+        ).format(t=_target(table), names=names, source=source, obj=record_object(table.columns, "ins", pipeline=True)))
     try:
         cur = await conn.cursor(row_factory=tuple_row).execute(query, [payload, *(c.name for c in table.columns)])
     except psycopg.errors.ForeignKeyViolation as exc:
         raise _fk_error(table, exc) from None
-    by_order = [row[0] for row in await cur.fetchall()]
-    # ORDER BY id: input order when ids ascend with it (stage_records)
-    if list(ids) != sorted(ids):
-        order = sorted(range(len(ids)), key=lambda i: ids[i])
-        out = [""] * len(ids)
-        for pos, i in enumerate(order):
-            out[i] = by_order[pos]
-        return out
-    return by_order
+    return [row[0] for row in await cur.fetchall()]  # ORDER BY id: the input order
 
 
 def _insert_statement(table: TableMeta, rows: Sequence[PreparedRow]) -> tuple[str, list[Any]]:
@@ -340,21 +318,36 @@ def _insert_statement(table: TableMeta, rows: Sequence[PreparedRow]) -> tuple[st
 _INSERT_SQL: dict[tuple[Any, ...], str] = {}
 
 
+def _typed_rows(columns: Sequence[tuple[str, str]]) -> tuple[sql.Composable, sql.Composable]:
+    """``(names, source)`` for rows sent as ONE JSON array parameter: the column list and
+    ``ROWS FROM (jsonb_to_recordset(%s::jsonb) AS (name type, ...)) WITH ORDINALITY AS x``,
+    typed column by column by PostgreSQL (order the rows by ``x.ordinality``).
+    ``columns``: ``(physical name, PostgreSQL type)`` pairs."""
+    names = sql.SQL(", ").join(sql.Identifier(name) for name, _ in columns)
+    defs = sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(t)) for name, t in columns)
+    return names, sql.SQL("ROWS FROM (jsonb_to_recordset(%s::jsonb) AS ({})) WITH ORDINALITY AS x").format(defs)
+
+
+def _data_columns(table: TableMeta, col_ids: Sequence[int]) -> tuple[tuple[str, str], ...]:
+    return tuple((f"c_{cid}", ddl.pg_type(_column(table, cid).type)) for cid in col_ids)
+
+
+def _remember(cache: dict[tuple[Any, ...], str], key: tuple[Any, ...], query: sql.Composable) -> str:
+    if len(cache) >= 4096:
+        cache.clear()
+    text = cache[key] = query.as_string(None)
+    return text
+
+
 def _insert_sql(table: TableMeta, col_ids: list[int]) -> str:
-    types = tuple(ddl.pg_type(_column(table, cid).type) for cid in col_ids)
-    key = (table.workspace_id, table.id, tuple(col_ids), types)
+    columns = _data_columns(table, col_ids)
+    key = (table.workspace_id, table.id, columns)
     query = _INSERT_SQL.get(key)
     if query is None:
-        cols = sql.SQL(", ").join(sql.Identifier(f"c_{cid}") for cid in col_ids)
-        defs = sql.SQL(", ").join(
-            sql.SQL("{} {}").format(sql.Identifier(f"c_{cid}"), sql.SQL(t)) for cid, t in zip(col_ids, types)
-        )
-        if len(_INSERT_SQL) >= 4096:
-            _INSERT_SQL.clear()
-        query = _INSERT_SQL[key] = sql.SQL(
-            "INSERT INTO {t} ({cols}) SELECT {cols} FROM ROWS FROM (jsonb_to_recordset(%s::jsonb) AS ({defs}))"
-            " WITH ORDINALITY AS x ORDER BY x.ordinality RETURNING *"
-        ).format(t=_target(table), cols=cols, defs=defs).as_string(None)
+        names, source = _typed_rows(columns)
+        query = _remember(_INSERT_SQL, key, sql.SQL(
+            "INSERT INTO {t} ({names}) SELECT {names} FROM {source} ORDER BY x.ordinality RETURNING *"
+        ).format(t=_target(table), names=names, source=source))
     return query
 
 

@@ -75,7 +75,7 @@ from storage import jsontext
 log = logging.getLogger("wds.mcp")
 
 FAST_METHODS = frozenset({"tools/call"})
-_VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.encode("ascii")
+_VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode("ascii")  # ASGI header names are lower case
 # the stateless manager's transport context: no back-channel (no session to answer on)
 _TRANSPORT = TransportContext(kind="streamable-http", can_send_request=False)
 
@@ -159,7 +159,7 @@ def held_result() -> HeldResult | None:
     return _HELD.get()
 
 
-_WANTED = (b"content-length", _VERSION_HEADER.lower(), b"content-type", b"accept")
+_WANTED = (b"content-length", _VERSION_HEADER, b"content-type", b"accept")
 
 
 class _AcceptOnly:
@@ -193,7 +193,7 @@ def _eligible(scope: Scope, max_body: int) -> str | None:
                 return None  # the SDK answers 413
         except ValueError:
             pass
-    raw = headers.get(_WANTED[1])
+    raw = headers.get(_VERSION_HEADER)
     version = raw.decode("latin-1") if raw is not None else ""
     if raw is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
         return None  # the SDK's 2026-era single-exchange entry (or its rejection)
