@@ -15,6 +15,7 @@ from temporalio.client import Client
 
 from api import errors, limits, metrics
 from api.fastpath import FastReads
+from api.textguard import TextGuard
 from api.idempotency import IdempotencyMiddleware
 from api.mcp import server as mcp_server
 from api.routes import (
@@ -157,6 +158,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.fast_reads:
         app.add_middleware(FastReads)  # innermost: GET record / list answered without FastAPI's router
     app.add_middleware(IdempotencyMiddleware)  # inner: runs after limits resolved the principal
+    app.add_middleware(TextGuard)  # JSON bodies with lone surrogates: 400 before any route
     app.add_middleware(ApiMiddleware)  # rate limits + quotas on REST/SQL, usage log of every door
     # browsers on other origins may call the API with bearer tokens (no cookies are used)
     app.add_middleware(

@@ -1,21 +1,25 @@
-"""A direct ASGI dispatch for the two hottest reads: one record by id and a records list.
+"""A direct ASGI dispatch for the hottest reads: one record by id, a records list and SQL.
 
-``GET {rest}/tables/{id}/records/{record_id}`` and ``GET {rest}/tables/{id}/records`` are
-most of a typical backend's traffic. FastAPI's router walks every route and its
-dependency solver builds a ``Request`` and resolves the dependencies for each call; on these
-two reads that machinery cost more CPU than the database query itself (measured in
-``bench/``: GET by id and filtered list at 16 clients). This middleware, innermost in the
-stack (the metrics, CORS, limits and idempotency layers still wrap it), recognises the two
-paths and answers them with the *same* functions the FastAPI routes call
-(:func:`api.routes.records.record_response` and :func:`~api.routes.records.list_response`),
-the same principal resolution (:func:`api.deps.resolve_principal`) and the same error
-rendering (:func:`api.errors.service_error_response`). It marks the request with the
-FastAPI route, so usage logs and metrics see the route template as before.
+``GET {rest}/tables/{id}/records/{record_id}``, ``GET {rest}/tables/{id}/records`` and
+``POST {rest}/sql`` are most of a typical backend's read traffic. FastAPI's router walks
+every route and its dependency solver builds a ``Request``, resolves the dependencies and
+validates the body for each call; on these reads that machinery cost more CPU than the
+database query itself (measured in ``bench/``: GET by id and filtered list at 16 clients,
+the SQL endpoint beside psycopg). This middleware, innermost in the stack (the metrics,
+CORS, limits and idempotency layers still wrap it), recognises the three paths and
+answers them with the *same* functions the FastAPI routes call
+(:func:`api.routes.records.record_response`, :func:`~api.routes.records.list_response`
+and :func:`api.routes.sql.execute_sql`), the same principal resolution
+(:func:`api.deps.resolve_principal`) and the same error rendering
+(:func:`api.errors.service_error_response`). It marks the request with the FastAPI route,
+so usage logs and metrics see the route template as before.
 
 Anything it is not sure to answer identically goes on to FastAPI unchanged: other
-methods and paths, app-user (JWT) sessions, requests without a usable bearer token, and
-list parameters FastAPI itself validates (``limit`` / ``offset`` that are not plain
-non-negative integers). ``tests/api/test_fastpath.py`` checks that both paths give
+methods and paths, app-user (JWT) sessions, requests without a usable bearer token, list
+parameters FastAPI itself validates (``limit`` / ``offset`` that are not plain
+non-negative integers), and SQL bodies that are not a JSON object of exactly a string
+``query`` and an optional boolean ``count`` sent as ``application/json`` (FastAPI then
+reads the same body bytes). ``tests/api/test_fastpath.py`` checks that both paths give
 byte-identical answers.
 """
 
@@ -25,17 +29,26 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl
 
+import orjson
 import psycopg
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import appusers
 from api.deps import resolve_principal
 from api.errors import data_error_response, service_error_response
+from api.responses import JSON
 from api.routes import records
+from api.routes import sql as sql_routes
+from api.routes.sql import execute_sql
 from storage.access import TokenType
 from storage.errors import Forbidden, ServiceError
 
 _PREFIX = "/functions/v1/rest-api/tables/"
+_SQL = "/functions/v1/rest-api/sql"
+_SQL_KEYS = frozenset({"query", "count"})
+_SQL_BODY_MAX = 64 * 1024  # larger bodies go to FastAPI (a query is at most 10,000 characters)
+_HEADERS = (b"authorization", b"prefer", b"content-type")
 _RECORD = re.compile(r"/functions/v1/rest-api/tables/(\d{1,18})/records/([^/]+)")
 _LIST = re.compile(r"/functions/v1/rest-api/tables/(\d{1,18})/records")
 _TYPED = ("limit", "offset")  # FastAPI validates these as integers: odd values go its way
@@ -52,8 +65,12 @@ class FastReads:
         self.app = app
         self.get_route = _route("get_")
         self.list_route = _route("list_")
+        self.sql_route = next(r for r in sql_routes.router.routes if getattr(r, "name", None) == "sql")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == _SQL:
+            await self._sql(scope, receive, send)
+            return
         if scope["type"] != "http" or scope["method"] != "GET" or not scope["path"].startswith(_PREFIX):
             await self.app(scope, receive, send)
             return
@@ -97,10 +114,77 @@ class FastReads:
         await response(scope, receive, send)
 
 
+    async def _sql(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST {rest}/sql`` as :func:`api.routes.sql.sql` answers it."""
+        body = b""
+        more = True
+        while more and len(body) <= _SQL_BODY_MAX:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left: nothing to answer
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        headers = _headers(scope)
+        secret = _bearer(headers.get(b"authorization"))
+        args = None if more or secret is None or appusers.is_app_token(secret) else _sql_args(headers, body)
+        if args is None:
+            await self.app(scope, _replay(body, more, receive), send)  # FastAPI answers as it would
+            return
+        query, count = args
+        st: dict[str, Any] = scope.setdefault("state", {})
+        state = scope["app"].state.wds
+        try:
+            principal = await resolve_principal(state, secret)  # type: ignore[arg-type]
+            if principal.type is TokenType.USER_MCP:
+                raise Forbidden("user_mcp tokens work on the MCP server only", code="WRONG_PROTOCOL")
+            st["principal"] = principal
+            scope["route"] = self.sql_route
+            prefer = headers.get(b"prefer", b"").decode("latin-1")
+            response: Response = JSON(await execute_sql(state, principal, query, json_rows=True,
+                                                        count=count or "count=exact" in prefer))
+        except ServiceError as exc:
+            response = service_error_response(exc)
+        except psycopg.DataError as exc:
+            response = data_error_response(exc)
+        await response(scope, receive, send)
+
+
+def _sql_args(headers: dict[bytes, bytes], body: bytes) -> tuple[str, bool] | None:
+    """``(query, count)`` of a body FastAPI would accept as :class:`api.routes.sql.SqlIn`
+    as it is, or ``None`` to leave the request to FastAPI (its validation errors included)."""
+    media = headers.get(b"content-type", b"").partition(b";")[0].strip().lower()
+    if media != b"application/json":
+        return None
+    try:
+        data = orjson.loads(body)  # stricter than json.loads: what it accepts, both read alike
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or not data.keys() <= _SQL_KEYS:
+        return None
+    query, count = data.get("query"), data.get("count", False)
+    if type(query) is not str or type(count) is not bool:  # pydantic would coerce other types
+        return None
+    return query, count
+
+
+def _replay(body: bytes, more: bool, receive: Receive) -> Receive:
+    """A ``receive`` that hands the app the body bytes already read, then the rest."""
+    pending = True
+
+    async def replayed() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": more}
+        return await receive()
+
+    return replayed
+
+
 def _headers(scope: Scope) -> dict[bytes, bytes]:
     out: dict[bytes, bytes] = {}
     for name, value in scope.get("headers", ()):
-        if name in (b"authorization", b"prefer"):
+        if name in _HEADERS:
             out.setdefault(name, value)
     return out
 

@@ -262,7 +262,7 @@ export interface WdsClient {
   compute(table: string | number, recordId: number | string, column: string): Promise<WdsResponse<{ record_id: number; column: string; value: unknown; pipeline?: PipelineOutcome }>>;
   runActions(table: string | number, options: { recordIds?: number[]; filters?: Record<string, string> | Array<{ column: string; op: string; value: unknown }>; columnIds?: number[] }): Promise<WdsResponse<RunStatus>>;
   getRun(runId: string): Promise<WdsResponse<RunStatus>>;
-  sql<T = Record<string, unknown>>(query: string): Promise<WdsResponse<{ rows?: T[]; total?: number; table?: string; limit?: number; offset?: number; count?: number }>>;
+  sql<T = Record<string, unknown>>(query: string, options?: { count?: boolean }): Promise<WdsResponse<{ rows?: T[]; total?: number | null; table?: string; limit?: number; offset?: number; has_more?: boolean; count?: number }>>;
   schema(): Promise<WdsResponse<Record<string, unknown>>>;
   search<F extends object = Record<string, any>>(table: string | number, query: string, options?: { limit?: number; filters?: Record<string, string>; flatten?: boolean }): Promise<WdsResponse<Array<{ record: Row<F>; score: number }>>>;
 }

@@ -1281,9 +1281,12 @@ class WdsClient {
     return result(r.data, r.error, null, r.status);
   }
 
-  /** A read-only SQL query → `{rows, total, ...}` or `{count}`. */
-  async sql(query) {
-    const r = await this._http.request("POST", `${this._http.rest}/sql`, { body: { query }, safe: true });
+  /** A read-only SQL query → `{rows, total, has_more, ...}` or `{count}`. `{count: true}`
+   *  counts every match for `total`; without it `total` is known only on a last page. */
+  async sql(query, options = {}) {
+    const body = { query };
+    if (options.count !== undefined) body.count = options.count;
+    const r = await this._http.request("POST", `${this._http.rest}/sql`, { body, safe: true });
     const count = r.data ? r.data.total ?? r.data.count ?? null : null;
     return result(r.data, r.error, count, r.status);
   }

@@ -253,7 +253,7 @@ async def semantic_search(state: AppState, principal: Principal, args: dict[str,
 
 
 async def sql_query(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    return await execute_sql(state, principal, args["query"])
+    return await execute_sql(state, principal, args["query"], count=bool(args.get("count", False)))
 
 
 # --------------------------------------------------------------------------- specs
@@ -345,10 +345,15 @@ DATA_TOOLS: list[ToolSpec] = [
           read_only=True, idempotent=True),
     _spec("sql_query", "Read-only SQL",
           "Run SELECT (* | COUNT(*) | fields) FROM <table name> [WHERE ...] [ORDER BY ...] [LIMIT n]"
-          " [OFFSET m] with human table and column names; read-only, within the plan's SQL timeout.",
-          sql_query, obj({"query": string("the SELECT statement", maxLength=20_000)}, ("query",)),
-          out({"rows": {"type": "array"}, "total": {"type": "integer"}, "table": {"type": "string"},
+          " [OFFSET m] with human table and column names; read-only, within the plan's SQL timeout."
+          " Returns has_more; total (all matching rows) is exact when count is true or the page"
+          " reaches the end, else null.",
+          sql_query, obj({"query": string("the SELECT statement", maxLength=20_000),
+                          "count": boolean("also count every matching row for total (reads every"
+                                           " match; default false)")},
+                         ("query",)),
+          out({"rows": {"type": "array"}, "total": {"type": ["integer", "null"]}, "table": {"type": "string"},
                "limit": {"type": ["integer", "null"]}, "offset": {"type": ["integer", "null"]},
-               "count": {"type": "integer"}}),
+               "has_more": {"type": "boolean"}, "count": {"type": "integer"}}),
           read_only=True, idempotent=True),
 ]

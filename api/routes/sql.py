@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Header
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import RestPrincipal, StateDep
@@ -23,20 +23,26 @@ router = APIRouter(prefix="/functions/v1/rest-api", tags=["sql"])
 class SqlIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str = Field(description="SELECT (* | COUNT(*) | fields) FROM table [WHERE …] [ORDER BY …] [LIMIT n] [OFFSET m]")
+    count: bool = Field(False, description="count every matching row for `total` (as the header `Prefer: count=exact`)")
 
 
 class SqlOut(BaseModel):
-    rows: list[dict[str, Any]] | None = None
-    total: int | None = None
+    rows: list[dict[str, Any]] | None = Field(None, description="the page, flat rows keyed by human names")
+    total: int | None = Field(None, description="the exact number of matching rows: always when counting, otherwise"
+                                                " when this page reaches the end of the result, else null")
     table: str | None = None
     limit: int | None = None
     offset: int | None = None
-    count: int | None = None
+    has_more: bool | None = Field(None, description="more rows match after this page")
+    count: int | None = Field(None, description="the answer to SELECT COUNT(*)")
 
 
-async def execute_sql(state: AppState, principal: Principal, query: str, *, json_rows: bool = False) -> dict[str, Any]:
+async def execute_sql(
+    state: AppState, principal: Principal, query: str, *, json_rows: bool = False, count: bool = False,
+) -> dict[str, Any]:
     """Translate and run a read-only query for ``principal`` (shared by REST and MCP).
-    ``json_rows``: PostgreSQL renders the page, ``rows`` is an ``orjson.Fragment``."""
+    ``json_rows``: PostgreSQL renders the page, ``rows`` is an ``orjson.Fragment``.
+    ``count``: count every match for ``total`` (see :func:`storage.sqlquery.run_sql`)."""
     schema = await state.schema(principal.workspace_id)
     # Translation is pure given the text and this schema version; clients repeat their queries.
     plans: dict[str, SqlPlan] = schema.derived.setdefault("sql_plans", {})
@@ -49,13 +55,20 @@ async def execute_sql(state: AppState, principal: Principal, query: str, *, json
     async with state.db.connection() as conn:
         return await run_sql(
             conn, plan, workspace_id=principal.workspace_id,
-            timeout_s=float(plan_of(principal.plan).sql_timeout_s), json_rows=json_rows,
+            timeout_s=float(plan_of(principal.plan).sql_timeout_s), json_rows=json_rows, count=count,
         )
 
 
 @router.post("/sql", response_model=SqlOut, responses={**ERRORS, 408: ERRORS[400]})
-async def sql(body: SqlIn, principal: RestPrincipal, state: StateDep) -> JSON:
+async def sql(body: SqlIn, principal: RestPrincipal, state: StateDep,
+              prefer: str = Header("", description="`count=exact` counts every match for `total`")) -> JSON:
     """Rows are keyed by human names; select values are option ids, as in REST. Runs in a
     READ ONLY transaction as a role that can only read this workspace, within the plan's
-    SQL timeout (408 SQL_TIMEOUT)."""
-    return JSON(await execute_sql(state, principal, body.query, json_rows=True))
+    SQL timeout (408 SQL_TIMEOUT).
+
+    `has_more` tells whether more rows match after the page. `total`, the number of
+    matching rows, is counted only when asked (`"count": true` or `Prefer: count=exact`,
+    as for record lists): a count reads every match. Without it, `total` is still exact
+    when the page reaches the end of the result, and `null` otherwise."""
+    return JSON(await execute_sql(state, principal, body.query, json_rows=True,
+                                  count=body.count or "count=exact" in prefer))

@@ -65,6 +65,15 @@ test("sql runs a read-only query and fills count from total", async () => {
   const ref = await api("POST", "/sql", { query: `SELECT A FROM "${table.name}" WHERE A >= 10 ORDER BY A` });
   assert.deepEqual(r.data, ref.body);
   assert.equal(r.count, ref.body.total ?? ref.body.count ?? null);
+  // a page that does not end the result: total only with a count
+  const page = `SELECT A FROM "${table.name}" ORDER BY A LIMIT 1`;
+  const uncounted = await client.sql(page);
+  assert.equal(uncounted.data.has_more, true);
+  assert.equal(uncounted.data.total, null);
+  const counted = await client.sql(page, { count: true });
+  const all = await api("POST", "/sql", { query: `SELECT COUNT(*) FROM "${table.name}"` });
+  assert.equal(counted.data.total, all.body.count);
+  assert.equal(counted.count, all.body.count);
   const bad = await client.sql("DELETE FROM x");
   assert.ok(bad.error);
   assert.equal(bad.status, 400);

@@ -185,14 +185,23 @@ def _where_sql(where: tuple[Fragment, ...]) -> sql.Composable:
     return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(sql.SQL("({})").format(f.sql) for f in where)
 
 
-MAX_JSON_FIELDS = 50  # json_build_object takes at most 100 arguments (50 pairs)
+MAX_JSON_NAME = 63  # bytes: PostgreSQL's identifier length (NAMEDATALEN - 1), a record's key
 
 
 def json_renderable(fields: tuple[Field, ...]) -> bool:
-    """Whether PostgreSQL can render these fields' rows as JSON (file columns need URLs)."""
-    return 0 < len(fields) <= MAX_JSON_FIELDS and all(
-        f.meta is None or f.meta.type is not ColumnType.FILE for f in fields
+    """Whether PostgreSQL can render these fields' rows as JSON: no file columns (their
+    URLs may need signing in Python) and every name fits a column alias, which becomes the
+    row's key (longer names are rendered in Python)."""
+    return bool(fields) and all(
+        (f.meta is None or f.meta.type is not ColumnType.FILE) and len(f.name.encode()) <= MAX_JSON_NAME
+        for f in fields
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    query: sql.Composed
+    params: tuple[Any, ...]
 
 
 def build_json_query(
@@ -202,25 +211,62 @@ def build_json_query(
     fields: tuple[Field, ...],
     where: tuple[Fragment, ...],
     order: tuple[Fragment, ...],
-) -> sql.Composed:
-    """One statement answering the whole request: the exact count and the page rendered
-    as a JSON array text, flat rows keyed by human names with the values REST shows
-    (:func:`storage.query.render.value_json`).
+    limit: int,
+    offset: int,
+) -> Statement:
+    """One statement answering the whole request: the page rendered as a JSON array text
+    (see :func:`_page_rows`) and the exact count."""
+    rows, params = _page_rows(schema, table, fields, where, order, limit, offset)
+    where_params = tuple(p for f in where for p in f.params)
+    query = sql.SQL(
+        "SELECT coalesce(array_to_json(array_agg({a}.*)), '[]')::text, (SELECT count(*) FROM {src}{where}) FROM {rows}"
+    ).format(a=_ALIAS, src=sql.Identifier(schema, table), where=_where_sql(where), rows=rows)
+    return Statement(query, (*where_params, *params))  # the count comes first in the text
 
-    Its parameters are ``order + where + order + (limit, offset) + where`` (see
-    :attr:`storage.sqlquery.plan.SqlPlan.json_params`).
-    """
-    source = sql.Identifier(schema, table)
-    where_sql = _where_sql(where)
-    pairs = sql.SQL(", ").join(
-        sql.SQL("{}, {}").format(sql.Literal(f.name), _json_value(f)) for f in fields
+
+def build_json_probe(
+    *,
+    schema: str,
+    table: str,
+    fields: tuple[Field, ...],
+    where: tuple[Fragment, ...],
+    order: tuple[Fragment, ...],
+    limit: int,
+    offset: int,
+) -> Statement:
+    """One statement answering a page without counting: the page rendered as a JSON array
+    text (as :func:`build_json_query` renders it) and how many rows were read, reading
+    one row past the page (``LIMIT limit + 1``): more than ``limit`` means more rows match.
+    The row past the page is sliced off the aggregated array."""
+    rows, params = _page_rows(schema, table, fields, where, order, limit + 1, offset)
+    query = sql.SQL(
+        "SELECT coalesce(array_to_json((array_agg({a}.*))[1:%s]), '[]')::text, count(*) FROM {rows}"
+    ).format(a=_ALIAS, rows=rows)
+    return Statement(query, (limit, *params))
+
+
+_ALIAS = sql.Identifier("r")
+
+
+def _page_rows(
+    schema: str, table: str, fields: tuple[Field, ...], where: tuple[Fragment, ...], order: tuple[Fragment, ...],
+    limit: int, offset: int,
+) -> tuple[sql.Composed, tuple[Any, ...]]:
+    """``(…) AS r``: the page's rows in order, with one column per field named by its
+    human name and holding the value REST shows (:func:`storage.query.render.value_json`),
+    so that PostgreSQL renders each row as the flat object of the answer (``r.*`` to
+    JSON: PostgREST's approach). The page is read and ordered over the physical columns
+    first; the rows keep that order through the renaming subquery into the aggregate
+    (an ordered subquery feeding an aggregate, as PostgreSQL documents for this use)."""
+    columns = sql.SQL(", ").join(
+        sql.SQL("{} AS {}").format(_json_value(f), sql.Identifier(f.name)) for f in fields
     )
-    order_sql = sql.SQL(", ").join(o.sql for o in order)
-    return sql.SQL(
-        "SELECT coalesce((SELECT json_agg(json_build_object({pairs}) ORDER BY {order})"
-        " FROM (SELECT * FROM {src} AS {a}{where} ORDER BY {order} LIMIT %s OFFSET %s) AS {a}), '[]')::text,"
-        " (SELECT count(*) FROM {src}{where})"
-    ).format(pairs=pairs, order=order_sql, src=source, a=sql.Identifier("r"), where=where_sql)
+    query = sql.SQL(
+        "(SELECT {columns} FROM (SELECT * FROM {src} AS {a}{where} ORDER BY {order} LIMIT %s OFFSET %s) AS {a}) AS {a}"
+    ).format(columns=columns, src=sql.Identifier(schema, table), a=_ALIAS, where=_where_sql(where),
+             order=sql.SQL(", ").join(o.sql for o in order))
+    params = (*(p for f in where for p in f.params), *(p for o in order for p in o.params), limit, offset)
+    return query, params
 
 
 def _json_value(field: Field) -> sql.Composable:

@@ -147,6 +147,11 @@ def parse_query(query: str) -> ParsedQuery:
         raise InvalidSQL("query is empty")
     if len(query) > MAX_QUERY_CHARS:
         raise PayloadTooLarge(f"query is longer than {MAX_QUERY_CHARS} characters")
+    if not query.isascii():
+        try:
+            query.encode()
+        except UnicodeEncodeError as exc:  # JSON can carry "\ud800"; UTF-8 (and PostgreSQL) cannot
+            raise InvalidSQL(f"the query holds a character that is not text (position {exc.start})") from None
     return _parse_cached(query)
 
 

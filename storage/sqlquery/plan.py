@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg import sql
@@ -30,6 +30,8 @@ from storage.sqlquery.build import (
     Field,
     Fragment,
     JsonOperand,
+    Statement,
+    build_json_probe,
     build_json_query,
     build_queries,
     condition,
@@ -68,7 +70,11 @@ class SqlPlan:
     """A validated query, ready for :func:`storage.sqlquery.run_sql`.
 
     ``count_query`` takes ``where_params``; ``rows_query`` (``None`` for ``COUNT(*)``)
-    takes :attr:`rows_params`. ``fields`` are the output columns in order.
+    takes :attr:`rows_params` (the page) or :attr:`probe_rows_params` (the page and one
+    row more, which tells whether more rows match). ``fields`` are the output columns in
+    order. When PostgreSQL can render the rows as JSON, ``json_page`` answers with the
+    rendered page and the exact count, and ``json_probe`` with the rendered page and the
+    rows read (at most ``limit + 1``), each in one statement.
     """
 
     table: TableMeta
@@ -80,16 +86,18 @@ class SqlPlan:
     order_params: tuple[Any, ...]
     limit: int
     offset: int
-    json_query: sql.Composed | None = None  # count + page rendered as JSON in one statement
+    json_page: Statement | None = None  # page rendered as JSON + the exact count
+    json_probe: Statement | None = None  # page rendered as JSON + rows read (≤ limit + 1)
+    # the statements with their values bound, as :func:`storage.sqlquery.run_sql` sends them
+    bound: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def rows_params(self) -> tuple[Any, ...]:
         return (*self.where_params, *self.order_params, self.limit, self.offset)
 
     @property
-    def json_params(self) -> tuple[Any, ...]:
-        return (*self.order_params, *self.where_params, *self.order_params, self.limit, self.offset,
-                *self.where_params)
+    def probe_rows_params(self) -> tuple[Any, ...]:
+        return (*self.where_params, *self.order_params, self.limit + 1, self.offset)
 
 
 def translate(
@@ -144,11 +152,13 @@ def translate(
     count_query, rows_query, params, order_params = build_queries(
         schema=table.schema, table=table.physical, fields=fields, where=where, order=tuple(order)
     )
-    json_query = None
+    offset = parsed.offset or 0
+    json_page = json_probe = None
     if not parsed.count and json_renderable(fields):
-        json_query = build_json_query(
-            schema=table.schema, table=table.physical, fields=fields, where=where, order=tuple(order)
-        )
+        parts = {"schema": table.schema, "table": table.physical, "fields": fields, "where": where,
+                 "order": tuple(order), "limit": limit, "offset": offset}
+        json_page = build_json_query(**parts)
+        json_probe = build_json_probe(**parts)
     return SqlPlan(
         table=table,
         count_only=parsed.count,
@@ -158,8 +168,9 @@ def translate(
         where_params=params,
         order_params=() if parsed.count else order_params,
         limit=limit,
-        offset=parsed.offset or 0,
-        json_query=json_query,
+        offset=offset,
+        json_page=json_page,
+        json_probe=json_probe,
     )
 
 

@@ -12,12 +12,13 @@ the ``SET LOCAL`` settings when the caller's connection was already inside a tra
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import psycopg
+from psycopg import AsyncClientCursor, sql
 from psycopg import errors as pg_errors
-from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
@@ -37,6 +38,7 @@ async def run_sql(
     workspace_id: int,
     timeout_s: float,
     json_rows: bool = False,
+    count: bool = False,
 ) -> dict[str, Any]:
     """Execute a translated query and shape the response.
 
@@ -46,14 +48,20 @@ async def run_sql(
         plan: from :func:`storage.sqlquery.translate` for the same workspace.
         workspace_id: the caller's workspace; its read-only role runs the query.
         timeout_s: the plan's SQL timeout, covering the count and the page together.
-        json_rows: let PostgreSQL render the page (count and rows in one statement) and
-            return ``rows`` as an :class:`orjson.Fragment` of JSON text, for a caller that
-            serialises the answer with orjson; plans it cannot render decode as usual.
+        json_rows: let PostgreSQL render the page and return ``rows`` as an
+            :class:`orjson.Fragment` of JSON text, for a caller that serialises the
+            answer with orjson; plans it cannot render decode as usual.
+        count: count every matching row for ``total``. A count reads every match, which
+            on a large table costs far more than the page; without it the page is read
+            with one row more, which gives ``has_more`` (and ``total`` when this page
+            reaches the end).
 
     Returns:
         ``{"count": n}`` for ``COUNT(*)``; otherwise ``{"rows", "total", "table", "limit",
-        "offset"}`` with rows flat and keyed by human names (values as in REST: select
-        columns give option ids, dates and timestamps ISO strings).
+        "offset", "has_more"}`` with rows flat and keyed by human names (values as in
+        REST: select columns give option ids, dates and timestamps ISO strings).
+        ``total`` is the exact number of matching rows when ``count`` is set or when the
+        page shows it (the page reaches the end of the result), otherwise ``None``.
 
     Raises:
         SQLTimeout: the query ran past ``timeout_s`` (408 ``SQL_TIMEOUT``).
@@ -65,98 +73,126 @@ async def run_sql(
         raise InvalidSQL(f"unknown table {plan.table.name!r}")
     if timeout_s <= 0:
         raise ValueError("timeout_s must be positive")
+    work = _work(conn, plan, count=count, json_rows=json_rows)
     top_level = conn.info.transaction_status == TransactionStatus.IDLE
-    as_json = json_rows and plan.json_query is not None
-    if top_level and conn.autocommit:
-        total, raw_rows = await _run_pipelined(conn, plan, workspace_id=workspace_id, timeout_s=timeout_s,
-                                               as_json=as_json)
-        if plan.count_only or plan.rows_query is None:
-            return {"count": total}
-        return _shape(plan, total, raw_rows, as_json=as_json)
-    deadline = time.monotonic() + timeout_s
     try:
-        async with conn.transaction(force_rollback=True):
-            async with conn.cursor(row_factory=tuple_row) as cur:
-                # REPEATABLE READ gives the count and the page one snapshot; it can only be
-                # chosen at the start of a top-level transaction.
-                mode = "ISOLATION LEVEL REPEATABLE READ, READ ONLY" if top_level else "READ ONLY"
-                await cur.execute(sql.SQL("SET TRANSACTION " + mode))
-                await cur.execute(
-                    sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(ro_role(workspace_id)))
-                )
-                await cur.execute(sql.SQL("SET LOCAL search_path TO pg_catalog"))
-                await _set_timeout(cur, deadline)
-                if as_json and plan.json_query is not None:
-                    await cur.execute(plan.json_query, plan.json_params)
-                    page = await cur.fetchone()
-                    assert page is not None  # an aggregate always gives one row
-                    return _shape(plan, int(page[1]), [page], as_json=True)
-                await cur.execute(plan.count_query, plan.where_params)
-                row = await cur.fetchone()
-                total = int(row[0]) if row is not None else 0
-                if plan.count_only or plan.rows_query is None:
-                    return {"count": total}
-                await _set_timeout(cur, deadline)
-                await cur.execute(plan.rows_query, plan.rows_params)
-                raw_rows = await cur.fetchall()
+        if top_level and conn.autocommit:
+            results = await _run_pipelined(conn, work, workspace_id=workspace_id, timeout_s=timeout_s)
+        else:
+            results = await _run_in_transaction(conn, work, workspace_id=workspace_id, timeout_s=timeout_s,
+                                                top_level=top_level)
     except pg_errors.QueryCanceled as exc:
         raise SQLTimeout(f"the query ran longer than the plan's SQL timeout of {timeout_s:g} s") from exc
     except pg_errors.DataError as exc:
         raise InvalidSQL(f"the database rejected a value: {exc.diag.message_primary}") from exc
-    return _shape(plan, total, raw_rows)
+    return _shape(plan, work, results)
 
 
-def _shape(plan: SqlPlan, total: int, raw_rows: list[tuple[Any, ...]], *, as_json: bool = False) -> dict[str, Any]:
-    rows: Any = orjson.Fragment(raw_rows[0][0]) if as_json else [_row(plan.fields, raw) for raw in raw_rows]
+@dataclass(frozen=True, slots=True)
+class _Work:
+    """The statements answering one request, in order, and how to read their results."""
+
+    statements: tuple[bytes, ...]
+    shape: str  # "count" | "json" (rendered page + count or rows read) | "rows" (decoded)
+    counting: bool
+
+
+def _work(conn: psycopg.AsyncConnection[Any], plan: SqlPlan, *, count: bool, json_rows: bool) -> _Work:
+    def bound(key: str, query: sql.Composed, params: tuple[Any, ...]) -> bytes:
+        # The plan's values are bound into its text once (psycopg's client-side binding,
+        # which quotes each value as a literal of its type): a statement without parameters
+        # is prepared by psycopg after a few calls and PostgreSQL keeps its plan, where a
+        # parameterised one was planned again on every call (custom plans; ~0.1 ms here).
+        text = plan.bound.get(key)
+        if text is None:
+            text = plan.bound[key] = AsyncClientCursor(conn).mogrify(query, params).encode()
+        return text
+
+    if plan.count_only or plan.rows_query is None:
+        return _Work((bound("count", plan.count_query, plan.where_params),), "count", True)
+    if json_rows and count and plan.json_page is not None:
+        return _Work((bound("json", plan.json_page.query, plan.json_page.params),), "json", True)
+    if json_rows and not count and plan.json_probe is not None:
+        return _Work((bound("probe", plan.json_probe.query, plan.json_probe.params),), "json", False)
+    if count:
+        return _Work((bound("count", plan.count_query, plan.where_params),
+                      bound("rows", plan.rows_query, plan.rows_params)), "rows", True)
+    return _Work((bound("probe_rows", plan.rows_query, plan.probe_rows_params),), "rows", False)
+
+
+def _shape(plan: SqlPlan, work: _Work, results: list[list[tuple[Any, ...]]]) -> dict[str, Any]:
+    rows: Any
+    if work.shape == "count":
+        return {"count": int(results[0][0][0])}
+    if work.shape == "json":
+        (text, number), = results[0]  # an aggregate always gives one row
+        rows, read = orjson.Fragment(text), int(number)
+        total: int | None = read if work.counting else None
+    else:
+        raw = results[-1]
+        total = int(results[0][0][0]) if work.counting else None
+        read = len(raw)
+        rows = [_row(plan.fields, r) for r in raw[:plan.limit]]
+    if work.counting:
+        assert total is not None
+        more = total > plan.offset + plan.limit
+    else:
+        # read at most limit + 1 rows: one past the page means more match; a page that ends
+        # the result (and is not past its end) shows the exact total
+        more = read > plan.limit
+        total = plan.offset + read if not more and (read or not plan.offset) else None
     return {
         "rows": rows,
         "total": total,
         "table": plan.table.name,
         "limit": plan.limit,
         "offset": plan.offset,
+        "has_more": more,
     }
 
 
 async def _run_pipelined(
-    conn: psycopg.AsyncConnection[Any], plan: SqlPlan, *, workspace_id: int, timeout_s: float, as_json: bool
-) -> tuple[int, list[tuple[Any, ...]]]:
+    conn: psycopg.AsyncConnection[Any], work: _Work, *, workspace_id: int, timeout_s: float
+) -> list[list[tuple[Any, ...]]]:
     """The whole read-only transaction in one round trip (psycopg pipeline mode): begin
-    read only, take the workspace's read-only role and the timeout, count, page, roll back.
-    Each statement gets the plan's timeout (``statement_timeout`` is per statement).
-    With ``as_json`` the count and the rendered page are one statement, whose single row
-    is returned as the only raw row."""
+    read only, take the workspace's read-only role and the timeout, run the statements,
+    roll back. Each statement gets the plan's timeout (``statement_timeout`` is per
+    statement)."""
     settings = sql.SQL(
         "SELECT set_config('role', {}, true), set_config('search_path', 'pg_catalog', true),"
         " set_config('statement_timeout', {}, true)"
     ).format(sql.Literal(ro_role(workspace_id)), sql.Literal(str(max(_MIN_TIMEOUT_MS, int(timeout_s * 1000)))))
-    rows_cur = count_cur = json_cur = None
     try:
         async with conn.pipeline():
             await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             await conn.execute(settings)
-            if as_json and plan.json_query is not None:
-                json_cur = await conn.cursor(row_factory=tuple_row).execute(plan.json_query, plan.json_params)
-            else:
-                count_cur = await conn.cursor(row_factory=tuple_row).execute(plan.count_query, plan.where_params)
-                if not plan.count_only and plan.rows_query is not None:
-                    rows_cur = await conn.cursor(row_factory=tuple_row).execute(plan.rows_query, plan.rows_params)
+            cursors = [await conn.cursor(row_factory=tuple_row).execute(statement) for statement in work.statements]
             await conn.execute("ROLLBACK")
-        if json_cur is not None:
-            page = await json_cur.fetchone()
-            assert page is not None  # an aggregate always gives one row
-            return int(page[1]), [page]
-        row = await count_cur.fetchone() if count_cur is not None else None
-        raw_rows = await rows_cur.fetchall() if rows_cur is not None else []
-    except pg_errors.QueryCanceled as exc:
-        await _abort(conn)
-        raise SQLTimeout(f"the query ran longer than the plan's SQL timeout of {timeout_s:g} s") from exc
-    except pg_errors.DataError as exc:
-        await _abort(conn)
-        raise InvalidSQL(f"the database rejected a value: {exc.diag.message_primary}") from exc
+        return [await cur.fetchall() for cur in cursors]
     except BaseException:
         await _abort(conn)
         raise
-    return (int(row[0]) if row is not None else 0), raw_rows
+
+
+async def _run_in_transaction(
+    conn: psycopg.AsyncConnection[Any], work: _Work, *, workspace_id: int, timeout_s: float, top_level: bool
+) -> list[list[tuple[Any, ...]]]:
+    """The same statements in a transaction (or a savepoint of the caller's), always
+    rolled back; the timeout is one budget for all of them."""
+    deadline = time.monotonic() + timeout_s
+    results: list[list[tuple[Any, ...]]] = []
+    async with conn.transaction(force_rollback=True), conn.cursor(row_factory=tuple_row) as cur:
+        # REPEATABLE READ gives the count and the page one snapshot; it can only be
+        # chosen at the start of a top-level transaction.
+        mode = "ISOLATION LEVEL REPEATABLE READ, READ ONLY" if top_level else "READ ONLY"
+        await cur.execute(sql.SQL("SET TRANSACTION " + mode))
+        await cur.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(ro_role(workspace_id))))
+        await cur.execute(sql.SQL("SET LOCAL search_path TO pg_catalog"))
+        for statement in work.statements:
+            await _set_timeout(cur, deadline)
+            await cur.execute(statement)
+            results.append(await cur.fetchall())
+    return results
 
 
 async def _abort(conn: psycopg.AsyncConnection[Any]) -> None:

@@ -49,3 +49,36 @@ def test_openapi_lists_every_endpoint(base_url):
 def test_healthz_is_ok_when_everything_is_ready(base_url):
     r = httpx.get(f"{base_url}/healthz")
     assert r.status_code == 200 and r.json()["status"] == "ok"
+
+
+def test_lone_surrogate_escapes_are_refused_before_any_route(ws, base_url):
+    """JSON may escape a lone UTF-16 surrogate ("\\ud800"); no text can hold one. Every JSON
+    body carrying one is 400 INVALID_VALUE and changes nothing, on every door; a surrogate
+    pair (an emoji as two escapes) and an escaped backslash are ordinary text."""
+    t = ws.create_table("Texts", [{"name": "A", "type": "text"}])
+    records = f"/tables/{t['id']}/records"
+    js = {"Content-Type": "application/json"}
+    lone = [b'"\\ud800"', b'"\\uDC00 tail"', b'"x\\ud83dy"', b'"\\ud83d\\u0041"']
+    for value in lone:
+        for path, body in [
+            (records, b'{"fields": {"A": ' + value + b'}}'),
+            (f"{records}/batch", b'{"rows": [{"fields": {"A": "fine"}}, {"fields": {"A": ' + value + b'}}]}'),
+            ("/tables", b'{"name": ' + value + b', "columns": []}'),
+            (f"/tables/{t['id']}/columns", b'{"name": "B", "type": "single_select", "options": [' + value + b']}'),
+            ("/sql", b'{"query": "SELECT A FROM Texts WHERE A = \'' + value[1:-1] + b'\'"}'),
+        ]:
+            for headers in (js, {}):  # FastAPI reads a body without a content type as JSON too
+                r = ws.api.post(path, content=body, headers=headers)
+                assert r.status_code == 400 and r.json()["code"] == "INVALID_VALUE", (path, body, r.text)
+        r = httpx.post(f"{base_url}/functions/v1/mcp-server", content=b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call",'
+                       b' "params": {"name": "create_record", "arguments": {"table_id": "Texts", "fields": {"A": ' + value + b'}}}}',
+                       headers={**js, "Authorization": f"Bearer {ws.builder_token}", "Accept": "application/json, text/event-stream"})
+        assert r.status_code == 400 and r.json()["code"] == "INVALID_VALUE", r.text
+    assert ws.api.get(records).json()["records"] == []
+    assert [x["name"] for x in ws.api.get("/tables").json()] == ["Texts"]
+    assert [c["name"] for c in ws.api.get(f"/tables/{t['id']}").json()["columns"]] == ["A"]
+    # a pair is one character; an escaped backslash is a backslash
+    for body, stored in [(b'{"fields": {"A": "\\ud83d\\ude00 ok"}}', "\U0001F600 ok"),
+                         (b'{"fields": {"A": "\\\\ud800"}}', "\\ud800")]:
+        r = ws.api.post(records, content=body, headers=js)
+        assert r.status_code == 201 and r.json()["fields"]["A"] == stored, r.text

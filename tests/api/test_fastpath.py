@@ -113,11 +113,77 @@ def test_fast_reads_answer_exactly_like_fastapi(setup: dict[str, Any], base_url:
                 assert a.headers.get(h) == b.headers.get(h), (path, h)
 
 
+def _sql_requests(s: dict[str, Any]) -> list[tuple[str | None, bytes | Iterator[bytes], dict[str, str]]]:
+    tok = s["tokens"]
+    js = {"Content-Type": "application/json"}
+    page = b'{"query": "SELECT Title, Score, Due, Tags FROM Tasks WHERE Score > 1 ORDER BY Score DESC LIMIT 2"}'
+    counted = b'{"query": "SELECT Title, Score, Due, Tags FROM Tasks WHERE Score > 1 ORDER BY Score DESC LIMIT 2", "count": true}'
+
+    def chunks() -> Iterator[bytes]:
+        yield counted[:20]
+        yield counted[20:]
+
+    reqs: list[tuple[str | None, bytes | Iterator[bytes], dict[str, str]]] = [
+        (tok["builder"], page, js),
+        (tok["builder"], counted, js),
+        (tok["builder"], page, {**js, "Prefer": "count=exact"}),
+        (tok["builder"], b'{"query": "SELECT * FROM Tasks ORDER BY id"}', js),  # file column: decoded rows
+        (tok["builder"], b'{"query": "SELECT COUNT(*) FROM Tasks WHERE Done = true"}', js),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks WHERE Title = \'t1\'", "count": false}', js),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks", "query": "SELECT Score FROM Tasks"}', js),
+        (tok["builder"], b'{"query": "DELETE FROM Tasks"}', js),
+        (tok["builder"], b'{"query": "SELECT * FROM Nope"}', js),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks WHERE Title LIKE \'%\\\\\'"}', js),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks LIMIT 5000"}', js),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks WHERE Title = \'' + b"x" * 12_000 + b'\'"}', js),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks", "limit": 2}', js),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks", "count": "true"}', js),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks", "count": 1}', js),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks", "count": null}', js),
+        (tok["builder"], b'{"query": 5}', js),
+        (tok["builder"], b'{"count": true}', js),
+        (tok["builder"], b'["SELECT Title FROM Tasks"]', js),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks", "count": NaN}', js),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks"', js),
+        (tok["builder"], b"", js),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks"}', {"Content-Type": "text/plain"}),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks"}', {}),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks"}', {"Content-Type": "application/json; charset=utf-8"}),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks WHERE Title = \'\\ud800\'"}', js),
+        (tok["builder"], b'{"query": "SELECT Title FROM Tasks", "pad": "' + b"p" * 70_000 + b'"}', js),
+        (tok["builder"], chunks(), js),
+        (tok["reader"], b'{"query": "SELECT Code FROM Hidden"}', js),
+        (tok["reader"], page, js),
+        (tok["user_mcp"], page, js),
+        (None, page, js),
+        ("wds_not_a_token", page, js),
+        ("wds_not_a_token", b'{"nope": 1}', js),
+    ]
+    return reqs
+
+
+def test_fast_sql_answers_exactly_like_fastapi(setup: dict[str, Any], base_url: str, slow_api: ApiProcess) -> None:
+    with httpx.Client(base_url=base_url, timeout=30) as fast, httpx.Client(base_url=slow_api.base_url, timeout=30) as slow:
+        for i, (token, body, extra) in enumerate(_sql_requests(setup)):
+            headers = {**extra, **({"Authorization": f"Bearer {token}"} if token else {})}
+            parts = [body] if isinstance(body, bytes) else list(body)  # several parts: sent chunked
+            a = fast.post("/functions/v1/rest-api/sql", content=parts[0] if len(parts) == 1 else iter(parts),
+                          headers=headers)
+            b = slow.post("/functions/v1/rest-api/sql", content=parts[0] if len(parts) == 1 else iter(parts),
+                          headers=headers)
+            assert (a.status_code, a.content) == (b.status_code, b.content), (i, a.text[:300], b.text[:300])
+            assert a.status_code < 500, (i, a.text)
+            for h in HEADERS:
+                assert a.headers.get(h) == b.headers.get(h), (i, h)
+
+
 def test_metrics_see_the_route_template_on_the_fast_path(setup: dict[str, Any], base_url: str) -> None:
     """The fast path marks the request with its FastAPI route, so metrics and the usage log keep the template."""
     with httpx.Client(base_url=base_url, timeout=30) as c:
         t, rid = setup["table"], setup["ids"][0]
         h = {"Authorization": f"Bearer {setup['tokens']['builder']}"}
         assert c.get(f"/functions/v1/rest-api/tables/{t}/records/{rid}", headers=h).status_code == 200
+        assert c.post("/functions/v1/rest-api/sql", json={"query": "SELECT COUNT(*) FROM Tasks"}, headers=h).status_code == 200
         metrics = c.get("/metrics").text
     assert 'route="/functions/v1/rest-api/tables/{table_id}/records/{record_id}"' in metrics
+    assert 'route="/functions/v1/rest-api/sql"' in metrics

@@ -55,8 +55,9 @@ def test_select_star_returns_rows_keyed_by_human_names_with_rest_values(ws, task
     r = q(ws.api, "SELECT * FROM Tasks WHERE Title = 'beta'")
     assert r.status_code == 200, r.text
     body = r.json()
-    assert set(body) == {"rows", "total", "table", "limit", "offset"}
+    assert set(body) == {"rows", "total", "table", "limit", "offset", "has_more"}
     assert body["table"] == "Tasks" and body["total"] == 1 and body["limit"] == 100 and body["offset"] == 0
+    assert body["has_more"] is False
     row = body["rows"][0]
     assert list(row) == ["id", "created_at", "updated_at", "Title", "Score", "Done", "Status", "Tags", "Due", "Full name"]
     # values as REST shows them: select options by id, dates as ISO text
@@ -125,11 +126,23 @@ def test_order_by(ws, tasks, order, expected):
     assert titles(q(ws.api, f"SELECT Title FROM Tasks ORDER BY {order}")) == expected
 
 
-def test_limit_and_offset_page_while_total_counts_all_matches(ws, tasks):
-    r = q(ws.api, "SELECT Title FROM Tasks WHERE Score IS NOT NULL ORDER BY Score LIMIT 2 OFFSET 1")
-    body = r.json()
+def test_limit_and_offset_page_while_a_count_totals_all_matches(ws, tasks):
+    query = "SELECT Title FROM Tasks WHERE Score IS NOT NULL ORDER BY Score LIMIT 2 OFFSET 1"
+    # counting is asked for in the body or, as for record lists, with Prefer: count=exact
+    for r in (ws.api.post("/sql", json={"query": query, "count": True}),
+              ws.api.post("/sql", json={"query": query}, headers={"Prefer": "count=exact"})):
+        body = r.json()
+        assert [x["Title"] for x in body["rows"]] == ["gamma", "delta"]
+        assert (body["total"], body["limit"], body["offset"], body["has_more"]) == (4, 2, 1, True)
+    # without a count the page says more rows match; their number is unknown (null)
+    body = q(ws.api, query).json()
     assert [x["Title"] for x in body["rows"]] == ["gamma", "delta"]
-    assert body["total"] == 4 and body["limit"] == 2 and body["offset"] == 1
+    assert (body["total"], body["has_more"]) == (None, True)
+    # the last page shows where the result ends: the total is exact without a count
+    body = q(ws.api, query.replace("OFFSET 1", "OFFSET 3")).json()
+    assert ([x["Title"] for x in body["rows"]], body["total"], body["has_more"]) == (["beta"], 4, False)
+    bad = ws.api.post("/sql", json={"query": query, "count": "yes please"})
+    assert bad.status_code == 400 and bad.json()["code"] == "VALIDATION_ERROR", bad.text
 
 
 def test_names_are_case_insensitive_and_quotable(ws, tasks):
@@ -145,6 +158,56 @@ def test_table_names_with_spaces_need_double_quotes(ws):
     assert r.status_code == 200 and r.json()["rows"] == [{"Odd 'name'": "it's"}], r.text
     r = q(ws.api, "SELECT * FROM My Tasks")
     assert r.status_code == 400 and r.json()["code"] == "INVALID_SQL"
+
+
+AWKWARD = ["it's", "back\\slash \\' \\\\", "100%s %(x)s {}", "$1 ; -- /* */", "ünïcødé ☃ 🦆", "  spaced  ", "E'\\x41'"]
+
+
+def test_literals_reach_the_database_as_values_whatever_they_hold(ws):
+    """The plan's values are bound into its text by psycopg (quoted as literals of their
+    type): quotes, backslashes, placeholders, comments and non-ASCII text are matched as
+    the values they are, by =, IN and LIKE, and the same query answers alike when repeated
+    (once psycopg prepares it)."""
+    t = ws.create_table("Odd", [{"name": "Title", "type": "text"}, {"name": "N", "type": "number"}])
+    r = ws.api.post(f"/tables/{t['id']}/records/batch",
+                    json={"rows": [{"fields": {"Title": v, "N": i}} for i, v in enumerate(AWKWARD)]})
+    assert r.status_code == 200, r.text
+
+    def lit(v: str) -> str:
+        return "'" + v.replace("'", "''") + "'"
+
+    for i, value in enumerate(AWKWARD):
+        for _ in range(7):  # past psycopg's prepare threshold (5)
+            body = q(ws.api, f"SELECT Title, N FROM Odd WHERE Title = {lit(value)}").json()
+            assert body["rows"] == [{"Title": value, "N": i}], (value, body)
+        assert titles(q(ws.api, f"SELECT Title FROM Odd WHERE Title IN ({lit(value)}, 'none') ORDER BY N")) == [value]
+    assert titles(q(ws.api, "SELECT Title FROM Odd WHERE Title LIKE '%''%' ORDER BY N")) == ["it's", AWKWARD[1], AWKWARD[6]]
+    assert titles(q(ws.api, "SELECT Title FROM Odd WHERE Title LIKE '100\\%%' ORDER BY N")) == [AWKWARD[2]]
+    assert q(ws.api, "SELECT COUNT(*) FROM Odd").json() == {"count": len(AWKWARD)}
+
+
+def test_rows_keep_any_column_name_as_their_key(ws):
+    """PostgreSQL renders a page's rows with each column named by its human name: names
+    that read like our aliases or physical columns, or that are longer than PostgreSQL's
+    identifiers (63 bytes, rendered in Python instead), key their values exactly as REST
+    does, and ORDER BY still sorts by the column it names."""
+    long_name = "A rather long column name, " + "é" * 30  # > 63 bytes in UTF-8
+    names = ["r", "c_1", "wds", long_name]
+    t = ws.create_table("Named", [{"name": n, "type": "number" if n == "c_1" else "text"} for n in names])
+    rows = [{"r": f"r{i}", "c_1": 10 - i, "wds": "w" if i % 2 else None, long_name: f"long {i}"} for i in range(4)]
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"fields": x} for x in rows]})
+    assert r.status_code == 200, r.text
+    rest = {x["id"]: x["fields"] for x in ws.api.get(f"/tables/{t['id']}/records").json()["records"]}
+    for fields, keys in [('id, "r", "c_1", "wds"', ["r", "c_1", "wds"]), ("*", names),
+                         (f'id, "{long_name}", r', [long_name, "r"])]:
+        for count in (False, True):
+            body = ws.api.post("/sql", json={"query": f"SELECT {fields} FROM Named ORDER BY c_1 LIMIT 3",
+                                             "count": count}).json()
+            assert [row["r"] for row in body["rows"]] == ["r3", "r2", "r1"], body
+            for row in body["rows"]:
+                assert {k: row[k] for k in keys} == {k: rest[row["id"]].get(k) for k in keys}
+                assert set(row) - {"id", "created_at", "updated_at"} == set(keys)
+            assert (body["total"], body["has_more"]) == ((4 if count else None), True)
 
 
 def test_a_trailing_semicolon_is_harmless(ws, tasks):

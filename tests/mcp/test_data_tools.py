@@ -149,6 +149,12 @@ async def test_list_views_and_sql_query(ws, mcp, table):
             ("Done", "grid", {"filters": {"Status": "eq.done"}}, None)]
         out = data(await c.call_tool("sql_query", {"query": "SELECT Title FROM Tasks WHERE Score >= 1 ORDER BY Score"}))
         assert [row["Title"] for row in out["rows"]] == ["t1", "t2"]
+        assert (out["total"], out["has_more"]) == (2, False)  # the page ends the result
+        page = "SELECT Title FROM Tasks ORDER BY Score LIMIT 1"
+        out = data(await c.call_tool("sql_query", {"query": page}))
+        assert (len(out["rows"]), out["total"], out["has_more"]) == (1, None, True)
+        out = data(await c.call_tool("sql_query", {"query": page, "count": True}))
+        assert (len(out["rows"]), out["total"], out["has_more"]) == (1, 3, True)
         assert data(await c.call_tool("sql_query", {"query": "SELECT COUNT(*) FROM Tasks"}))["count"] == 3
         assert error_code(await c.call_tool("sql_query", {"query": "DELETE FROM Tasks"})) == "INVALID_SQL"
 

@@ -134,8 +134,11 @@ def _plan(scratch: Scratch, query: str) -> SqlPlan:
     )
 
 
-async def _run(conn: psycopg.AsyncConnection[dict[str, object]], scratch: Scratch, query: str) -> dict[str, object]:
-    return await run_sql(conn, _plan(scratch, query), workspace_id=scratch.workspace_id, timeout_s=TIMEOUT_S)
+async def _run(
+    conn: psycopg.AsyncConnection[dict[str, object]], scratch: Scratch, query: str, *, count: bool = False,
+) -> dict[str, object]:
+    return await run_sql(conn, _plan(scratch, query), workspace_id=scratch.workspace_id, timeout_s=TIMEOUT_S,
+                         count=count)
 
 
 def _names(result: dict[str, object]) -> list[object]:
@@ -174,11 +177,63 @@ async def test_field_list_returns_only_those_fields(conn, scratch) -> None:
 
 
 @pytest.mark.asyncio
-async def test_total_counts_every_match_while_limit_and_offset_page(conn, scratch) -> None:
+async def test_counting_totals_every_match_while_limit_and_offset_page(conn, scratch) -> None:
     # DESC puts the NULL score (Gamma) first, as PostgreSQL does by default.
-    result = await _run(conn, scratch, "SELECT Name FROM Tasks ORDER BY Score DESC LIMIT 2 OFFSET 1")
-    assert _names(result) == ["delta", "Beta task"]
-    assert (result["total"], result["limit"], result["offset"]) == (4, 2, 1)
+    query = "SELECT Name FROM Tasks ORDER BY Score DESC LIMIT 2 OFFSET 1"
+    counted = await _run(conn, scratch, query, count=True)
+    assert _names(counted) == ["delta", "Beta task"]
+    assert (counted["total"], counted["limit"], counted["offset"], counted["has_more"]) == (4, 2, 1, True)
+    # without counting the same page says more rows match, and the total is not known
+    uncounted = await _run(conn, scratch, query)
+    assert uncounted == {**counted, "total": None}
+
+
+# Tasks has 4 rows: (limit, offset) → has_more, and the total known without counting
+_PAGES = [
+    ((2, 0), True, None),   # more rows match: how many is not known without a count
+    ((3, 1), False, 4),     # the last page: offset + rows read
+    ((2, 2), False, 4),     # a page ending exactly at the last row
+    ((100, 0), False, 4),
+    ((2, 4), False, None),  # past the end: nothing read, the total is ≤ offset but unknown
+    ((1, 9), False, None),
+    ((0, 0), True, None),   # LIMIT 0 still says whether rows match
+    ((0, 4), False, None),
+]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("page", "more", "known"), _PAGES)
+@pytest.mark.parametrize("json_rows", [False, True])
+@pytest.mark.parametrize("in_transaction", [False, True])
+async def test_pages_say_whether_more_match_and_the_total_when_they_reach_the_end(
+    conn, scratch, page: tuple[int, int], more: bool, known: int | None, json_rows: bool, in_transaction: bool,
+) -> None:
+    """Without counting the page reads one row past itself (``has_more``), and ``total`` is
+    exact when the page shows where the result ends; counting always gives the total. The
+    pipelined and in-transaction paths, rendered and decoded rows, answer alike."""
+    await conn.execute("SET timezone = 'UTC'")
+    limit, offset = page
+    everything = _names(await _run(conn, scratch, "SELECT Name FROM Tasks ORDER BY id"))
+    assert len(everything) == 4
+    plan = _plan(scratch, f"SELECT Name FROM Tasks ORDER BY id LIMIT {limit} OFFSET {offset}")
+    for count in (False, True):
+        if in_transaction:
+            async with conn.transaction():
+                result = await run_sql(conn, plan, workspace_id=scratch.workspace_id, timeout_s=TIMEOUT_S,
+                                       json_rows=json_rows, count=count)
+        else:
+            result = await run_sql(conn, plan, workspace_id=scratch.workspace_id, timeout_s=TIMEOUT_S,
+                                   json_rows=json_rows, count=count)
+        answer = json.loads(orjson.dumps(result))
+        assert [r["Name"] for r in answer["rows"]] == everything[offset:offset + limit]
+        assert (answer["limit"], answer["offset"], answer["has_more"]) == (limit, offset, more)
+        assert answer["total"] == (4 if count else known)
+
+
+@pytest.mark.asyncio
+async def test_no_match_totals_zero_without_counting(conn, scratch) -> None:
+    result = await _run(conn, scratch, "SELECT Name FROM Tasks WHERE Name LIKE 'nothing%'")
+    assert (result["rows"], result["total"], result["has_more"]) == ([], 0, False)
 
 
 @pytest.mark.asyncio
@@ -315,19 +370,23 @@ async def test_inside_an_open_transaction_the_caller_keeps_its_role_and_write_mo
     'SELECT Name, Status FROM Tasks ORDER BY Status, id DESC',
 ])
 @pytest.mark.parametrize("in_transaction", [False, True])
+@pytest.mark.parametrize("count", [False, True])
 async def test_rows_rendered_by_postgresql_equal_the_decoded_rows(
-    conn: psycopg.AsyncConnection[dict[str, object]], scratch: Scratch, query: str, in_transaction: bool
+    conn: psycopg.AsyncConnection[dict[str, object]], scratch: Scratch, query: str, in_transaction: bool,
+    count: bool,
 ) -> None:
-    """``json_rows``: count and page in one statement, rendered as JSON by PostgreSQL, give
-    exactly the rows, total and shape of the decoding path (file columns fall back to it)."""
+    """``json_rows``: the page (with the count, or with one row more) in one statement,
+    rendered as JSON by PostgreSQL, gives exactly the rows, total and shape of the
+    decoding path (file columns fall back to it)."""
     await conn.execute("SET timezone = 'UTC'")  # as the pool's sessions do
     plan = _plan(scratch, query)
-    decoded = await run_sql(conn, plan, workspace_id=scratch.workspace_id, timeout_s=TIMEOUT_S)
+    run = {"workspace_id": scratch.workspace_id, "timeout_s": TIMEOUT_S, "count": count}
+    decoded = await run_sql(conn, plan, **run)
     if in_transaction:
         async with conn.transaction():
-            rendered = await run_sql(conn, plan, workspace_id=scratch.workspace_id, timeout_s=TIMEOUT_S, json_rows=True)
+            rendered = await run_sql(conn, plan, json_rows=True, **run)
     else:
-        rendered = await run_sql(conn, plan, workspace_id=scratch.workspace_id, timeout_s=TIMEOUT_S, json_rows=True)
+        rendered = await run_sql(conn, plan, json_rows=True, **run)
     has_files = query.startswith("SELECT *")
     assert isinstance(rendered["rows"], list) == has_files
     as_json = json.loads(orjson.dumps(rendered))

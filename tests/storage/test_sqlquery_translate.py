@@ -311,6 +311,12 @@ def test_query_text_is_bounded() -> None:
     assert error_code(long_query) == "PAYLOAD_TOO_LARGE"
 
 
+def test_query_text_must_be_encodable_text() -> None:
+    # JSON's "\ud800" decodes to a lone surrogate, which no UTF-8 text (nor PostgreSQL) holds
+    assert error_code("SELECT * FROM Tasks WHERE Name = '\ud800'") == "INVALID_SQL"
+    assert plan("SELECT * FROM Tasks WHERE Name = 'ünï ☃ 🦆'").where_params == ("ünï ☃ 🦆",)
+
+
 # --- refusals -------------------------------------------------------------------------------
 
 
