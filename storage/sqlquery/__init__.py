@@ -28,7 +28,12 @@ Behaviour the spec leaves open, decided here:
 - LIMIT defaults to 100, at most 1000 (``LIMIT_TOO_LARGE``); IN takes at most 200 values
   (``TOO_MANY_VALUES``); the text is at most 10,000 characters (``PAYLOAD_TOO_LARGE``).
 - ``COUNT(*)`` answers ``{count}`` of all matching rows; ORDER BY/LIMIT/OFFSET are
-  checked but do not change it. ``total`` is the same exact count, ignoring the page.
+  checked but do not change it.
+- A page answers ``{rows, total, table, limit, offset, has_more}``. ``total`` (all
+  matching rows, ignoring the page) is counted only when asked (``count``): a count reads
+  every match. Without it the page is read with one row more, which gives ``has_more``,
+  and ``total`` is still exact when the page reaches the end of the result (``offset`` +
+  rows), else ``None``.
 - A table of another workspace is "unknown table"; a table of the workspace the token
   cannot read is refused with its own message (both ``INVALID_SQL``).
 """
