@@ -15,7 +15,6 @@ from temporalio.client import Client
 
 from api import errors, limits, metrics
 from api.fastpath import FastReads
-from api.textguard import TextGuard
 from api.idempotency import IdempotencyMiddleware
 from api.mcp import server as mcp_server
 from api.routes import (
@@ -42,6 +41,7 @@ from api.routes import (
 )
 from api.routes import storage as storage_routes
 from api.state import AppState
+from api.textguard import TextGuard
 from api.usage import ApiMiddleware
 from storage import access
 from storage.db import Database

@@ -113,7 +113,6 @@ class FastReads:
             response = data_error_response(exc)
         await response(scope, receive, send)
 
-
     async def _sql(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST {rest}/sql`` as :func:`api.routes.sql.sql` answers it."""
         body = b""
