@@ -41,10 +41,11 @@ async def list_records(
 async def fetch_page(
     conn: psycopg.AsyncConnection[Any],
     page_sql: sql.Composed | bytes,
-    page_params: list[Any],
-    count_query: tuple[sql.Composed | bytes, list[Any]] | None,
+    page_params: list[Any] | None,
+    count_query: tuple[sql.Composed | bytes, list[Any] | None] | None,
 ) -> tuple[list[tuple[Any, ...]], int | None]:
-    """Run a page query and, when given, its count query in one round trip (pipeline mode)."""
+    """Run a page query and, when given, its count query in one round trip (pipeline mode).
+    ``None`` parameters: the text has its values bound already (no placeholders)."""
     if count_query is None:
         cur = conn.cursor(row_factory=tuple_row)
         return await (await cur.execute(page_sql, page_params)).fetchall(), None

@@ -173,3 +173,27 @@ def test_batch_isolates_a_row_failing_in_the_database(ws):
     r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"fields": {"L": pid}}, {"fields": {"L": 999999}}, {"fields": {"L": pid}}]})
     res = r.json()["results"]
     assert "record" in res[0] and res[1]["code"] == "INVALID_VALUE" and "record" in res[2]
+
+
+AWKWARD = ["it's", "back\\slash \\' \\\\", "100%s %(x)s {}", "$1 ; -- /* */", "ünïcødé ☃ 🦆", "a*b", "E'\\x41'"]
+
+
+def test_filter_values_reach_the_database_as_values_whatever_they_hold(ws):
+    """A list's values are bound into its memoised statement text by psycopg (quoted as
+    literals of their type): quotes, backslashes, placeholders, comments and non-ASCII text
+    filter as the values they are with eq, in and like, also once psycopg has prepared the
+    statement (repeated past its threshold of five), with and without a count."""
+    t = ws.create_table("Odd", [{"name": "Title", "type": "text"}, {"name": "N", "type": "number"}])
+    r = ws.api.post(f"/tables/{t['id']}/records/batch",
+                    json={"rows": [{"fields": {"Title": v, "N": i}} for i, v in enumerate(AWKWARD)]})
+    assert r.status_code == 200, r.text
+    url = f"/tables/{t['id']}/records"
+    for value in AWKWARD:
+        for i in range(7):
+            resp = ws.api.get(url, params={"Title": f"eq.{value}"}, headers={"Prefer": "count=exact"} if i % 2 else {})
+            assert titles(resp) == [value], value
+            if i % 2:
+                assert resp.headers["x-total-count"] == "1"
+        assert titles(ws.api.get(url, params={"Title": [f"eq.{value}"], "N": "gte.0"})) == [value]
+    assert titles(ws.api.get(url, params={"Title": "like.*'*", "order": "N.asc"})) == ["it's", AWKWARD[1], AWKWARD[6]]
+    assert titles(ws.api.get(url, params={"Title": "like.100%*"})) == [AWKWARD[2]]
