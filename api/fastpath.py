@@ -32,9 +32,10 @@ from urllib.parse import parse_qsl
 import orjson
 import psycopg
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import appusers
+from api.bodies import read_body, replay
 from api.deps import resolve_principal
 from api.errors import data_error_response, service_error_response
 from api.responses import JSON
@@ -115,19 +116,15 @@ class FastReads:
 
     async def _sql(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST {rest}/sql`` as :func:`api.routes.sql.sql` answers it."""
-        body = b""
-        more = True
-        while more and len(body) <= _SQL_BODY_MAX:
-            message = await receive()
-            if message["type"] != "http.request":  # the client left: nothing to answer
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        read = await read_body(receive, limit=_SQL_BODY_MAX)
+        if read is None:  # the client left: nothing to answer
+            return
+        body, more = read
         headers = _headers(scope)
         secret = _bearer(headers.get(b"authorization"))
         args = None if more or secret is None or appusers.is_app_token(secret) else _sql_args(headers, body)
         if args is None:
-            await self.app(scope, _replay(body, more, receive), send)  # FastAPI answers as it would
+            await self.app(scope, replay(body, more, receive), send)  # FastAPI answers as it would
             return
         query, count = args
         st: dict[str, Any] = scope.setdefault("state", {})
@@ -164,20 +161,6 @@ def _sql_args(headers: dict[bytes, bytes], body: bytes) -> tuple[str, bool] | No
     if type(query) is not str or type(count) is not bool:  # pydantic would coerce other types
         return None
     return query, count
-
-
-def _replay(body: bytes, more: bool, receive: Receive) -> Receive:
-    """A ``receive`` that hands the app the body bytes already read, then the rest."""
-    pending = True
-
-    async def replayed() -> Message:
-        nonlocal pending
-        if pending:
-            pending = False
-            return {"type": "http.request", "body": body, "more_body": more}
-        return await receive()
-
-    return replayed
 
 
 def _headers(scope: Scope) -> dict[bytes, bytes]:

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.bodies import read_body, replay
 from api.deps import resolve_principal
 from api.errors import error_response
 from api.limits import PRINCIPAL_KEY
@@ -66,12 +67,10 @@ class IdempotencyMiddleware:
         if principal is None:  # the route answers 401 itself
             await self.app(scope, receive, send)
             return
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        read = await read_body(receive)
+        if read is None:  # the client left: nobody to answer, nothing to claim
+            return
+        body, _ = read
         digest = hashlib.sha256(
             b"\n".join([scope["method"].encode(), scope["path"].encode(), scope.get("query_string", b""), body])
         ).hexdigest()
@@ -98,15 +97,6 @@ class IdempotencyMiddleware:
             await send({"type": "http.response.body", "body": payload})
             return
 
-        sent_body = False
-
-        async def replay_body() -> Message:
-            nonlocal sent_body
-            if not sent_body:
-                sent_body = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
         status = 500
         chunks: list[bytes] = []
         finished = False
@@ -126,7 +116,7 @@ class IdempotencyMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, replay_body, capture)
+            await self.app(scope, replay(body, False, receive), capture)
         finally:
             if not finished:
                 await self._finish(state, token_id, key, status, b"".join(chunks))

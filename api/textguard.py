@@ -21,8 +21,9 @@ import re
 from typing import Any
 
 import orjson
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from api.bodies import read_body, replay
 from api.errors import error_response
 
 _METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -39,31 +40,17 @@ class TextGuard:
         if scope["type"] != "http" or scope["method"] not in _METHODS or not _json_body(scope):
             await self.app(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client left
-                return
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        read = await read_body(receive)
+        if read is None:  # the client left
+            return
+        body, _ = read
         if b"\\u" in body and _SURROGATE_ESCAPE.search(body) and _lone_surrogate(body):
             await error_response(
                 400, "a value cannot be stored: a string holds an unpaired UTF-16 surrogate escape"
                 " (\\ud800–\\udfff without its pair), which is not text", "INVALID_VALUE",
             )(scope, receive, send)
             return
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay(body, False, receive), send)
 
 
 def _json_body(scope: Scope) -> bool:

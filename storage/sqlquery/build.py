@@ -204,7 +204,7 @@ class Statement:
     params: tuple[Any, ...]
 
 
-def build_json_query(
+def build_json_page(
     *,
     schema: str,
     table: str,
@@ -213,31 +213,21 @@ def build_json_query(
     order: tuple[Fragment, ...],
     limit: int,
     offset: int,
+    count: bool,
 ) -> Statement:
-    """One statement answering the whole request: the page rendered as a JSON array text
-    (see :func:`_page_rows`) and the exact count."""
-    rows, params = _page_rows(schema, table, fields, where, order, limit, offset)
-    where_params = tuple(p for f in where for p in f.params)
-    query = sql.SQL(
-        "SELECT coalesce(array_to_json(array_agg({a}.*)), '[]')::text, (SELECT count(*) FROM {src}{where}) FROM {rows}"
-    ).format(a=_ALIAS, src=sql.Identifier(schema, table), where=_where_sql(where), rows=rows)
-    return Statement(query, (*where_params, *params))  # the count comes first in the text
-
-
-def build_json_probe(
-    *,
-    schema: str,
-    table: str,
-    fields: tuple[Field, ...],
-    where: tuple[Fragment, ...],
-    order: tuple[Fragment, ...],
-    limit: int,
-    offset: int,
-) -> Statement:
-    """One statement answering a page without counting: the page rendered as a JSON array
-    text (as :func:`build_json_query` renders it) and how many rows were read, reading
-    one row past the page (``LIMIT limit + 1``): more than ``limit`` means more rows match.
-    The row past the page is sliced off the aggregated array."""
+    """One statement answering a page: its rows rendered as a JSON array text (see
+    :func:`_page_rows`) and a number. With ``count`` the number is the exact count of every
+    match. Without it, the page is read with one row more (``LIMIT limit + 1``), which is
+    sliced off the array, and the number is how many rows were read: more than ``limit``
+    means more rows match."""
+    if count:
+        rows, params = _page_rows(schema, table, fields, where, order, limit, offset)
+        where_params = tuple(p for f in where for p in f.params)
+        query = sql.SQL(
+            "SELECT coalesce(array_to_json(array_agg({a}.*)), '[]')::text, (SELECT count(*) FROM {src}{where})"
+            " FROM {rows}"
+        ).format(a=_ALIAS, src=sql.Identifier(schema, table), where=_where_sql(where), rows=rows)
+        return Statement(query, (*where_params, *params))  # the count comes first in the text
     rows, params = _page_rows(schema, table, fields, where, order, limit + 1, offset)
     query = sql.SQL(
         "SELECT coalesce(array_to_json((array_agg({a}.*))[1:%s]), '[]')::text, count(*) FROM {rows}"

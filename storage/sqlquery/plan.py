@@ -31,8 +31,7 @@ from storage.sqlquery.build import (
     Fragment,
     JsonOperand,
     Statement,
-    build_json_probe,
-    build_json_query,
+    build_json_page,
     build_queries,
     condition,
     json_renderable,
@@ -157,8 +156,8 @@ def translate(
     if not parsed.count and json_renderable(fields):
         parts = {"schema": table.schema, "table": table.physical, "fields": fields, "where": where,
                  "order": tuple(order), "limit": limit, "offset": offset}
-        json_page = build_json_query(**parts)
-        json_probe = build_json_probe(**parts)
+        json_page = build_json_page(**parts, count=True)
+        json_probe = build_json_page(**parts, count=False)
     return SqlPlan(
         table=table,
         count_only=parsed.count,
