@@ -13,11 +13,13 @@ import contextlib
 import json
 import random
 import secrets
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
@@ -26,6 +28,8 @@ from bench.report import Figure, Target
 from bench.stack import ApiProcess, Deployment
 
 STATUS_LABELS = ("a", "b", "c", "d")
+SETTLE_VACUUM_S = 10.0  # longest wait for autovacuum workers between scenarios
+SETTLE_PAUSE_S = 2.0  # then a pause for the API's once-a-second background writers
 BENCH_COLUMNS: list[dict[str, Any]] = [
     {"name": "Name", "type": "text"},
     {"name": "Score", "type": "number"},
@@ -192,6 +196,27 @@ class BenchContext:
         self.rows = make_rows(config.rows)
 
     # ------------------------------------------------------------------ baseline pool
+    async def settle(self) -> None:
+        """Let the previous scenario's leftovers finish before the next one measures: a
+        ``CHECKPOINT`` writes out the pages it dirtied (no checkpoint lands mid-phase), the
+        autovacuum workers its writes woke are awaited (up to ``SETTLE_VACUUM_S``), and a
+        pause covers the API's once-a-second background writers (usage log, quotas). Both
+        sides of every comparison run after it, so it favours neither."""
+        pool = await self.pool()
+        if pool is not None:
+            with contextlib.suppress(psycopg.Error):  # a deployment's role may not checkpoint
+                async with pool.connection() as conn:
+                    await conn.execute("CHECKPOINT")
+                    deadline = time.monotonic() + SETTLE_VACUUM_S
+                    while time.monotonic() < deadline:
+                        cur = await conn.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'")
+                        row = await cur.fetchone()
+                        if row is None or row[0] == 0:
+                            break
+                        await asyncio.sleep(0.2)
+        await asyncio.sleep(SETTLE_PAUSE_S)
+
     async def pool(self) -> AsyncConnectionPool | None:
         """The psycopg pool of the baselines (``None`` without a DSN).
 

@@ -58,6 +58,10 @@ BASELINE_NOTE = (
     "Baseline: psycopg AsyncConnectionPool, autocommit, sized to the concurrency, the same SQL the "
     "operation needs against the same physical table (ws_<w>.t_<t>, c_<column id>)."
 )
+SETTLE_NOTE = (
+    "Between scenarios the harness settles: a PostgreSQL CHECKPOINT, a wait for autovacuum workers "
+    "(at most 10 s) and a 2 s pause, so that no scenario measures the previous one's background work."
+)
 _VERDICT_STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.NOT_MEASURED: "yellow"}
 
 
@@ -214,7 +218,9 @@ async def run_pass(deployment: Deployment, config: BenchConfig, scenarios: Seque
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
         ctx = BenchContext(deployment, config, session)
         try:
-            for sc in scenarios:
+            for i, sc in enumerate(scenarios):
+                if i:
+                    await ctx.settle()  # the previous scenario's background work ends first
                 console.print(f"[bold cyan]▶ {sc.name}[/] {sc.title}")
                 t0 = time.monotonic()
                 try:
@@ -288,7 +294,7 @@ def _facts(args: argparse.Namespace, config: BenchConfig, pg_version: str) -> di
 
 
 def _notes(args: argparse.Namespace, config: BenchConfig, passes: dict[str, list[Figure]]) -> list[str]:
-    notes = [CLIENT_NOTE, BASELINE_NOTE]
+    notes = [CLIENT_NOTE, BASELINE_NOTE, SETTLE_NOTE]
     if not args.url:
         notes.append("Embedded PostgreSQL (wds.runtime.Postgres: shared_buffers=256MB, "
                      "synchronous_commit=off, fsync on); API workspace on the enterprise plan, "
