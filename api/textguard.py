@@ -7,6 +7,9 @@ along the way would fail on it, deep inside a route (a 500, or a half-done reque
 layer answers such a body with 400 ``INVALID_VALUE`` before any route sees it, so the
 request changes nothing.
 
+Object uploads (``/storage/v1/object/…``) are file bytes streamed to the store under its
+size limit, whatever their content type: they pass untouched and unbuffered.
+
 It costs one substring search per JSON body: only a body with an escape in the surrogate
 range (``\\uD800``–``\\uDFFF``) is parsed with orjson, which refuses unpaired surrogates and
 accepts pairs (an emoji written as two escapes); when orjson refuses it, Python's parse
@@ -27,6 +30,9 @@ from api.bodies import read_body, replay
 from api.errors import error_response
 
 _METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# object uploads are file bytes, streamed to the store under a size limit: never buffered here
+_UPLOADS = "/storage/v1/object/"
+_SIGN = "/storage/v1/object/sign/"
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
@@ -37,7 +43,7 @@ class TextGuard:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in _METHODS or not _json_body(scope):
+        if scope["type"] != "http" or scope["method"] not in _METHODS or _upload(scope["path"]) or not _json_body(scope):
             await self.app(scope, receive, send)
             return
         read = await read_body(receive)
@@ -51,6 +57,10 @@ class TextGuard:
             )(scope, receive, send)
             return
         await self.app(scope, replay(body, False, receive), send)
+
+
+def _upload(path: str) -> bool:
+    return path.startswith(_UPLOADS) and not path.startswith(_SIGN)
 
 
 def _json_body(scope: Scope) -> bool:

@@ -233,3 +233,16 @@ def test_objects_above_the_size_limit_are_refused_even_when_streamed(ws, small_a
         assert r.status_code == 413 and r.json()["code"] == "PAYLOAD_TOO_LARGE"
         assert [o["path"] for o in st.get("/object/list/files").json()["objects"]] == ["ok.bin"]
         assert st.get("/object/files/streamed.bin").status_code == 404
+
+
+def test_json_uploads_are_file_bytes_whatever_they_hold(ws):
+    """The JSON text guard (api/textguard.py) leaves object uploads alone: they are bytes
+    streamed to the store, so a .json file holding a lone surrogate escape is stored as sent
+    (a JSON request body with one is refused, see tests/api/test_errors.py)."""
+    st = _storage(ws)
+    _bucket(st)
+    data = b'{"note": "\\ud800 is \ud800 here"}'
+    for headers, status in (({"Content-Type": "application/json"}, 201), ({}, 200)):  # created, then replaced
+        r = st.post("/object/files/odd.json", content=data, headers={**headers, "x-upsert": "true"})
+        assert r.status_code == status, r.text
+        assert st.get("/object/files/odd.json").content == data
