@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 import psycopg
+from psycopg import AsyncClientCursor, sql
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -22,22 +23,6 @@ from storage.errors import Unavailable
 META = "wds"  # schema of our own metadata tables
 
 
-class LifoPool(AsyncConnectionPool):
-    """A pool that hands out the connection returned last (LIFO, as SQLAlchemy's
-    ``pool_use_lifo``); psycopg_pool's own order is FIFO, which cycles every request through
-    every idle connection. Under light or sequential load a few warm backends then serve
-    everything (their caches and prepared statements hot), and the connections a burst
-    opened stay unused, so the pool's shrinking (one per ``max_idle`` in which some went
-    unused) closes them, from the least recently used end. On the bench's SQL call after a 16-client phase had grown the
-    pool to 20 connections, FIFO made the call ~0.15 ms slower (p50 0.91 vs 0.74 ms).
-    ``tests/storage/test_db_pool.py`` checks the order, so a psycopg_pool that changes how it
-    keeps idle connections is noticed."""
-
-    async def _get_ready_connection(self, timeout: float | None) -> Any:
-        idle = getattr(self, "_pool", None)
-        if isinstance(idle, deque) and len(idle) > 1:
-            idle.rotate(1)  # the newest (right end) first: psycopg_pool takes the left end
-        return await super()._get_ready_connection(timeout)
 _LONG_DIGITS = re.compile(rb"\d{16}")
 
 
@@ -62,6 +47,38 @@ def json_loads(data: bytes | bytearray | memoryview | str) -> Any:
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     set_json_loads(json_loads, conn)
+
+
+class LifoPool(AsyncConnectionPool):
+    """A pool that hands out the connection returned last (LIFO, as SQLAlchemy's
+    ``pool_use_lifo``); psycopg_pool's own order is FIFO, which cycles every request
+    through every idle connection. Under light or sequential load a few warm backends then
+    serve everything (their caches and prepared statements hot), and the connections a
+    burst opened stay unused, so the pool's shrinking (one per ``max_idle`` in which some
+    went unused) closes them, from the least recently used end. On the bench's SQL call
+    after a 16-client phase had grown the pool to 20 connections, FIFO made the call
+    ~0.2 ms slower (p50 0.91 vs 0.70 ms). ``tests/storage/test_db_pool.py`` checks the
+    order, so a psycopg_pool that changes how it keeps idle connections is noticed."""
+
+    async def _get_ready_connection(self, timeout: float | None) -> Any:
+        idle = getattr(self, "_pool", None)
+        if isinstance(idle, deque) and len(idle) > 1:
+            idle.rotate(1)  # the newest (right end) first: psycopg_pool takes the left end
+        return await super()._get_ready_connection(timeout)
+
+
+def bound_once(conn: psycopg.AsyncConnection[Any], memo: dict[str, bytes], key: str,
+               query: bytes | sql.Composable, params: tuple[Any, ...]) -> bytes:
+    """A memoised statement with its values bound into the text, once per ``memo`` (the
+    memoised plan's own dict). psycopg's client-side binding quotes each value as a literal
+    of its type; the client's text never reaches the statement. A memoised plan's values
+    never change, and a statement without parameters is prepared by psycopg after a few
+    calls with PostgreSQL keeping its plan; with bound parameters PostgreSQL planned it
+    again on every call (``LIMIT $n`` keeps it on custom plans, ~0.1 ms a call)."""
+    text = memo.get(key)
+    if text is None:
+        text = memo[key] = AsyncClientCursor(conn).mogrify(query, params).encode()
+    return text
 
 
 class Database:

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg import AsyncClientCursor, sql
+from psycopg import sql
 
+from storage.db import bound_once
 from storage.query.build import TABLE_ALIAS, _order_by, _table, build_count, build_where
 from storage.query.listing import fetch_page
 from storage.query.plan import QueryPlan
@@ -103,7 +104,7 @@ class PreparedList:
     page_params: tuple[Any, ...]
     count_sql: bytes
     count_params: tuple[Any, ...]
-    # the statements with their values bound, as :func:`list_records_json` sends them
+    # the statements with their values bound (storage.db.bound_once), as list_records_json sends them
     bound: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -146,24 +147,11 @@ async def list_records_json(
 ) -> tuple[str, int, int | None]:
     """The page as JSON text, the number of records on it, and the exact total if asked."""
     prepared = plan if isinstance(plan, PreparedList) else prepare_list_json(plan)
-    page_sql = _bound(conn, prepared, "page", prepared.page_sql, prepared.page_params)
-    count_sql = _bound(conn, prepared, "count", prepared.count_sql, prepared.count_params) if count else None
+    page_sql = bound_once(conn, prepared.bound, "page", prepared.page_sql, prepared.page_params)
+    count_sql = bound_once(conn, prepared.bound, "count", prepared.count_sql, prepared.count_params) if count else None
     rows, total = await fetch_page(conn, page_sql, None, (count_sql, None) if count_sql is not None else None)
     page = rows[0] if rows else None
     if page is None:
         return "[]", 0, total
     return str(page[0]), int(page[1]), total
 
-
-def _bound(conn: psycopg.AsyncConnection[Any], prepared: PreparedList, key: str, text: bytes,
-           params: tuple[Any, ...]) -> bytes:
-    """The statement with its values bound into the text, once per prepared list (psycopg's
-    client-side binding quotes each value as a literal of its type). A memoised list's values
-    never change, and a statement without parameters is prepared by psycopg after a few
-    calls with PostgreSQL keeping its plan; with bound parameters PostgreSQL planned it again
-    on every call (``LIMIT $n`` keeps it on custom plans), as for the SQL endpoint
-    (``storage.sqlquery.run``)."""
-    found = prepared.bound.get(key)
-    if found is None:
-        found = prepared.bound[key] = AsyncClientCursor(conn).mogrify(text, params).encode()
-    return found

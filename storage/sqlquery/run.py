@@ -17,11 +17,12 @@ from typing import Any
 
 import orjson
 import psycopg
-from psycopg import AsyncClientCursor, sql
 from psycopg import errors as pg_errors
+from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
+from storage.db import bound_once
 from storage.ddl import ro_role
 from storage.errors import InvalidSQL, SQLTimeout
 from storage.sqlquery.build import KIND_TIMESTAMP, Field
@@ -99,14 +100,7 @@ class _Work:
 
 def _work(conn: psycopg.AsyncConnection[Any], plan: SqlPlan, *, count: bool, json_rows: bool) -> _Work:
     def bound(key: str, query: sql.Composed, params: tuple[Any, ...]) -> bytes:
-        # The plan's values are bound into its text once (psycopg's client-side binding,
-        # which quotes each value as a literal of its type): a statement without parameters
-        # is prepared by psycopg after a few calls and PostgreSQL keeps its plan, where a
-        # parameterised one was planned again on every call (custom plans; ~0.1 ms here).
-        text = plan.bound.get(key)
-        if text is None:
-            text = plan.bound[key] = AsyncClientCursor(conn).mogrify(query, params).encode()
-        return text
+        return bound_once(conn, plan.bound, key, query, params)
 
     if plan.count_only or plan.rows_query is None:
         return _Work((bound("count", plan.count_query, plan.where_params),), "count", True)
