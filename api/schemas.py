@@ -61,6 +61,10 @@ class ColumnOut(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     relation_table: int | None = None
     relation_label_column: int | None = None
+    status: str | None = Field(
+        default=None, description='computed columns: "ok", or "error" when a column it read was deleted with force'
+    )
+    status_reason: str | None = None
 
 
 class SemanticIn(BaseModel):
@@ -105,6 +109,9 @@ class TableOut(TableSummary):
 class Deleted(BaseModel):
     id: int | str
     deleted: Literal[True] = True
+    detached: list[dict[str, Any]] | None = Field(
+        default=None, description="forced deletes: the dependents that were loosened or marked broken"
+    )
 
 
 class PipelineOut(BaseModel):

@@ -13,10 +13,12 @@ Hierarchy::
     ├── UnknownOperator     400 UNKNOWN_OPERATOR
     ├── InvalidSQL          400 INVALID_SQL
     ├── InvalidFormula      400 INVALID_FORMULA
+    ├── CircularReference   400 CIRCULAR_REFERENCE
     ├── Unauthorized        401 UNAUTHORIZED
     ├── Forbidden           403 FORBIDDEN / WRONG_PROTOCOL / PLAN_READ_ONLY
     ├── NotFound            404 NOT_FOUND
     ├── Conflict            409 CONFLICT
+    ├── ColumnInUse         409 COLUMN_IN_USE          (adds "dependents": [{kind, id, name}])
     ├── PlanLimit           402 PLAN_LIMIT_*           (adds "upgrade": true)
     ├── RateLimited         429 PLAN_RATE_LIMIT_API / TOKEN_RATE_LIMIT
     └── Unavailable         503 UNAVAILABLE
@@ -79,6 +81,10 @@ class InvalidFormula(ServiceError):
     code = "INVALID_FORMULA"
 
 
+class CircularReference(ServiceError):
+    code = "CIRCULAR_REFERENCE"
+
+
 class Unauthorized(ServiceError):
     status = 401
     code = "UNAUTHORIZED"
@@ -97,6 +103,11 @@ class NotFound(ServiceError):
 class Conflict(ServiceError):
     status = 409
     code = "CONFLICT"
+
+
+class ColumnInUse(ServiceError):
+    status = 409
+    code = "COLUMN_IN_USE"
 
 
 class PayloadTooLarge(ServiceError):

@@ -11,7 +11,7 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
-from storage import ddl
+from storage import ddl, refs
 from storage.columnspec import ColumnSpec
 from storage.schema import ColumnMeta, ColumnType, Option, TableMeta, WorkspaceSchema
 
@@ -56,20 +56,48 @@ async def update_workspace(conn: Conn, *, workspace_id: int, changes: dict[str, 
 # --------------------------------------------------------------------------- schema loading
 
 
-def _column_from_row(row: dict[str, Any]) -> ColumnMeta:
+def _column_from_row(row: dict[str, Any], names: refs.Names | None = None) -> ColumnMeta:
+    """A metadata row as :class:`ColumnMeta`; with ``names``, references read as today's names."""
+    kind = row["type"]
+    formula, config = row["formula"], row["config"] or {}
+    own: frozenset[int] = frozenset()
+    other: frozenset[int] = frozenset()
+    if names is not None and ColumnType(kind).computed:
+        formula, config, found = refs.decode(kind, formula, config, table_id=row["table_id"], names=names)
+        own, other = frozenset(found.own), frozenset(found.other)
     return ColumnMeta(
         id=row["id"],
         table_id=row["table_id"],
         name=row["name"],
-        type=ColumnType(row["type"]),
+        type=ColumnType(kind),
         required=row["required"],
         position=row["position"],
         options=tuple(Option(o["id"], o["label"], o["color"]) for o in (row["options"] or [])),
-        config=row["config"] or {},
-        formula=row["formula"],
+        config=config,
+        formula=formula,
         relation_table_id=row["relation_table_id"],
         relation_label_column_id=row["relation_label_column_id"],
+        refs=own,
+        other_refs=other,
+        broken=row.get("broken"),
     )
+
+
+def names_of(trows: list[dict[str, Any]], crows: list[dict[str, Any]]) -> refs.Names:
+    """The id ↔ name index of a workspace from its table and column rows."""
+    return refs.Names(
+        columns={c["id"]: (c["table_id"], c["name"]) for c in crows},
+        tables={t["id"]: t["name"] for t in trows},
+    )
+
+
+async def load_names(conn: Conn, *, workspace_id: int) -> refs.Names:
+    """The id ↔ name index as the current transaction sees it."""
+    tcur = await conn.execute("SELECT id, name FROM wds.tables WHERE workspace_id = %s", (workspace_id,))
+    ccur = await conn.execute(
+        "SELECT id, table_id, name FROM wds.columns WHERE workspace_id = %s", (workspace_id,)
+    )
+    return names_of(await tcur.fetchall(), await ccur.fetchall())
 
 
 async def load_schema(conn: Conn, *, workspace_id: int) -> WorkspaceSchema:
@@ -81,9 +109,11 @@ async def load_schema(conn: Conn, *, workspace_id: int) -> WorkspaceSchema:
     ccur = await conn.execute(
         "SELECT * FROM wds.columns WHERE workspace_id = %s ORDER BY table_id, position, id", (workspace_id,)
     )
+    crows = await ccur.fetchall()
+    names = names_of(trows, crows)
     by_table: dict[int, list[ColumnMeta]] = {}
-    for row in await ccur.fetchall():
-        by_table.setdefault(row["table_id"], []).append(_column_from_row(row))
+    for row in crows:
+        by_table.setdefault(row["table_id"], []).append(_column_from_row(row, names))
     tables = {
         t["id"]: TableMeta(
             id=t["id"],
@@ -157,7 +187,17 @@ async def touch_table(conn: Conn, *, table_id: int) -> None:
 # --------------------------------------------------------------------------- columns
 
 
-async def create_column(conn: Conn, *, workspace_id: int, table_id: int, spec: ColumnSpec) -> ColumnMeta:
+async def create_column(
+    conn: Conn, *, workspace_id: int, table_id: int, spec: ColumnSpec, encode: bool = True
+) -> ColumnMeta:
+    """Insert a column and its physical column; references are stored by id.
+
+    ``encode=False`` stores the formula/config as given (table creation, whose columns
+    may name each other in any order, encodes them all with :func:`encode_table_columns`).
+
+    Raises:
+        UnknownColumn: a formula or config names a column that does not exist.
+    """
     if spec.position is None:
         cur = await conn.execute(
             "SELECT coalesce(max(position) + 1, 0) AS p FROM wds.columns WHERE table_id = %s", (table_id,)
@@ -170,22 +210,53 @@ async def create_column(conn: Conn, *, workspace_id: int, table_id: int, spec: C
             "UPDATE wds.columns SET position = position + 1 WHERE table_id = %s AND position >= %s",
             (table_id, position),
         )
+    formula, config = spec.formula, spec.config
+    if spec.type.computed and encode:
+        names = await load_names(conn, workspace_id=workspace_id)
+        formula, config = refs.encode(spec.type.value, formula, config, table_id=table_id, names=names)
     cur = await conn.execute(
         "INSERT INTO wds.columns (workspace_id, table_id, name, type, required, position, options,"
         " config, formula, relation_table_id, relation_label_column_id)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
         (
             workspace_id, table_id, spec.name, spec.type.value, spec.required, position,
-            Jsonb(spec.options_json()), Jsonb(spec.config), spec.formula,
+            Jsonb(spec.options_json()), Jsonb(config), formula,
             spec.relation_table_id, spec.relation_label_column_id,
         ),
     )
     row = await cur.fetchone()
     assert row is not None
-    col = _column_from_row(row)
+    col = await _decoded(conn, workspace_id, row)
     await ddl.add_column(conn, workspace_id, col)
     await touch_table(conn, table_id=table_id)
     return col
+
+
+async def _decoded(conn: Conn, workspace_id: int, row: dict[str, Any]) -> ColumnMeta:
+    if not ColumnType(row["type"]).computed:
+        return _column_from_row(row)
+    return _column_from_row(row, await load_names(conn, workspace_id=workspace_id))
+
+
+async def encode_table_columns(conn: Conn, *, workspace_id: int, table_id: int) -> None:
+    """Store the references of a table's computed columns by id (after creating them all).
+
+    Raises:
+        UnknownColumn: a formula or config names a column that does not exist.
+    """
+    names = await load_names(conn, workspace_id=workspace_id)
+    cur = await conn.execute(
+        "SELECT id, type, formula, config FROM wds.columns WHERE table_id = %s ORDER BY id", (table_id,)
+    )
+    for row in await cur.fetchall():
+        if not ColumnType(row["type"]).computed:
+            continue
+        formula, config = refs.encode(
+            row["type"], row["formula"], row["config"] or {}, table_id=table_id, names=names
+        )
+        await conn.execute(
+            "UPDATE wds.columns SET formula = %s, config = %s WHERE id = %s", (formula, Jsonb(config), row["id"])
+        )
 
 
 def spec_of(col: ColumnMeta) -> ColumnSpec:
@@ -203,8 +274,19 @@ async def update_column(
 
     Removed select options are cleared from stored values; a type change keeps data
     where the storage type allows (see ``storage/ddl.py``) and otherwise re-creates the
-    physical column empty — the caller decides which changes are permitted.
+    physical column empty — the caller decides which changes are permitted. References
+    in the formula/config are stored by id; a rename touches this row only. A column
+    marked broken by a forced delete is repaired by any change that validates.
     """
+    formula, config = spec.formula, spec.config
+    # a broken column keeps its dangling references (and its mark) until they are edited
+    untouched = spec.type is current.type and spec.formula == current.formula and spec.config == current.config
+    broken = current.broken if untouched else None
+    if spec.type.computed:
+        names = await load_names(conn, workspace_id=workspace_id)
+        formula, config = refs.encode(
+            spec.type.value, formula, config, table_id=current.table_id, names=names, strict=not untouched
+        )
     if spec.position is not None and spec.position != current.position:
         await conn.execute(
             "UPDATE wds.columns SET position = position + 1 WHERE table_id = %s AND position >= %s AND id <> %s",
@@ -213,17 +295,17 @@ async def update_column(
     cur = await conn.execute(
         "UPDATE wds.columns SET name = %s, type = %s, required = %s, position = %s, options = %s,"
         " config = %s, formula = %s, relation_table_id = %s, relation_label_column_id = %s,"
-        " updated_at = now() WHERE id = %s RETURNING *",
+        " broken = %s, updated_at = now() WHERE id = %s RETURNING *",
         (
             spec.name, spec.type.value, spec.required,
             spec.position if spec.position is not None else current.position,
-            Jsonb(spec.options_json()), Jsonb(spec.config), spec.formula, spec.relation_table_id,
-            spec.relation_label_column_id, current.id,
+            Jsonb(spec.options_json()), Jsonb(config), formula, spec.relation_table_id,
+            spec.relation_label_column_id, broken, current.id,
         ),
     )
     row = await cur.fetchone()
     assert row is not None
-    new = _column_from_row(row)
+    new = await _decoded(conn, workspace_id, row)
     if new.type is not current.type or new.relation_table_id != current.relation_table_id:
         if new.type is ColumnType.TEXT:
             await ddl.convert_column_to_text(conn, workspace_id, current)

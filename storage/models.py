@@ -94,6 +94,8 @@ class ColumnDef(SQLModel, table=True):
     formula: str | None = None
     relation_table_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     relation_label_column_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    # set when a column this computed column read was deleted with force (m0007)
+    broken: str | None = None
     created_at: datetime | None = _ts()
     updated_at: datetime | None = _ts()
 

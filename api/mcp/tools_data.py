@@ -39,6 +39,7 @@ from api.routes.sql import execute_sql
 from api.schemas import RecordIn
 from api.serialize import column_out, table_summary
 from api.state import AppState
+from storage import views as stored_views
 from storage.access import Action, Principal
 from storage.errors import ServiceError
 from storage.formula.functions import describe_functions
@@ -242,8 +243,8 @@ async def list_views(state: AppState, principal: Principal, args: dict[str, Any]
             " FROM wds.views WHERE workspace_id = %s AND table_id = %s ORDER BY id",
             (principal.workspace_id, table.id),
         )
-        views = await cur.fetchall()
-    return {"table": {"id": table.id, "name": table.name}, "views": jsonable(views)}
+        rows = [stored_views.decoded(r, table) for r in await cur.fetchall()]
+    return {"table": {"id": table.id, "name": table.name}, "views": jsonable(rows)}
 
 
 async def semantic_search(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
