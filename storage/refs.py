@@ -180,7 +180,10 @@ def config_names(kind: str, config: Mapping[str, Any]) -> set[str]:
             out |= {v for v in value if isinstance(v, str)}
     step = config.get("step")
     if kind == "loop" and isinstance(step, dict) and isinstance(step.get("config"), dict):
-        out |= config_names(str(step.get("type") or ""), step["config"])
+        sub = step["config"]
+        out |= config_names(str(step.get("type") or ""), sub)
+        if step.get("type") == "formula" and isinstance(sub.get("formula"), str):
+            out |= formula_names(sub["formula"], sub.get("language", "excel")) - TEMPLATE_CONTEXT
     return out
 
 
@@ -387,20 +390,28 @@ def encode(kind: str, formula: str | None, config: Mapping[str, Any], *, table_i
     cfg = dict(config)
     out_formula = formula
     if kind == "formula":
-        language = cfg.get("language", "excel")
         source = formula or cfg.get("formula") or ""
         cfg.pop("formula", None)
-        for name in formula_names(source, language):
-            enc.ref(name)
-        if language == "javascript":
-            out_formula = _encode_js(source, enc.ref)
-        else:
-            def swap(name: str) -> str:
-                cid = enc.ref(name)
-                return "{@" + str(cid) + "}" if isinstance(cid, int) else _escape_field(name)
-
-            out_formula = _rewrite_formula(source, swap)
+        out_formula = _encode_formula(source, cfg.get("language", "excel"), enc)
     return out_formula, _encode_config(kind, cfg, enc)
+
+
+def _encode_formula(source: str, language: str, enc: _Encoder, context: frozenset[str] = frozenset()) -> str:
+    """``context``: names that are not columns (a loop sub-step's ``item``)."""
+    for name in formula_names(source, language) - context:
+        enc.ref(name)
+
+    def ref(name: str) -> int | str:
+        return name if name in context else enc.ref(name)
+
+    if language == "javascript":
+        return _encode_js(source, ref)
+
+    def swap(name: str) -> str:
+        cid = ref(name)
+        return "{@" + str(cid) + "}" if isinstance(cid, int) else _escape_field(name)
+
+    return _rewrite_formula(source, swap)
 
 
 def _encode_config(kind: str, cfg: dict[str, Any], enc: _Encoder) -> dict[str, Any]:
@@ -431,7 +442,10 @@ def _encode_config(kind: str, cfg: dict[str, Any], enc: _Encoder) -> dict[str, A
     step = cfg.get("step")
     if kind == "loop" and isinstance(step, dict) and isinstance(step.get("config"), dict):
         sub_kind = str(step.get("type") or "")
-        cfg["step"] = {**step, "config": _encode_config(sub_kind, dict(step["config"]), enc)}
+        sub = _encode_config(sub_kind, dict(step["config"]), enc)
+        if sub_kind == "formula" and isinstance(sub.get("formula"), str):
+            sub["formula"] = _encode_formula(sub["formula"], sub.get("language", "excel"), enc, TEMPLATE_CONTEXT)
+        cfg["step"] = {**step, "config": sub}
     return cfg
 
 
@@ -490,16 +504,20 @@ def decode(kind: str, formula: str | None, config: Mapping[str, Any], *, table_i
     cfg = dict(config)
     out_formula = formula
     if kind == "formula" and formula is not None:
-        if cfg.get("language", "excel") == "javascript":
-            out_formula = _decode_js(formula, dec.name_of)
-        else:
-            def swap(ref: str) -> str:
-                m = _STORED_FIELD.match(ref)
-                name = dec.name_of(int(m.group(1))) if m else None
-                return _escape_field(name if name is not None else ref)
-
-            out_formula = _rewrite_formula(formula, swap)
+        out_formula = _decode_formula(formula, cfg.get("language", "excel"), dec)
     return out_formula, _decode_config(kind, cfg, dec), dec.refs
+
+
+def _decode_formula(source: str, language: str, dec: _Decoder) -> str:
+    if language == "javascript":
+        return _decode_js(source, dec.name_of)
+
+    def swap(ref: str) -> str:
+        m = _STORED_FIELD.match(ref)
+        name = dec.name_of(int(m.group(1))) if m else None
+        return _escape_field(name if name is not None else ref)
+
+    return _rewrite_formula(source, swap)
 
 
 def _decode_config(kind: str, cfg: dict[str, Any], dec: _Decoder) -> dict[str, Any]:
@@ -524,5 +542,9 @@ def _decode_config(kind: str, cfg: dict[str, Any], dec: _Decoder) -> dict[str, A
             cfg[key] = [dec.stored(v) if isinstance(v, str) else v for v in value]
     step = cfg.get("step")
     if kind == "loop" and isinstance(step, dict) and isinstance(step.get("config"), dict):
-        cfg["step"] = {**step, "config": _decode_config(str(step.get("type") or ""), dict(step["config"]), dec)}
+        sub_kind = str(step.get("type") or "")
+        sub = _decode_config(sub_kind, dict(step["config"]), dec)
+        if sub_kind == "formula" and isinstance(sub.get("formula"), str):
+            sub["formula"] = _decode_formula(sub["formula"], sub.get("language", "excel"), dec)
+        cfg["step"] = {**step, "config": sub}
     return cfg

@@ -171,3 +171,21 @@ def test_deleting_a_table_that_relations_point_at_is_refused_unless_forced(ws):
     assert r.json()["dependents"][0]["id"] == deals["columns"][0]["id"]
     assert ws.api.delete(f"/tables/{target['id']}?force=true").status_code == 200
     assert ws.api.get(f"/tables/{deals['id']}/columns").json() == []
+
+
+def test_rename_carries_into_a_loop_sub_step_formula(ws):
+    t = ws.create_table("L", [
+        {"name": "Json", "type": "text"},
+        {"name": "Factor", "type": "number"},
+        {"name": "Items", "type": "json_parser", "config": {"source_column": "Json", "path": "items"}},
+        {"name": "Scaled", "type": "loop", "config": {"source_column": "Items", "step": {
+            "type": "formula", "config": {"formula": "{item} * {Factor}"}}}},
+    ])
+    cols = {c["name"]: c for c in t["columns"]}
+    ws.api.patch(f"/tables/{t['id']}/columns/{cols['Factor']['id']}", json={"name": "Scale"})
+    got = ws.api.get(f"/tables/{t['id']}/columns/{cols['Scaled']['id']}").json()["config"]
+    assert got["step"]["config"]["formula"] == "{item} * {Scale}"
+    rec = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Json": '{"items": [1, 2]}', "Scale": 3}}).json()
+    assert rec["fields"]["Scaled"] == [3, 6], rec
+    r = ws.api.delete(f"/tables/{t['id']}/columns/{cols['Factor']['id']}")
+    assert r.status_code == 409 and r.json()["dependents"][0]["name"] == "Scaled"
