@@ -25,8 +25,17 @@ async def test_table_and_column_tools(ws, mcp):
                                                      "formula": "{Value} * 2"}))
         assert error_code(await c.call_tool("create_column", {"table_id": "Crm", "name": "Bad", "type": "formula",
                                                               "formula": "{Nope} +"})) == "INVALID_FORMULA"
+        assert error_code(await c.call_tool("create_column", {"table_id": "Crm", "name": "Bad", "type": "formula",
+                                                              "formula": "{Nope} * 2"})) == "UNKNOWN_COLUMN"
         ren = data(await c.call_tool("update_column", {"table_id": "Crm", "column": "Value", "name": "Amount"}))
         assert ren["name"] == "Amount" and ren["id"] == col["id"]
+        by_name = {x["name"]: x for x in data(await c.call_tool("get_table", {"table_id": "Crm"}))["columns"]}
+        assert by_name["Twice"]["formula"] == "{Amount} * 2"
+        assert error_code(await c.call_tool("update_column", {"table_id": "Crm", "column": "Amount",
+                                                              "formula": "{Twice}", "type": "formula"})) \
+            == "CIRCULAR_REFERENCE"
+        assert error_code(await c.call_tool("delete_column", {"table_id": "Crm", "column": "Amount"})) \
+            == "COLUMN_IN_USE"
         assert error_code(await c.call_tool("update_column", {"table_id": "Crm", "column": "Nope", "name": "x"})) \
             == "NOT_FOUND"
         order = data(await c.call_tool("reorder_columns", {"table_id": "Crm", "columns": ["Twice", "Amount"]}))
@@ -37,6 +46,7 @@ async def test_table_and_column_tools(ws, mcp):
         up = data(await c.call_tool("update_table", {"table_id": "Crm", "name": "Customers", "icon": "star"}))
         assert (up["name"], up["icon"]) == ("Customers", "star")
         assert data(await c.call_tool("delete_column", {"table_id": "Customers", "column": f["id"]}))["deleted"]
+        assert data(await c.call_tool("delete_column", {"table_id": "Customers", "column": "Amount"}))["deleted"]
         assert data(await c.call_tool("delete_table", {"table_id": "Customers"})) == {"id": t["id"], "deleted": True}
         assert error_code(await c.call_tool("get_table", {"table_id": t["id"]})) == "NOT_FOUND"
 
