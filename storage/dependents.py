@@ -61,7 +61,7 @@ async def column_dependents(
     for row in await cur.fetchall():
         spec = row["spec"] or {}
         names = {f.get("column") for f in spec.get("filters") or [] if isinstance(f, dict)}
-        if column.name in names or column.id in (spec.get("column_ids") or []):
+        if f"@{column.id}" in names or column.name in names or column.id in (spec.get("column_ids") or []):
             out.append(_entry("schedule", row["id"], row["name"] or f"schedule {row['id']}", table.id))
     return out
 
@@ -110,7 +110,8 @@ async def detach_column(
                     "UPDATE wds.views SET config = %s, updated_at = now() WHERE id = %s", (Jsonb(kept), dep["id"])
                 )
         elif dep["kind"] == "semantic_search" and table.semantic:
-            cols = [c for c in table.semantic.get("columns") or [] if c != column.name]
+            ids = {c.name: c.id for c in table.columns}
+            cols = [f"@{ids[c]}" for c in table.semantic.get("columns") or [] if c != column.name and c in ids]
             semantic = {**table.semantic, "columns": cols} if cols else None
             await conn.execute(
                 "UPDATE wds.tables SET semantic = %s, updated_at = now() WHERE id = %s",

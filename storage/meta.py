@@ -100,6 +100,13 @@ async def load_names(conn: Conn, *, workspace_id: int) -> refs.Names:
     return names_of(await tcur.fetchall(), await ccur.fetchall())
 
 
+def _shown_semantic(semantic: dict[str, Any] | None, names: refs.Names) -> dict[str, Any] | None:
+    """Semantic-search settings with today's column names (stored by id)."""
+    if not semantic or not semantic.get("columns"):
+        return semantic
+    return {**semantic, "columns": refs.decode_names(semantic["columns"], names.name)}
+
+
 async def load_schema(conn: Conn, *, workspace_id: int) -> WorkspaceSchema:
     """Every table of a workspace with its columns, in two queries."""
     tcur = await conn.execute(
@@ -123,7 +130,7 @@ async def load_schema(conn: Conn, *, workspace_id: int) -> WorkspaceSchema:
             columns=tuple(by_table.get(t["id"], ())),
             created_at=t["created_at"],
             updated_at=t["updated_at"],
-            semantic=t["semantic"],
+            semantic=_shown_semantic(t["semantic"], names),
         )
         for t in trows
     }
@@ -158,6 +165,12 @@ async def create_table(
 async def update_table(conn: Conn, *, table_id: int, changes: dict[str, Any]) -> dict[str, Any] | None:
     allowed = {"name", "icon", "semantic"}
     sets = [k for k in changes if k in allowed]
+    if changes.get("semantic") and changes["semantic"].get("columns"):
+        # semantic-search columns are stored by id (a rename carries)
+        cur = await conn.execute("SELECT id, name FROM wds.columns WHERE table_id = %s", (table_id,))
+        ids = {r["name"]: r["id"] for r in await cur.fetchall()}
+        changes = {**changes, "semantic": {
+            **changes["semantic"], "columns": refs.encode_names(changes["semantic"]["columns"], ids.get)}}
     values = [Jsonb(changes[k]) if k == "semantic" and changes[k] is not None else changes[k] for k in sets]
     assignments = "".join(f"{k} = %s, " for k in sets)  # keys from the allow-list above
     cur = await conn.execute(

@@ -548,3 +548,46 @@ def _decode_config(kind: str, cfg: dict[str, Any], dec: _Decoder) -> dict[str, A
             sub["formula"] = _decode_formula(sub["formula"], sub.get("language", "excel"), dec)
         cfg["step"] = {**step, "config": sub}
     return cfg
+
+
+# --------------------------------------------------------------------------- filter lists, column lists
+
+
+def encode_filter_list(filters: list[dict[str, Any]], column_id: Any) -> list[dict[str, Any]]:
+    """``[{column, op, value}]`` with each column name replaced by ``"@<id>"``
+    (``column_id(name) -> int | None``; system and unknown names stay as they are)."""
+    out = []
+    for f in filters:
+        name = f.get("column") if isinstance(f, dict) else None
+        cid = column_id(name) if isinstance(name, str) else None
+        out.append({**f, "column": f"@{cid}"} if cid is not None else f)
+    return out
+
+
+def decode_filter_list(filters: list[dict[str, Any]], name_of: Any) -> list[dict[str, Any]]:
+    """The inverse of :func:`encode_filter_list` (``name_of(id) -> str | None``); a term
+    whose column is gone keeps its ``"@<id>"``, which the planner then refuses by name."""
+    out = []
+    for f in filters:
+        ref = f.get("column") if isinstance(f, dict) else None
+        m = _STORED_FIELD.match(ref) if isinstance(ref, str) else None
+        name = name_of(int(m.group(1))) if m else None
+        out.append({**f, "column": name} if name is not None else f)
+    return out
+
+
+def encode_names(names: list[str], column_id: Any) -> list[str]:
+    """Column names → ``"@<id>"`` (unknown names kept)."""
+    return [f"@{cid}" if (cid := column_id(n)) is not None else n for n in names]
+
+
+def decode_names(refs: list[str], name_of: Any) -> list[str]:
+    """``"@<id>"`` → today's names; ids of deleted columns are dropped."""
+    out = []
+    for r in refs:
+        m = _STORED_FIELD.match(r) if isinstance(r, str) else None
+        if m is None:
+            out.append(r)
+        elif (name := name_of(int(m.group(1)))) is not None:
+            out.append(name)
+    return out

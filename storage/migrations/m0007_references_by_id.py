@@ -2,8 +2,8 @@
 
 * ``wds.columns.broken``: why a computed column cannot compute (a column it read was
   deleted with ``?force=true``); ``NULL`` when it can.
-* Every computed column's formula and config, and every view's config, move from column
-  names to column ids (:mod:`storage.refs`, :func:`storage.views.encode_config`), so a
+* Every computed column's formula and config, every view's config, schedule filters and
+  semantic-search columns move from column names to column ids (:mod:`storage.refs`, :func:`storage.views.encode_config`), so a
   rename carries everywhere and a delete knows its dependents. A reference to a name that
   no column has (accepted before this release, it read as blank) is kept as written and
   the column is marked broken with a reason, instead of silently computing from nothing.
@@ -44,19 +44,43 @@ def _upgrade_workspace(conn: Connection, ws: int) -> None:
         if not ColumnType(r["type"]).computed:
             continue
         config: dict[str, Any] = r["config"] or {}
+        try:
+            _, _, found = refs.decode(r["type"], r["formula"], config, table_id=r["table_id"], names=names)
+        except Exception:  # noqa: BLE001 - text that does not decode is encoded (or marked) below
+            found = None
+        if found is not None and (found.own or found.other or found.missing):
+            continue  # stored by id already (the migration is idempotent)
         broken = None
         try:
             refs.encode(r["type"], r["formula"], config, table_id=r["table_id"], names=names)
         except ServiceError as exc:
             broken = f"{exc.message} (found when references moved to ids); edit this column to fix it"
-        formula, config = refs.encode(r["type"], r["formula"], config, table_id=r["table_id"], names=names,
-                                      strict=False)
+        try:
+            formula, config = refs.encode(r["type"], r["formula"], config, table_id=r["table_id"], names=names,
+                                          strict=False)
+        except Exception as exc:  # noqa: BLE001 - never block a start on one bad row: keep it, marked
+            formula = r["formula"]
+            broken = f"{getattr(exc, 'message', exc)} (found when references moved to ids); edit this column to fix it"
         conn.execute(update, {"f": formula, "c": config, "b": broken, "id": r["id"]})
     by_table: dict[int, list[ColumnMeta]] = {}
     for r in rows:
         by_table.setdefault(r["table_id"], []).append(
             ColumnMeta(id=r["id"], table_id=r["table_id"], name=r["name"], type=ColumnType(r["type"]))
         )
+    supdate = text("UPDATE wds.schedules SET spec = :s WHERE id = :id").bindparams(bindparam("s", type_=JSONB))
+    for sc in conn.execute(text("SELECT id, table_id, spec FROM wds.schedules WHERE workspace_id = :w"),
+                           {"w": ws}).mappings():
+        spec = dict(sc["spec"] or {})
+        if spec.get("filters"):
+            spec["filters"] = refs.encode_filter_list(spec["filters"], lambda n, t=sc["table_id"]: names.column_id(t, n))
+            conn.execute(supdate, {"s": spec, "id": sc["id"]})
+    tupdate = text("UPDATE wds.tables SET semantic = :s WHERE id = :id").bindparams(bindparam("s", type_=JSONB))
+    for tb in conn.execute(text("SELECT id, semantic FROM wds.tables WHERE workspace_id = :w AND semantic IS NOT NULL"),
+                           {"w": ws}).mappings():
+        semantic = dict(tb["semantic"])
+        semantic["columns"] = refs.encode_names(semantic.get("columns") or [],
+                                                lambda n, t=tb["id"]: names.column_id(t, n))
+        conn.execute(tupdate, {"s": semantic, "id": tb["id"]})
     vupdate = text("UPDATE wds.views SET config = :c WHERE id = :id").bindparams(bindparam("c", type_=JSONB))
     for v in conn.execute(text("SELECT id, table_id, view_type, config FROM wds.views WHERE workspace_id = :w"),
                           {"w": ws}).mappings():
