@@ -38,6 +38,16 @@ def generated() -> Any:
     return gen().generate()
 
 
+@cache
+def codes() -> dict[str, Any]:
+    return gen().scan_codes()
+
+
+@cache
+def openapi() -> dict[str, Any]:
+    return gen().openapi()
+
+
 def _section(text: str, name: str) -> str:
     m = re.search(rf"<!-- BEGIN GENERATED: {name} -->\n(.*?)\n<!-- END GENERATED: {name} -->", text, re.S)
     assert m, f"marker {name!r} missing"
@@ -55,7 +65,7 @@ def _code_rows(text: str) -> dict[str, str]:
 def test_scanner_finds_codes_of_every_kind():
     """The scanner sees class attributes, code= keywords, positional codes, dict literals
     and the plan-limit kinds, with the status of the class raised (or status=)."""
-    uses = gen().scan_codes()
+    uses = codes()
     expect = {
         "UNKNOWN_COLUMN": 400,  # class attribute in storage/errors.py
         "COLUMN_IN_USE": 409,
@@ -77,7 +87,7 @@ def test_scanner_finds_codes_of_every_kind():
 
 def test_every_code_used_in_the_source_is_in_errors_md():
     rows = _code_rows((DOCS / "errors.md").read_text())
-    uses = gen().scan_codes()
+    uses = codes()
     missing = sorted(c for c in uses if c not in rows)
     assert not missing, f"codes used in the source but not in docs/errors.md: {missing} (run scripts/gen_docs.py)"
     undescribed = sorted(c for c in uses if c not in gen().CODE_NOTES or gen().PLACEHOLDER in rows[c])
@@ -87,7 +97,7 @@ def test_every_code_used_in_the_source_is_in_errors_md():
 
 def test_errors_md_statuses_and_extras_match_the_source():
     rows = _code_rows((DOCS / "errors.md").read_text())
-    for code, use in gen().scan_codes().items():
+    for code, use in codes().items():
         cells = [c.strip() for c in rows[code].strip("|").split("|")]
         if use.statuses and code not in gen().HTTP_OVERRIDES:
             assert cells[1] == ", ".join(str(s) for s in sorted(use.statuses)), (code, cells[1])
@@ -156,7 +166,7 @@ def _app_routes() -> list[tuple[str, bool]]:
 
 def test_every_openapi_path_is_in_api_md():
     text = (DOCS / "api.md").read_text()
-    spec = gen().openapi()
+    spec = openapi()
     missing = [f"{m} {p}" for m, p, _ in gen().operations(spec) if f"`{m} {p}`" not in text]
     assert not missing, f"paths of /openapi.json missing from docs/api.md: {missing} (run scripts/gen_docs.py)"
     assert len(gen().operations(spec)) > 80  # the generator saw the whole app
@@ -166,7 +176,8 @@ def test_routes_outside_openapi_are_in_api_md():
     """The WebSocket, MCP, chat page and metrics routes are not in /openapi.json."""
     text = (DOCS / "api.md").read_text()
     own = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
-    hidden = [p for p, in_schema in _app_routes() if p not in own and p not in gen().openapi()["paths"]]
+    paths = openapi()["paths"]
+    hidden = [p for p, _ in _app_routes() if p not in own and p not in paths]
     assert {"/realtime/v1", "/functions/v1/mcp-server", "/chat/{token}", "/metrics"} <= set(hidden)
     missing = [p for p in hidden if p.split("{")[0].rstrip("/") not in text]
     assert not missing, f"routes missing from docs/api.md: {missing}"
