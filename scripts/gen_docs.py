@@ -100,7 +100,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     "METHOD_NOT_ALLOWED": ("The path exists but not with this HTTP method.", ""),
     "SQL_TIMEOUT": ("`POST /sql` ran past the plan's SQL timeout (5–30 s).", ""),
     "CONFLICT": ("A name already taken (table, column, bucket, credential, profile, app-user e-mail), an object path that exists (without `x-upsert`), a non-empty bucket deleted without `force`, or an `Idempotency-Key` reused with a different request or still running.", ""),
-    "COLUMN_IN_USE": ("Deleting a column (or a table) that other things use — computed columns, views, relation labels, semantic search, schedules, record steps of other tables. `dependents` lists `[{kind, id, name}]`; repeat with `?force=true` to delete anyway.", "dependents"),
+    "COLUMN_IN_USE": ("Deleting a column (or a table) that other things use — computed columns, views, relation labels, semantic search, schedules, record steps of other tables. `dependents` lists `[{kind, id, name, table_id}]` (`kind`: `column`, `view`, `semantic_search`, `schedule`); repeat with `?force=true` to delete anyway.", "dependents"),
     "PAYLOAD_TOO_LARGE": ("A body, upload, chat message, SQL text or search query larger than allowed.", ""),
     "UNSUPPORTED_MEDIA_TYPE": ("The framework's 415 (a body in a content type the endpoint does not take), rendered in the `{error, code}` shape.", ""),
     # 429
@@ -236,7 +236,7 @@ FUNCTION_EXAMPLES: dict[str, str] = {
 }
 # the operator table of docs/formulas.md: (what, example)
 OPERATOR_EXAMPLES: list[tuple[str, str]] = [
-    ("`^` power (left-associative, above unary minus)", "2 ^ 3 ^ 2"),
+    ("`^` power, left-associative like every operator", "2 ^ 3 ^ 2"),
     ("unary `-` binds tighter than `^`", "-2 ^ 2"),
     ("`*` `/` `%` multiply, divide, remainder", "7 % 3 * 2"),
     ("`+` `-` add, subtract", "{Price} * {Qty} - 1"),
@@ -475,7 +475,7 @@ def render_error_values() -> str:
         "#VALUE!": "a value of the wrong kind (text where a number or date is needed)",
         "#DIV/0!": "division by zero",
         "#NUM!": "a number out of range (`SQRT(-1)`, `LN(0)`, an overflow)",
-        "#REF!": "the formula reads a column that was deleted (the column is marked broken)",
+        "#REF!": "reserved for a reference to a column that no longer exists (today a column broken by a forced delete shows `status: \"error\"` and a null value instead)",
         "#TIMEOUT!": "a JavaScript formula ran longer than its time limit",
         "#MEMORY!": "a JavaScript formula used more than its memory limit",
     }
