@@ -63,6 +63,23 @@ class ColumnOut(BaseModel):
     relation_label_column: int | None = None
 
 
+class ColumnPatch(ColumnIn):
+    """A column change; ``allow_loss`` lets a change drop values it cannot convert."""
+
+    allow_loss: bool | None = None
+
+
+class ConversionOut(BaseModel):
+    """What a type change (or an option removal) did to the stored values."""
+
+    converted: int = Field(description="non-empty values carried into the new type")
+    lost: int = Field(description="values dropped (non-zero only with allow_loss)")
+
+
+class ColumnPatchOut(ColumnOut):
+    conversion: ConversionOut | None = None
+
+
 class SemanticIn(BaseModel):
     model_config = Strict
     columns: list[str]
