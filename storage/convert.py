@@ -120,20 +120,22 @@ def helper_functions(file_base_url: str = "") -> list[sql.Composable]:
     )
     ws = _lit(_WS)
     fns = [
-        # text → number (see parse_number_text)
+        # text → number (see parse_number_text). One SQL expression, so PostgreSQL inlines it
+        # into the ALTER: once the pattern matched, dropping commas, currency signs and the
+        # space before a trailing one leaves a literal float8 reads.
         sql.SQL(
             "CREATE OR REPLACE FUNCTION pg_temp.wds_to_number(t text) RETURNS double precision"
-            " LANGUAGE sql IMMUTABLE AS $f$ SELECT CASE WHEN s ~ {re} AND s !~ {both}"
-            " AND pg_input_is_valid(n, 'double precision') THEN n::double precision END"
-            " FROM (SELECT s, regexp_replace(regexp_replace(s, {re}, '\\1\\2\\3'), ',', '', 'g') AS n"
-            " FROM (SELECT btrim(t, {ws}) AS s) a) b $f$"
-        ).format(re=_lit(NUMBER_RE), both=_lit(_BOTH_CURRENCIES_RE), ws=ws),
-        # text → date
+            " LANGUAGE sql STABLE AS $f$ SELECT CASE WHEN btrim(t, {ws}) ~ {re} AND btrim(t, {ws}) !~ {both}"
+            " AND pg_input_is_valid(translate(btrim(t, {ws}), {drop}, ''), 'double precision')"
+            " THEN translate(btrim(t, {ws}), {drop}, '')::double precision END $f$"
+        ).format(re=_lit(NUMBER_RE), both=_lit(_BOTH_CURRENCIES_RE), ws=ws, drop=_lit(", " + _CURRENCY)),
+        # text → date: the first format that matches, rewritten as text PostgreSQL reads
+        # whatever its DateStyle, then read if it names a real instant
         sql.SQL(
             "CREATE OR REPLACE FUNCTION pg_temp.wds_to_date(t text) RETURNS timestamptz"
-            " LANGUAGE sql STABLE AS $f$ SELECT CASE WHEN pg_input_is_valid(d, 'timestamptz')"
-            " THEN d::timestamptz END FROM (SELECT CASE {cases} END AS d"
-            " FROM (SELECT regexp_replace(btrim(t, {ws}), '\\s+', ' ', 'g') AS s) a) b $f$"
+            " LANGUAGE plpgsql STABLE AS $f$ DECLARE s text := regexp_replace(btrim(t, {ws}), '\s+', ' ', 'g');"
+            " d text; BEGIN d := CASE {cases} END;"
+            " RETURN CASE WHEN d IS NOT NULL AND pg_input_is_valid(d, 'timestamptz') THEN d::timestamptz END; END $f$"
         ).format(cases=date_cases, ws=ws),
         # text → checkbox
         sql.SQL(
