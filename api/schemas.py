@@ -76,6 +76,14 @@ class ConversionOut(BaseModel):
     lost: int = Field(description="values dropped (non-zero only with allow_loss)")
 
 
+class LossyChangeOut(ErrorOut):
+    """409: ``CONFLICT`` (a name taken) or ``LOSSY_CHANGE`` with how many records would
+    lose a value and the first 10 of their ids."""
+
+    count: int | None = None
+    record_ids: list[int] | None = None
+
+
 class ColumnPatchOut(ColumnOut):
     conversion: ConversionOut | None = None
 

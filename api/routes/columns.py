@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.responses import JSON
 from api.routes.tables import ERRORS, require_manage, schema_change
-from api.schemas import ColumnIn, ColumnOut, ColumnPatch, ColumnPatchOut, Deleted
+from api.schemas import ColumnIn, ColumnOut, ColumnPatch, ColumnPatchOut, Deleted, LossyChangeOut
 from api.serialize import column_out
 from storage import meta
 from storage.access import Action
@@ -53,7 +53,7 @@ async def create_column(table_id: int, body: ColumnIn, principal: RestPrincipal,
     return JSON(column_out(col), status_code=201)
 
 
-@router.patch("/{column_id}", response_model=ColumnPatchOut, responses=ERRORS)
+@router.patch("/{column_id}", response_model=ColumnPatchOut, responses={**ERRORS, 409: {"model": LossyChangeOut}})
 async def patch_column(
     table_id: int, column_id: int, body: ColumnPatch, principal: RestPrincipal, state: StateDep
 ) -> JSON:

@@ -301,3 +301,6 @@ def test_openapi_shows_allow_loss_and_the_conversion_report(base_url):
     assert "allow_loss" in schemas["ColumnPatch"]["properties"]
     assert "conversion" in schemas["ColumnPatchOut"]["properties"]
     assert set(schemas["ConversionOut"]["properties"]) == {"converted", "lost"}
+    patch = spec["paths"]["/functions/v1/rest-api/tables/{table_id}/columns/{column_id}"]["patch"]
+    assert patch["responses"]["409"]["content"]["application/json"]["schema"]["$ref"].endswith("/LossyChangeOut")
+    assert {"count", "record_ids"} <= set(schemas["LossyChangeOut"]["properties"])

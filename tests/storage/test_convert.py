@@ -131,13 +131,13 @@ def _col(t: ColumnType, cid: int = 1) -> ColumnMeta:
                       relation_table_id=1 if t is T.RELATION else None)
 
 
-@pytest.mark.parametrize("old", sorted(DATA_TYPES), ids=str)
-@pytest.mark.parametrize("new", sorted(DATA_TYPES) + [T.FORMULA], ids=str)
+PAIRS = [(a, b) for a in sorted(DATA_TYPES) for b in [*sorted(DATA_TYPES), T.FORMULA] if a is not b]
+
+
+@pytest.mark.parametrize(("old", "new"), PAIRS, ids=[f"{a}->{b}" for a, b in PAIRS])
 def test_every_plan_runs(conn, old, new):
     """Every pair's plan is valid SQL: the loss count and the ALTER run, and a value is lost
     exactly when the ALTER leaves NULL for a non-blank value."""
-    if old is new:
-        pytest.skip("no type change")
     table = sql.Identifier(f"m_{old.value}_{new.value}")
     conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, c_1 {})").format(table, sql.SQL(PG_TYPES[old])))
     for i, v in enumerate(SAMPLES[old]):
