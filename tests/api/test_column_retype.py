@@ -304,3 +304,15 @@ def test_openapi_shows_allow_loss_and_the_conversion_report(base_url):
     patch = spec["paths"]["/functions/v1/rest-api/tables/{table_id}/columns/{column_id}"]["patch"]
     assert patch["responses"]["409"]["content"]["application/json"]["schema"]["$ref"].endswith("/LossyChangeOut")
     assert {"count", "record_ids"} <= set(schemas["LossyChangeOut"]["properties"])
+
+
+def test_a_conversion_needing_more_than_1000_options_is_refused(ws):
+    t = ws.create_table("Many", [{"name": "V", "type": "text"}])
+    for start in range(0, 1001, 500):
+        rows = [{"fields": {"V": f"v{i}"}} for i in range(start, min(start + 500, 1001))]
+        assert ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows}).status_code == 200
+    url = f"/tables/{t['id']}/columns/{t['columns'][0]['id']}"
+    r = ws.api.patch(url, json={"type": "single_select", "allow_loss": True})
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR" and "1000 options" in r.json()["error"]
+    col = ws.api.get(url).json()
+    assert col["type"] == "text" and col["options"] == []
