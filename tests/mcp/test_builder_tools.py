@@ -51,6 +51,19 @@ async def test_table_and_column_tools(ws, mcp):
         assert error_code(await c.call_tool("get_table", {"table_id": t["id"]})) == "NOT_FOUND"
 
 
+async def test_update_column_converts_and_refuses_a_lossy_change(ws, mcp):
+    t = ws.create_table("Conv", [{"name": "Amount", "type": "text"}])
+    for v in ("12", "1,234.5", "n/a"):
+        ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Amount": v}})
+    async with mcp(ws.builder_token) as c:
+        args = {"table_id": "Conv", "column": "Amount", "type": "number"}
+        assert error_code(await c.call_tool("update_column", args)) == "LOSSY_CHANGE"
+        col = data(await c.call_tool("update_column", {**args, "allow_loss": True}))
+        assert col["type"] == "number" and col["conversion"] == {"converted": 2, "lost": 1}
+    rows = ws.api.get(f"/tables/{t['id']}/records").json()["records"]
+    assert sorted((r["fields"]["Amount"] for r in rows), key=lambda v: (v is None, v)) == [12, 1234.5, None]
+
+
 async def test_view_and_publishing_tools(ws, mcp, base_url):
     ws.create_table("Leads", [{"name": "Name", "type": "text", "required": True}, {"name": "Email", "type": "text"}])
     async with mcp(ws.builder_token) as c:
