@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.responses import JSON
-from api.routes.tables import ERRORS, require_manage, schema_change
+from api.routes.tables import ERRORS, check_column_hosts, require_manage, schema_change
 from api.schemas import ColumnIn, ColumnOut, Deleted
 from api.serialize import column_out
 from storage import meta
@@ -48,6 +48,7 @@ async def create_column(table_id: int, body: ColumnIn, principal: RestPrincipal,
     require_manage(principal, table)
     spec = parse_new_column(body.model_dump(exclude_unset=True), schema, table)
     check_computed_columns([spec], table)
+    await check_column_hosts(state, principal.workspace_id, [spec])
     async with schema_change(state, principal.workspace_id) as conn:
         col = await meta.create_column(conn, workspace_id=principal.workspace_id, table_id=table.id, spec=spec)
     return JSON(column_out(col), status_code=201)
@@ -67,6 +68,7 @@ async def patch_column(
         raise ValidationError("nothing to change: send name, type, required, options, formula or config")
     spec = parse_column_patch(data, meta.spec_of(current), schema, table)
     check_computed_columns([spec], table, replacing=current.id)
+    await check_column_hosts(state, principal.workspace_id, [spec])
     async with schema_change(state, principal.workspace_id) as conn:
         col = await meta.update_column(conn, workspace_id=principal.workspace_id, current=current, spec=spec)
     return JSON(column_out(col))
