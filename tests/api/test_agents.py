@@ -22,7 +22,8 @@ def make_channel(ws, agent, **body):
 
 
 def make_credential(ws, name="bot-token"):
-    r = ws.admin.post(f"/workspaces/{ws.id}/credentials", json={"name": name, "type": "bearer", "secret": "123:abc"})
+    r = ws.admin.post(f"/workspaces/{ws.id}/credentials", json={"name": name, "type": "bearer", "secret": "123:abc",
+                                                                      "hosts": ["api.telegram.org"]})
     assert r.status_code == 201, r.text
     return r.json()
 

@@ -26,7 +26,8 @@ def _telegram_bot(ws: Workspace, *, credential: bool = True) -> dict[str, Any]:
     if not credential:
         return make_agent(ws, [], channel="telegram")
     name = f"tg-{secrets.token_hex(3)}"
-    r = ws.admin.post(f"/workspaces/{ws.id}/credentials", json={"name": name, "type": "bearer", "secret": BOT_TOKEN})
+    r = ws.admin.post(f"/workspaces/{ws.id}/credentials", json={"name": name, "type": "bearer", "secret": BOT_TOKEN,
+                                                                      "hosts": ["api.telegram.org"]})
     assert r.status_code == 201, r.text
     return make_agent(ws, [], channel="telegram", channel_config={"credential": name})
 
