@@ -26,7 +26,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -298,12 +298,19 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-def credential_targets(kind: str, config: dict[str, Any]) -> tuple[str, list[httpx.URL]] | None:
+# (group_id, request_id) → the integration request's parameter defaults
+ParamDefaults = Callable[[str, str], Mapping[str, Any]]
+
+
+def credential_targets(
+    kind: str, config: dict[str, Any], defaults: ParamDefaults | None = None
+) -> tuple[str, list[httpx.URL]] | None:
     """``(credential name, literal origins)`` a computed column sends its credential to, or
     ``None`` when it names no credential. ``http_request``: the origin of a literal
-    ``config.url``; ``action``: those of its literal URL parameters (the catalogue's
-    request URLs start with one, e.g. ``params.base_url``); ``loop``: its sub-step's.
-    Templated hosts are left out (the list may be empty).
+    ``config.url``; ``action``: those of its literal URL parameters, ``defaults`` filling
+    the ones not given (the catalogue's request URLs start with one, e.g.
+    ``params.base_url``); ``loop``: its sub-step's. Templated hosts are left out (the
+    list may be empty).
 
     >>> name, origins = credential_targets("http_request", {"url": "https://api.x.com/{{ id }}", "credential": "x"})
     >>> name, [str(o) for o in origins]
@@ -312,7 +319,7 @@ def credential_targets(kind: str, config: dict[str, Any]) -> tuple[str, list[htt
     if kind == "loop":
         step = config.get("step")
         if isinstance(step, dict) and isinstance(step.get("config"), dict):
-            return credential_targets(str(step.get("type")), step["config"])
+            return credential_targets(str(step.get("type")), step["config"], defaults)
         return None
     name = config.get("credential")
     if not isinstance(name, str) or not name.strip():
@@ -320,7 +327,13 @@ def credential_targets(kind: str, config: dict[str, Any]) -> tuple[str, list[htt
     if kind == "http_request":
         urls = [config.get("url")]
     elif kind == "action":
-        urls = list(_strings(config.get("params")))
+        params: dict[str, Any] = {}
+        if defaults is not None:
+            params.update(defaults(str(config.get("group_id")), str(config.get("request_id"))))
+        given = config.get("params")
+        if isinstance(given, dict):
+            params.update({k: v for k, v in given.items() if v is not None})
+        urls = list(_strings(params))
     else:
         return None
     origins = [o for o in (literal_origin(u) for u in urls) if o is not None]
@@ -328,7 +341,8 @@ def credential_targets(kind: str, config: dict[str, Any]) -> tuple[str, list[htt
 
 
 async def check_bound_hosts(
-    conn: Conn, *, workspace_id: int, columns: Iterable[tuple[str, str, dict[str, Any]]]
+    conn: Conn, *, workspace_id: int, columns: Iterable[tuple[str, str, dict[str, Any]]],
+    defaults: ParamDefaults | None = None,
 ) -> None:
     """Refuse computed columns ``(name, kind, config)`` whose literal URL host is outside the
     hosts of the existing credential they name (a templated host is checked when it runs;
@@ -338,7 +352,7 @@ async def check_bound_hosts(
         ValidationError: ``CREDENTIAL_HOST_MISMATCH``.
     """
     targets = [(col, found) for col, kind, config in columns
-               if (found := credential_targets(kind, config or {})) is not None and found[1]]
+               if (found := credential_targets(kind, config or {}, defaults)) is not None and found[1]]
     if not targets:
         return
     bound = await credential_hosts(conn, workspace_id=workspace_id, names=[f[0] for _, f in targets])

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 from fastapi import APIRouter
 
+from activities import catalogue
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.limits import check_table_quota
 from api.responses import JSON
@@ -37,7 +38,8 @@ async def check_column_hosts(state: AppState, workspace_id: int, specs: list[Col
     columns = [(s.name, s.type.value, s.config or {}) for s in specs if s.type.computed]
     if columns:
         async with state.db.connection() as conn:
-            await secrets.check_bound_hosts(conn, workspace_id=workspace_id, columns=columns)
+            await secrets.check_bound_hosts(conn, workspace_id=workspace_id, columns=columns,
+                                            defaults=catalogue.param_defaults)
 
 
 @asynccontextmanager

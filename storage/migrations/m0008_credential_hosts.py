@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
+from typing import Any
 
 import orjson
 from sqlalchemy import Connection, text
@@ -22,14 +24,33 @@ from sqlalchemy import Connection, text
 from storage.secrets import credential_targets, pattern_of
 
 
+# the integration catalogue is data beside the activities: read the parameter defaults
+# (e.g. params.base_url) from the file rather than importing another layer
+_CATALOGUE = Path(__file__).resolve().parents[2] / "activities" / "catalogue.json"
+
+
+def _catalogue_defaults() -> dict[tuple[str, str], dict[str, Any]]:
+    try:
+        data = orjson.loads(_CATALOGUE.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return {
+        (str(g.get("id")), str(r.get("id"))): {p["name"]: p["default"] for p in r.get("params", [])
+                                               if isinstance(p, dict) and p.get("default") is not None}
+        for g in data.get("groups", []) for r in g.get("requests", [])
+    }
+
+
 def upgrade(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE wds.credentials ADD COLUMN IF NOT EXISTS hosts jsonb NOT NULL DEFAULT '[]'::jsonb"))
     conn.execute(text("ALTER TABLE wds.channels ADD COLUMN IF NOT EXISTS webhook_secret_hash text"))
+    catalogue = _catalogue_defaults()
     bound: dict[tuple[int, str], set[str]] = defaultdict(set)
     rows = conn.execute(text(
         "SELECT workspace_id, type, config FROM wds.columns WHERE type IN ('http_request', 'action', 'loop')"))
     for workspace_id, kind, config in rows:
-        found = credential_targets(kind, config if isinstance(config, dict) else {})
+        found = credential_targets(kind, config if isinstance(config, dict) else {},
+                                   lambda g, r: catalogue.get((g, r), {}))
         if found is not None:
             bound[(workspace_id, found[0])] |= {pattern_of(o) for o in found[1]}
     for (workspace_id, name), hosts in bound.items():
