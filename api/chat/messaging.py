@@ -97,16 +97,26 @@ def split_text(text: str, size: int = TELEGRAM_MAX_TEXT) -> list[str]:
     return pieces
 
 
+def require_credential(channel: Mapping[str, Any]) -> str:
+    """The name of the channel's bot-token credential.
+
+    Raises:
+        NotConfigured: 503 when ``config.credential`` is missing.
+    """
+    name = (channel.get("config") or {}).get("credential")
+    if not isinstance(name, str) or not name:
+        raise NotConfigured("this telegram channel has no credential: set config.credential to the name of"
+                            " a stored credential holding the bot token")
+    return name
+
+
 async def bot_token(state: AppState, channel: Mapping[str, Any]) -> str:
     """The channel's bot token from its stored credential.
 
     Raises:
         NotConfigured: 503 when ``config.credential`` is missing or names no credential.
     """
-    name = (channel.get("config") or {}).get("credential")
-    if not isinstance(name, str) or not name:
-        raise NotConfigured("this telegram channel has no credential: set config.credential to the name of"
-                            " a stored credential holding the bot token")
+    name = require_credential(channel)
     async with state.db.connection() as conn:
         row = await load_secret(conn, workspace_id=int(channel["workspace_id"]), name=name)
     if row is None:

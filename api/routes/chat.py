@@ -138,8 +138,7 @@ async def agent_webhook(
 
 async def _telegram(request: Request, state: AppState, token: str | None) -> JSON:
     channel = await _channel(state, token, "telegram")
-    if not (channel.get("config") or {}).get("credential"):
-        await messaging.bot_token(state, channel)  # 503 NOT_CONFIGURED: Telegram shows it to the operator
+    messaging.require_credential(channel)  # 503 NOT_CONFIGURED: Telegram shows it to the operator
     # only Telegram knows the secret registered with setWebhook: nothing else is processed
     messaging.check_webhook_secret(channel, request.headers.get(messaging.SECRET_HEADER))
     bot = await messaging.bot_token(state, channel)

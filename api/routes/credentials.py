@@ -43,8 +43,13 @@ router = APIRouter(
 )
 
 
+def _hosts_required(schema: dict[str, Any]) -> None:
+    # required in the contract; checked by storage.secrets.check_hosts for its own error codes
+    schema.setdefault("required", []).append("hosts")
+
+
 class CredentialIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_hosts_required)
     name: str = Field(min_length=1, max_length=255)
     type: Literal["bearer", "header", "basic", "query"]
     secret: str = Field(min_length=1, repr=False)
@@ -54,7 +59,7 @@ class CredentialIn(BaseModel):
 
 
 class CredentialPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_hosts_required)
     hosts: Any = Field(default=None, description=HOSTS_DOC, json_schema_extra=_HOSTS_SCHEMA)
 
 
