@@ -194,7 +194,9 @@ async def delete_agent(agent_id: str, principal: RestPrincipal, state: StateDep)
 async def create_channel(agent_id: str, body: ChannelIn, principal: RestPrincipal, state: StateDep) -> JSON:
     """Add a channel with a fresh public token `wds_chan_…` (builder token only). The token
     of a messaging channel (telegram, slack, whatsapp) is shown here only. `config.credential`
-    must name a stored credential of the workspace."""
+    must name a stored credential of the workspace. A telegram channel enabled with a
+    credential registers its webhook with Telegram (`setWebhook` with a fresh secret token);
+    if Telegram refuses, nothing is created (503 `CHANNEL_DELIVERY_FAILED`)."""
     require_builder(principal)
     kind = agents.channel_type(body.type)
     config = body.config.model_dump(exclude_unset=True) if body.config is not None else None
@@ -229,7 +231,9 @@ async def patch_channel(
 ) -> JSON:
     """Enable or disable a channel and/or merge its `config` (builder token only). A
     disabled channel's token answers 404 until it is enabled again; `config.credential`
-    must name a stored credential of the workspace."""
+    must name a stored credential of the workspace. Setting a telegram channel's credential
+    or enabling it registers its webhook again with a new secret (503
+    `CHANNEL_DELIVERY_FAILED` and nothing changed if Telegram refuses)."""
     require_builder(principal)
     config = body.config.model_dump(exclude_unset=True) if body.config is not None else None
     async with state.db.transaction() as conn:
