@@ -228,6 +228,9 @@ def test_hosts_are_listed_normalised_and_replaced_never_with_the_secret(ws):
     (["api.stripe.com"], "http://api.stripe.com:8080/", True),  # no port in the pattern: any port
     (["api.stripe.com"], "https://api.stripe.com.evil.example/", False),
     (["api.stripe.com"], "https://evilapi.stripe.com/", False),
+    (["api.stripe.com"], "https://api.stripe.com@evil.example/", False),  # user info is not the host
+    (["api.stripe.com"], "https://evil.example/#@api.stripe.com", False),
+    (["api.stripe.com"], "https://evil.example/?u=https://api.stripe.com/", False),
     (["*.example.com"], "https://a.example.com/", True),
     (["*.example.com"], "https://a.b.example.com/", True),
     (["*.example.com"], "https://example.com/", False),  # not the apex
