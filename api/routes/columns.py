@@ -8,7 +8,7 @@ from fastapi import APIRouter
 
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.responses import JSON
-from api.routes.tables import ERRORS, require_manage, schema_change
+from api.routes.tables import ERRORS, check_column_hosts, require_manage, schema_change
 from api.schemas import ColumnIn, ColumnOut, ColumnPatch, ColumnPatchOut, Deleted, LossyChangeOut
 from api.serialize import column_out
 from storage import dependents, meta
@@ -50,6 +50,7 @@ async def create_column(table_id: int, body: ColumnIn, principal: RestPrincipal,
     require_manage(principal, table)
     spec = parse_new_column(body.model_dump(exclude_unset=True), schema, table)
     check_computed_columns([spec], table, schema=schema)
+    await check_column_hosts(state, principal.workspace_id, [spec])
     async with schema_change(state, principal.workspace_id) as conn:
         col = await meta.create_column(conn, workspace_id=principal.workspace_id, table_id=table.id, spec=spec)
     return JSON(column_out(col), status_code=201)
@@ -72,6 +73,7 @@ async def patch_column(
     untouched = spec.type is current.type and spec.formula == current.formula and spec.config == current.config
     if not (current.broken and untouched):  # a broken column may be renamed before it is fixed
         check_computed_columns([spec], table, replacing=current.id, schema=schema)
+    await check_column_hosts(state, principal.workspace_id, [spec])
     report: dict[str, int] = {}  # filled when values are converted or cleared
     async with schema_change(state, principal.workspace_id) as conn:
         col = await meta.update_column(conn, workspace_id=principal.workspace_id, current=current, spec=spec,

@@ -163,12 +163,18 @@ async def test_access_and_credential_tools(ws, mcp, base_url):
         assert {x["type"] for x in tokens} == {"vibe_mcp", "user_mcp"}
         assert all("token" not in x and "token_hash" not in x for x in tokens)
         cred = data(await c.call_tool("create_credential", {"name": "crm", "type": "header",
-                                                            "header_name": "X-Api-Key", "secret": "s3cret"}))
-        assert set(cred) == {"id", "name", "type", "header_name", "created_at"}
+                                                            "header_name": "X-Api-Key", "secret": "s3cret",
+                                                            "hosts": ["api.crm.example"]}))
+        assert set(cred) == {"id", "name", "type", "header_name", "hosts", "created_at"}
+        assert cred["hosts"] == ["api.crm.example"]
         assert error_code(await c.call_tool("create_credential", {"name": "crm", "type": "bearer",
-                                                                  "secret": "x"})) == "CONFLICT"
+                                                                  "secret": "x", "hosts": ["a.example"]})) == "CONFLICT"
         assert error_code(await c.call_tool("create_credential", {"name": "h", "type": "header",
-                                                                  "secret": "x"})) == "VALIDATION_ERROR"
+                                                                  "secret": "x", "hosts": ["a.example"]})) \
+            == "VALIDATION_ERROR"
+        assert error_code(await c.call_tool("create_credential", {"name": "h", "type": "bearer", "secret": "x",
+                                                                  "hosts": ["https://a.example/"]})) \
+            == "INVALID_HOST_PATTERN"
         creds = data(await c.call_tool("list_credentials", {}))["credentials"]
         assert [x["name"] for x in creds] == ["crm"] and "s3cret" not in str(creds)
         assert data(await c.call_tool("delete_credential", {"credential": "crm"}))["deleted"]
