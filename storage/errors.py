@@ -19,6 +19,7 @@ Hierarchy::
     ├── NotFound            404 NOT_FOUND
     ├── Conflict            409 CONFLICT
     ├── ColumnInUse         409 COLUMN_IN_USE          (adds "dependents": [{kind, id, name}])
+    │   └── LossyChange     409 LOSSY_CHANGE           (adds "count", "record_ids")
     ├── PlanLimit           402 PLAN_LIMIT_*           (adds "upgrade": true)
     ├── RateLimited         429 PLAN_RATE_LIMIT_API / TOKEN_RATE_LIMIT
     └── Unavailable         503 UNAVAILABLE
@@ -108,6 +109,13 @@ class Conflict(ServiceError):
 class ColumnInUse(ServiceError):
     status = 409
     code = "COLUMN_IN_USE"
+class LossyChange(Conflict):
+    """A schema change would drop stored values; the caller may ask for it (``allow_loss``)."""
+
+    code = "LOSSY_CHANGE"
+
+    def __init__(self, message: str, *, count: int, record_ids: list[int]) -> None:
+        super().__init__(message, extra={"count": count, "record_ids": record_ids})
 
 
 class PayloadTooLarge(ServiceError):

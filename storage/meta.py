@@ -6,14 +6,24 @@ keyword-only arguments; they return rows or ``None`` and never raise HTTP errors
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
-from storage import ddl, refs
-from storage.columnspec import ColumnSpec
-from storage.schema import ColumnMeta, ColumnType, Option, TableMeta, WorkspaceSchema
+from storage import convert, ddl, refs, values
+from storage.columnspec import MAX_OPTIONS, ColumnSpec, new_option_id
+from storage.errors import LossyChange, ValidationError
+from storage.schema import (
+    OPTION_COLORS,
+    ColumnMeta,
+    ColumnType,
+    Option,
+    TableMeta,
+    WorkspaceSchema,
+    column_name,
+)
 
 Conn = AsyncConnection[Any]
 
@@ -281,13 +291,15 @@ def spec_of(col: ColumnMeta) -> ColumnSpec:
 
 
 async def update_column(
-    conn: Conn, *, workspace_id: int, current: ColumnMeta, spec: ColumnSpec
+    conn: Conn, *, workspace_id: int, current: ColumnMeta, spec: ColumnSpec,
+    allow_loss: bool = False, report: dict[str, int] | None = None,
 ) -> ColumnMeta:
     """Persist a validated column change and adapt the physical column.
 
-    Removed select options are cleared from stored values; a type change keeps data
-    where the storage type allows (see ``storage/ddl.py``) and otherwise re-creates the
-    physical column empty — the caller decides which changes are permitted. References
+    A type change converts every stored value (``storage/convert.py``); removed select
+    options are cleared from stored values. Either refuses with ``LossyChange`` when a
+    non-blank value would be dropped, unless ``allow_loss``. ``report``, when given, is
+    filled with ``converted`` and ``lost`` counts. References
     in the formula/config are stored by id; a rename touches this row only. A column
     marked broken by a forced delete is repaired by any change that validates.
     """
@@ -320,23 +332,118 @@ async def update_column(
     assert row is not None
     new = await _decoded(conn, workspace_id, row)
     if new.type is not current.type or new.relation_table_id != current.relation_table_id:
-        if new.type is ColumnType.TEXT:
-            await ddl.convert_column_to_text(conn, workspace_id, current)
-        else:
-            # no lossless conversion: the column starts empty (computed ones are recomputed)
-            await ddl.drop_column(conn, workspace_id, current)
-            await ddl.add_column(conn, workspace_id, new)
+        new = await _convert_values(
+            conn, workspace_id=workspace_id, old=current, new=new, allow_loss=allow_loss, report=report
+        )
     elif new.type in (ColumnType.SINGLE_SELECT, ColumnType.MULTI_SELECT):
         removed = {o.id for o in current.options} - {o.id for o in new.options}
         if removed:
-            await _clear_options(conn, workspace_id=workspace_id, col=new, removed=removed)
+            await _clear_options(
+                conn, workspace_id=workspace_id, col=new, removed=removed, allow_loss=allow_loss, report=report
+            )
     await touch_table(conn, table_id=current.table_id)
     return new
 
 
-async def _clear_options(conn: Conn, *, workspace_id: int, col: ColumnMeta, removed: set[str]) -> None:
+async def _convert_values(
+    conn: Conn, *, workspace_id: int, old: ColumnMeta, new: ColumnMeta, allow_loss: bool,
+    report: dict[str, int] | None,
+) -> ColumnMeta:
+    """Convert a column's values to its new type in place (issue 21 item 5), in SQL.
+
+    Counts, with one scan, the values that would not convert; refuses with
+    ``LossyChange`` (nothing changed) when any would be lost and ``allow_loss`` is not
+    set. A change to a select type first creates the options its values need; the
+    returned column has them.
+    """
+    target = ddl.qualified(workspace_id, old.table_id)
+    # writers wait until the change commits: no value lands between the count and the ALTER
+    await conn.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(target))
+    if old.computed and new.computed:
+        # computed values are recomputed by the next run: the column starts empty
+        await ddl.retype_column(conn, workspace_id, old, new, sql.SQL("NULL::jsonb"))
+        return new
+    for statement in convert.helper_functions(values.file_base_url()):
+        await conn.execute(statement)
+    labels = convert.label_query(old, new, target)
+    if labels is not None:
+        new = await _add_missing_options(conn, col=new, labels=labels)
+    if new.type is ColumnType.RELATION and new.relation_table_id is not None:
+        related = ddl.qualified(workspace_id, new.relation_table_id)
+        await conn.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(related))
+        label = None
+        if new.relation_label_column_id is not None:
+            cur = await conn.execute(
+                "SELECT type FROM wds.columns WHERE id = %s", (new.relation_label_column_id,)
+            )
+            lrow = await cur.fetchone()
+            if lrow is not None and lrow["type"] == ColumnType.TEXT.value:
+                label = sql.Identifier(column_name(new.relation_label_column_id))
+        await conn.execute(convert.relation_function(related, label))
+    p = convert.plan(old, new)
+    row = await (await conn.execute(convert.loss_query(target, old, p))).fetchone()
+    assert row is not None
+    converted, lost = int(row["converted"]), int(row["lost"])
+    if lost and not allow_loss:
+        ids = [r["id"] for r in await (await conn.execute(convert.lost_ids_query(target, old, p))).fetchall()]
+        raise LossyChange(
+            f"changing column {old.name!r} from {old.type.value} to {new.type.value} would lose {lost}"
+            " value(s); send allow_loss: true to change it anyway",
+            count=lost, record_ids=ids,
+        )
+    await ddl.retype_column(conn, workspace_id, old, new, p.using)
+    if report is not None:
+        report.update(converted=converted, lost=lost)
+    return new
+
+
+async def _add_missing_options(conn: Conn, *, col: ColumnMeta, labels: sql.Composable) -> ColumnMeta:
+    """Give a select column an option for every label its converted values need (colors
+    cycle through the palette after the existing options)."""
+    known = {o.label for o in col.options} | {o.id for o in col.options}
+    cur = await conn.execute(sql.SQL("{} LIMIT {}").format(labels, sql.Literal(MAX_OPTIONS + len(known) + 1)))
+    missing = [r["label"] for r in await cur.fetchall() if r["label"] not in known]
+    if not missing:
+        return col
+    if len(col.options) + len(missing) > MAX_OPTIONS:
+        raise ValidationError(
+            f"column {col.name!r} would need more than {MAX_OPTIONS} options for its values"
+        )
+    start = len(col.options)
+    options = col.options + tuple(
+        Option(new_option_id(), label, OPTION_COLORS[(start + i) % len(OPTION_COLORS)])
+        for i, label in enumerate(missing)
+    )
+    await conn.execute(
+        "UPDATE wds.columns SET options = %s WHERE id = %s", (Jsonb([o.as_dict() for o in options]), col.id)
+    )
+    return replace(col, options=options)
+
+
+async def _clear_options(
+    conn: Conn, *, workspace_id: int, col: ColumnMeta, removed: set[str], allow_loss: bool = False,
+    report: dict[str, int] | None = None,
+) -> None:
     name = sql.Identifier(col.physical)
     target = ddl.qualified(workspace_id, col.table_id)
+    in_use = sql.SQL("{c} = ANY(%s)" if col.type is ColumnType.SINGLE_SELECT else "{c} && %s").format(c=name)
+    await conn.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(target))
+    cur = await conn.execute(
+        sql.SQL("SELECT id, count(*) OVER () AS n FROM {t} WHERE {w} ORDER BY id LIMIT 10").format(t=target, w=in_use),
+        [list(removed)],
+    )
+    rows = await cur.fetchall()
+    lost = int(rows[0]["n"]) if rows else 0
+    if lost and not allow_loss:
+        raise LossyChange(
+            f"{lost} record(s) use the option(s) removed from column {col.name!r}; send allow_loss: true"
+            " to remove them anyway (the records lose those values)",
+            count=lost, record_ids=[r["id"] for r in rows],
+        )
+    if report is not None:
+        report.update(converted=0, lost=lost)
+    if not lost:
+        return
     if col.type is ColumnType.SINGLE_SELECT:
         q = sql.SQL("UPDATE {t} SET {c} = NULL, updated_at = clock_timestamp() WHERE {c} = ANY(%s)")
     else:

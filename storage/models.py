@@ -189,6 +189,7 @@ class Channel(SQLModel, table=True):
     enabled: bool = _d(True)
     config: dict[str, Any] | None = _json()
     created_at: datetime | None = _ts()
+    webhook_secret_hash: str | None = None  # added by m0008: sha256 of the Telegram secret_token
 
 
 class Credential(SQLModel, table=True):
@@ -201,6 +202,7 @@ class Credential(SQLModel, table=True):
     header_name: str | None = None
     secret_enc: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
     created_at: datetime | None = _ts()
+    hosts: list[str] | None = _json("'[]'::jsonb")  # added by m0008: host patterns it may be sent to
 
 
 class UsageEvent(SQLModel, table=True):

@@ -5,7 +5,10 @@ A view is ``{name, view_type, config}``. ``config`` is checked per type against 
 table's columns; every type but ``form`` and ``custom`` shares the list keys:
 
 * ``filters``: ``{column: "op.value"}`` in the shared filter grammar (the MCP/SDK object
-  form, :func:`storage.query.parse_filter_object`), planned like a REST listing;
+  form, :func:`storage.query.parse_filter_object`), or the list form ``[{column, op,
+  value}]`` of run-actions (:func:`storage.query.parse_filter_list`), which can hold
+  several conditions on one column (``Score gte 10`` and ``Score lt 20``); planned like
+  a REST listing;
 * ``sort``: an order string ``Col.asc,Col2.desc`` as in REST ``order=``;
 * ``hidden_columns``: column names not shown; ``column_order``: column names in display
   order (each at most once).
@@ -47,7 +50,7 @@ from psycopg.types.json import Jsonb
 
 from storage import jsontext
 from storage.errors import Conflict, PayloadTooLarge, UnknownColumn, ValidationError
-from storage.query import Query, parse_filter_object, plan_query
+from storage.query import Query, parse_filter_list, parse_filter_object, plan_query
 from storage.query.parse import OrderTerm, parse_order
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
 from storage.values import iso
@@ -156,8 +159,21 @@ def _validate(*, table: TableMeta, view_type: Any, config: Any) -> dict[str, Any
     return config
 
 
+def view_filters(value: Any) -> tuple[Any, ...]:
+    """A view's ``filters`` in either form (object or list), parsed.
+
+    Raises:
+        ValidationError, UnknownOperator, InvalidValue: as the shared parsers do.
+    """
+    if value is None:
+        return ()
+    if isinstance(value, list):
+        return parse_filter_list(value)
+    return parse_filter_object(value)
+
+
 def _check_list_keys(table: TableMeta, config: dict[str, Any]) -> None:
-    filters = parse_filter_object(config.get("filters") or {})
+    filters = view_filters(config.get("filters"))
     sort = config.get("sort")
     if sort is not None and not isinstance(sort, str):
         raise ValidationError('sort must be an order string like "Col.asc,Other.desc"')
@@ -250,6 +266,11 @@ def _map_columns(view_type: str, config: Mapping[str, Any], swap: Any) -> dict[s
     out = dict(config)
     if isinstance(out.get("filters"), Mapping):
         out["filters"] = {new: v for k, v in out["filters"].items() if (new := swap(k)) is not None}
+    elif isinstance(out.get("filters"), list):
+        out["filters"] = [
+            {**f, "column": new} for f in out["filters"]
+            if isinstance(f, Mapping) and isinstance(f.get("column"), str) and (new := swap(f["column"])) is not None
+        ]
     if isinstance(out.get("sort"), str):
         try:
             terms = parse_order(out["sort"])
@@ -324,7 +345,7 @@ def apply_view(query: Query, *, view: Mapping[str, Any], table: TableMeta) -> Qu
     if view["view_type"] not in _KEYS or view["view_type"] == "form":
         return query
     config = decode_config(view["view_type"], view.get("config") or {}, table)
-    filters = tuple(f for f in parse_filter_object(config.get("filters") or {}) if _exists(table, f.column))
+    filters = tuple(f for f in view_filters(config.get("filters")) if _exists(table, f.column))
     order: tuple[OrderTerm, ...] = query.order
     if not order and isinstance(config.get("sort"), str):
         order = tuple(t for t in parse_order(config["sort"]) if _exists(table, t.column))

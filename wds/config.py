@@ -41,10 +41,11 @@ class Settings(BaseSettings):
     # typed search attributes on pipeline workflows (WdsWorkspace, WdsTable, WdsMode,
     # WdsRecords); `wds dev` registers them, production registers them once (operations.md)
     temporal_search_attributes: bool = True
-    # observability: /metrics bearer token (unset: open — keep it off public networks), the
-    # worker's own metrics endpoint, OpenTelemetry tracing (the standard OTEL_* variables
+    # observability: /metrics bearer token (unset: 401 outside dev mode unless metrics_public),
+    # the worker's own metrics endpoint, OpenTelemetry tracing (the standard OTEL_* variables
     # configure the exporter; OTEL_EXPORTER_OTLP_ENDPOINT alone also turns it on)
     metrics_token: str | None = None
+    metrics_public: bool = False
     worker_metrics_port: int | None = None
     worker_metrics_addr: str = "0.0.0.0"
     otel: bool = False

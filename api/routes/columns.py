@@ -8,8 +8,8 @@ from fastapi import APIRouter
 
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.responses import JSON
-from api.routes.tables import ERRORS, require_manage, schema_change
-from api.schemas import ColumnIn, ColumnOut, Deleted
+from api.routes.tables import ERRORS, check_column_hosts, require_manage, schema_change
+from api.schemas import ColumnIn, ColumnOut, ColumnPatch, ColumnPatchOut, Deleted, LossyChangeOut
 from api.serialize import column_out
 from storage import dependents, meta
 from storage.access import Action
@@ -50,14 +50,15 @@ async def create_column(table_id: int, body: ColumnIn, principal: RestPrincipal,
     require_manage(principal, table)
     spec = parse_new_column(body.model_dump(exclude_unset=True), schema, table)
     check_computed_columns([spec], table, schema=schema)
+    await check_column_hosts(state, principal.workspace_id, [spec])
     async with schema_change(state, principal.workspace_id) as conn:
         col = await meta.create_column(conn, workspace_id=principal.workspace_id, table_id=table.id, spec=spec)
     return JSON(column_out(col), status_code=201)
 
 
-@router.patch("/{column_id}", response_model=ColumnOut, responses=ERRORS)
+@router.patch("/{column_id}", response_model=ColumnPatchOut, responses={**ERRORS, 409: {"model": LossyChangeOut}})
 async def patch_column(
-    table_id: int, column_id: int, body: ColumnIn, principal: RestPrincipal, state: StateDep
+    table_id: int, column_id: int, body: ColumnPatch, principal: RestPrincipal, state: StateDep
 ) -> JSON:
     require_writable(principal)
     schema = await state.schema(principal.workspace_id)
@@ -65,15 +66,19 @@ async def patch_column(
     require_manage(principal, table)
     current = column_or_404(table, column_id)
     data = body.model_dump(exclude_unset=True)
+    allow_loss = bool(data.pop("allow_loss", False))
     if not data:
         raise ValidationError("nothing to change: send name, type, required, options, formula or config")
     spec = parse_column_patch(data, meta.spec_of(current), schema, table)
     untouched = spec.type is current.type and spec.formula == current.formula and spec.config == current.config
     if not (current.broken and untouched):  # a broken column may be renamed before it is fixed
         check_computed_columns([spec], table, replacing=current.id, schema=schema)
+    await check_column_hosts(state, principal.workspace_id, [spec])
+    report: dict[str, int] = {}  # filled when values are converted or cleared
     async with schema_change(state, principal.workspace_id) as conn:
-        col = await meta.update_column(conn, workspace_id=principal.workspace_id, current=current, spec=spec)
-    return JSON(column_out(col))
+        col = await meta.update_column(conn, workspace_id=principal.workspace_id, current=current, spec=spec,
+                                       allow_loss=allow_loss, report=report)
+    return JSON({**column_out(col), **({"conversion": report} if report else {})})
 
 
 @router.delete("/{column_id}", response_model=Deleted, responses=ERRORS)

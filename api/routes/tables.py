@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 from fastapi import APIRouter
 
+from activities import catalogue
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.limits import check_table_quota
 from api.responses import JSON
@@ -17,11 +18,11 @@ from api.schedules import delete_table_schedules
 from api.schemas import Deleted, ErrorOut, TableIn, TableOut, TablePatch, TableSummary
 from api.serialize import table_out, table_summary
 from api.state import AppState
-from storage import access, dependents, meta
+from storage import access, dependents, meta, secrets
 from storage.access import Action, Principal, TokenType
 from storage.columnspec import parse_new_column
 from storage.errors import ColumnInUse, Conflict, Forbidden, ValidationError
-from storage.pipelines import check_computed_columns
+from storage.pipelines import ColumnLike, check_computed_columns
 from storage.schema import TableMeta, WorkspaceSchema
 
 router = APIRouter(prefix="/functions/v1/rest-api", tags=["tables"])
@@ -29,6 +30,16 @@ ERRORS: dict[int | str, dict[str, Any]] = {  # 413: body too large; 503: databas
     s: {"model": ErrorOut} for s in (400, 401, 402, 403, 404, 409, 413, 429, 503)
 }
 MAX_TABLE_NAME = 255
+
+
+async def check_column_hosts(state: AppState, workspace_id: int, specs: list[ColumnLike]) -> None:
+    """400 ``CREDENTIAL_HOST_MISMATCH`` early: a step whose literal URL host its named
+    credential is not bound to would fail on every record."""
+    columns = [(s.name, s.type.value, s.config or {}) for s in specs if s.type.computed]
+    if columns:
+        async with state.db.connection() as conn:
+            await secrets.check_bound_hosts(conn, workspace_id=workspace_id, columns=columns,
+                                            defaults=catalogue.param_defaults)
 
 
 @asynccontextmanager
@@ -99,6 +110,7 @@ async def create_table(body: TableIn, principal: RestPrincipal, state: StateDep)
         seen.add(spec.name)
         specs.append(spec)
     check_computed_columns(specs, schema=schema)
+    await check_column_hosts(state, principal.workspace_id, specs)
     semantic = _semantic(body.semantic_search, None, seen)
     if semantic is not None:  # 503 NOT_CONFIGURED before anything is created
         semantic = await semantic_search.prepare_semantic(state, semantic)

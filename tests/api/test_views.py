@@ -273,3 +273,24 @@ def test_view_terms_on_force_deleted_columns_are_removed(ws, seeded):
     got = ws.api.get(f"/tables/{seeded['id']}/views/{v['id']}").json()["config"]
     assert got == {"filters": {"Status": "eq.todo"}, "sort": ""}
     assert titles(ws.api.get(records_url(seeded), params={"view": v["id"]})) == ["a", "b", "d", "e"]
+
+
+def test_list_form_filters_hold_two_conditions_on_one_column(ws, seeded):
+    body = {"name": "Mid", "view_type": "grid", "config": {
+        "filters": [{"column": "Score", "op": "gte", "value": 2}, {"column": "Score", "op": "lt", "value": 5},
+                    {"column": "Status", "op": "not.eq", "value": "done"}],
+        "sort": "Score.asc"}}
+    r = create(ws, seeded, body)
+    assert r.status_code == 201, r.text
+    assert titles(ws.api.get(records_url(seeded), params={"view": r.json()["id"]})) == ["d"]
+    assert r.json()["config"]["filters"] == body["config"]["filters"]
+    score = next(c for c in seeded["columns"] if c["name"] == "Score")
+    ws.api.patch(f"/tables/{seeded['id']}/columns/{score['id']}", json={"name": "Points"})
+    got = ws.api.get(f"/tables/{seeded['id']}/views/{r.json()['id']}").json()["config"]
+    assert [f["column"] for f in got["filters"]] == ["Points", "Points", "Status"] and got["sort"] == "Points.asc"
+    bad = create(ws, seeded, {"name": "Bad", "view_type": "grid",
+                              "config": {"filters": [{"column": "Nope", "op": "eq", "value": 1}]}})
+    assert bad.status_code == 400 and bad.json()["code"] == "UNKNOWN_COLUMN"
+    bad = create(ws, seeded, {"name": "Bad", "view_type": "grid",
+                              "config": {"filters": [{"column": "Score", "op": "nearly", "value": 1}]}})
+    assert bad.status_code == 400 and bad.json()["code"] == "UNKNOWN_OPERATOR"

@@ -20,7 +20,8 @@ from storage.access import Action, Perms, Principal
 from storage.errors import Conflict, NotFound
 
 _CREDENTIAL_OUT = out({"id": {"type": "integer"}, "name": {"type": "string"}, "type": {"type": "string"},
-                       "header_name": {"type": ["string", "null"]}}, ("id", "name", "type"))
+                       "header_name": {"type": ["string", "null"]},
+                       "hosts": {"type": "array", "items": {"type": "string"}}}, ("id", "name", "type", "hosts"))
 
 
 async def list_access_profiles(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
@@ -65,13 +66,14 @@ async def list_tokens(state: AppState, principal: Principal, args: dict[str, Any
 
 
 async def create_credential(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    name, kind, secret, header_name = secrets.check_credential(
-        name=args["name"], type=args["type"], secret=args["secret"], header_name=args.get("header_name"))
+    name, kind, secret, header_name, hosts = secrets.check_credential(
+        name=args["name"], type=args["type"], secret=args["secret"], header_name=args.get("header_name"),
+        hosts=args.get("hosts"))
     sealed = secrets.SecretBox(state.settings.secret_key).encrypt(secret)
     try:
         async with state.db.connection() as conn:
             row = await secrets.create_credential(conn, workspace_id=principal.workspace_id, name=name,
-                                                  type=kind, header_name=header_name, sealed=sealed)
+                                                  type=kind, header_name=header_name, sealed=sealed, hosts=hosts)
     except psycopg.errors.UniqueViolation:
         raise Conflict(f"a credential named {name!r} already exists") from None
     return jsonable(row)
@@ -110,14 +112,18 @@ ACCESS_TOOLS: list[ToolSpec] = [
             list_tokens, obj({}), out({"tokens": {"type": "array"}}, ("tokens",)), read_only=True, idempotent=True),
     builder("create_credential", "Create a credential",
             "Store a secret for http_request steps (named in config.credential); it is encrypted and never shown"
-            " again.",
+            " again. It is sent only to hosts matching one of its host patterns.",
             create_credential, obj({
                 "name": string("unique name steps refer to"),
                 "type": string("how it is sent", enum=list(secrets.CREDENTIAL_TYPES)),
                 "secret": string("the secret (basic: user:password)"),
                 "header_name": string("header credentials: the header; query credentials: the parameter name"),
-            }, ("name", "type", "secret")), _CREDENTIAL_OUT),
-    builder("list_credentials", "List credentials", "Stored credentials' names and types; never the secrets.",
+                "hosts": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": (
+                    "host patterns it may be sent to: 'api.stripe.com', '*.example.com' (subdomains, not the"
+                    " apex), '127.0.0.1:8443' (a pattern without a port matches any port)")},
+            }, ("name", "type", "secret", "hosts")), _CREDENTIAL_OUT),
+    builder("list_credentials", "List credentials",
+            "Stored credentials' names, types and host patterns; never the secrets.",
             list_credentials, obj({}), out({"credentials": {"type": "array"}}, ("credentials",)),
             read_only=True, idempotent=True),
     builder("delete_credential", "Delete a credential", "Delete a stored credential by id or name.",

@@ -23,7 +23,7 @@ from api.mcp.spec import (
 from api.mcp.tools_data import route_json, table_for
 from api.routes import columns as rest_columns
 from api.routes import tables as rest_tables
-from api.schemas import ColumnIn, TableIn, TablePatch
+from api.schemas import ColumnIn, ColumnPatch, TableIn, TablePatch
 from api.serialize import column_out, table_out
 from api.state import AppState
 from storage.access import Action, Principal
@@ -104,7 +104,7 @@ def _column_id(table: Any, ref: Any) -> int:
 
 async def update_column(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.READ)
-    body = model(ColumnIn, pick(args, *_COLUMN_FIELDS))
+    body = model(ColumnPatch, pick(args, *_COLUMN_FIELDS, "allow_loss"))
     resp = await rest_columns.patch_column(table.id, _column_id(table, args["column"]), body, principal, state)
     return route_json(resp)
 
@@ -162,8 +162,11 @@ SCHEMA_TOOLS: list[ToolSpec] = [
     builder("create_column", "Create a column", "Add a data or computed column to a table.",
             create_column, obj({"table_id": TABLE_ID, **column_props()}, ("table_id", "name", "type")), _COLUMN_OUT),
     builder("update_column", "Update a column",
-            "Rename a column or change its type, options, formula, config or required flag.",
-            update_column, obj({"table_id": TABLE_ID, "column": _COLUMN, **column_props(True)},
+            "Rename a column or change its type, options, formula, config or required flag. A type"
+            " change converts the values (see docs/type-conversions.md).",
+            update_column, obj({"table_id": TABLE_ID, "column": _COLUMN, **column_props(True),
+                               "allow_loss": boolean("go ahead with a change that drops values it cannot"
+                                                     " convert (refused with LOSSY_CHANGE otherwise)")},
                                ("table_id", "column")), _COLUMN_OUT, idempotent=True),
     builder("delete_column", "Delete a column",
             "Remove a column and its values. Refused with COLUMN_IN_USE (listing `dependents`: computed columns,"
