@@ -80,6 +80,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     # 401
     "UNAUTHORIZED": ("No bearer token, an unknown or revoked token, a wrong admin key, an unknown chat channel token (realtime: sent as an `error` message before the socket closes).", ""),
     "INVALID_CREDENTIALS": ("App-user sign-in with a wrong e-mail or password.", ""),
+    "WEBHOOK_SECRET_INVALID": ("A Telegram webhook update without the channel's registered `X-Telegram-Bot-Api-Secret-Token` (none registered, none sent, or another); nothing is processed.", ""),
     "TOKEN_EXPIRED": ("An app-user access token past its expiry; refresh the session with `POST /functions/v1/auth/token`.", ""),
     # 402
     "PLAN_LIMIT_API_REQUESTS": ("The workspace used its plan's API requests for this month.", "upgrade"),
@@ -122,7 +123,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     "TOOL_ROUNDS_EXCEEDED": ("Agent chat: the model kept calling tools past the round limit; the answer stops with an `error` event.", ""),
     # on other branches at the time of writing: rendered once the code uses them
     "LOSSY_CHANGE": ("Changing a column's type, or removing select options, would lose values of some records; `count` and `record_ids` say which; send `allow_loss: true` to change it anyway.", "count, record_ids"),
-    "CREDENTIAL_HOST_MISMATCH": ("A step sends a credential to a URL host the credential is not bound to.", ""),
+    "CREDENTIAL_HOST_MISMATCH": ("A step would send a credential to a URL host outside the credential's `hosts` (checked at column creation for literal URLs, at run time for templated ones and redirects).", ""),
     "QUERY_TIMEOUT": ("A statement ran past the database's statement timeout (every request has one).", ""),
     "OFFSET_TOO_DEEP": ("`offset` deeper than 10,000 with an order on anything but `id`: page with a filter on the sort column (keyset paging), narrow the rows, or order by id.", ""),
     "WORKSPACE_BUSY": ("The workspace has too many statements running at once; `Retry-After` says when to retry.", ""),
