@@ -210,6 +210,8 @@ def _refusal(node: exp.Expression) -> str:
         return "window functions are not allowed"
     if isinstance(node, (exp.ByteString, exp.RawString, exp.HexString, exp.National, exp.BitString)):
         return "only plain 'single-quoted' string literals are allowed"
+    if isinstance(node, exp.Exists):
+        return "EXISTS is not supported: use <column> IN (SELECT …)"
     if isinstance(node, (exp.Select, exp.Subquery)):
         return "subqueries are only allowed in IN (SELECT …)"
     if isinstance(node, exp.Func):
@@ -418,7 +420,10 @@ class _Translator:
     def join(self, node: exp.Expression, sources: list[_Source]) -> sql.Composable:
         if not isinstance(node, exp.Join):
             raise InvalidSQL(_refusal(node))
-        _check_args(node, {"this", "on", "side", "kind"}, "JOIN")
+        _check_args(node, {"this", "on", "side", "kind", "pivots"}, "JOIN")
+        if "pivots" not in node.args and not any(node.args.get(k) for k in ("on", "side", "kind")):
+            # sqlglot parses "FROM a, b" as a join without ON (only JOIN sets "pivots")
+            raise InvalidSQL("comma-separated tables are not allowed: JOIN them along a relation column")
         side = str(node.args.get("side") or "").upper()
         kind = str(node.args.get("kind") or "").upper()
         if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER") or (kind == "OUTER" and side != "LEFT"):
@@ -700,7 +705,7 @@ class _Translator:
             return _E(sql.SQL("({} BETWEEN {} AND {})").format(v_sql, lo.sql, hi.sql), BOOLEAN,
                       _loose(v, lo, hi), v.agg or lo.agg or hi.agg)
         if type(node) in _ARITHMETIC:
-            _check_args(node, {"this", "expression"}, "arithmetic")
+            _check_args(node, {"this", "expression", "typed", "safe"}, "arithmetic")
             left, right = self.expr(node.this, ctx), self.expr(node.expression, ctx)
             return self.arithmetic(_ARITHMETIC[type(node)], left, right)
         if isinstance(node, exp.DPipe):
@@ -869,11 +874,11 @@ class _Translator:
 
     def aggregate(self, node: exp.Expression, ctx: _Ctx) -> _E:
         name = _AGGREGATES[type(node)]
+        if ctx.in_agg:
+            raise InvalidSQL("aggregate functions cannot be nested")
         if not ctx.allow_agg:
             where = "use HAVING" if ctx.clause == "WHERE" else "not here"
             raise InvalidSQL(f"aggregate functions are not allowed in {ctx.clause} ({where})")
-        if ctx.in_agg:
-            raise InvalidSQL("aggregate functions cannot be nested")
         allowed = {"this", "big_int"} if isinstance(node, exp.Count) else {"this"}
         _check_args(node, allowed, name.upper())
         if isinstance(node, exp.Count) and node.expressions:
@@ -953,14 +958,14 @@ class _Translator:
             a = self.expr(node.this, ctx)
             if a.type not in (DATE, UNKNOWN):
                 raise InvalidSQL("DATE_TRUNC takes a date")
-            return _E(sql.SQL("date_trunc({}, {})").format(sql.Literal(unit), a.sql), DATE, a.loose, a.agg)
+            return _E(sql.SQL("date_trunc({}, {})").format(sql.Literal(unit), _dated(a)), DATE, a.loose, a.agg)
         if isinstance(node, exp.Extract):
             _check_args(node, {"this", "expression"}, "EXTRACT")
             unit = _unit(node.this, EXTRACT_UNITS, "EXTRACT")
             a = self.expr(node.expression, ctx)
             if a.type not in (DATE, INTERVAL, UNKNOWN):
                 raise InvalidSQL("EXTRACT takes a date or an interval")
-            return _E(sql.SQL("extract(" + unit + " FROM {})").format(a.sql), NUMBER, a.loose, a.agg)
+            return _E(sql.SQL("extract(" + unit + " FROM {})").format(_dated(a)), NUMBER, a.loose, a.agg)
         if isinstance(node, exp.CurrentTimestamp):
             _check_args(node, set(), "NOW")
             return _E(sql.SQL("now()"), DATE)
@@ -975,6 +980,11 @@ class _Translator:
 
 def _loose(*es: _E) -> tuple[str, ...]:
     return tuple(n for e in es for n in e.loose)
+
+
+def _dated(e: _E) -> sql.Composable:
+    """A date argument: a string literal reads as a timestamp (``date_trunc('month', '2024-05-03')``)."""
+    return sql.SQL("({})::timestamptz").format(e.sql) if e.type == UNKNOWN else e.sql
 
 
 def _labels_case(col: ColumnMeta, value: sql.Composable) -> sql.Composable:
