@@ -313,7 +313,7 @@ class _Translator:
         where_sql: sql.Composable = sql.SQL("")
         if where is not None:
             _check_args(where, {"this"}, "WHERE")
-            w = self.expr(where.this, _Ctx(sources=sources, clause="WHERE"))
+            w = _condition(self.expr(where.this, _Ctx(sources=sources, clause="WHERE")), "WHERE")
             where_sql = sql.SQL(" WHERE {}").format(w.sql)
 
         group = node.args.get("group")
@@ -345,7 +345,8 @@ class _Translator:
         having_sql: sql.Composable = sql.SQL("")
         if having is not None:
             _check_args(having, {"this"}, "HAVING")
-            h = self.expr(having.this, _Ctx(sources=sources, group_keys=group_keys, allow_agg=True, clause="HAVING"))
+            h = _condition(self.expr(having.this, _Ctx(sources=sources, group_keys=group_keys, allow_agg=True,
+                                                       clause="HAVING")), "HAVING")
             self.check_grouped(h)
             having_sql = sql.SQL(" HAVING {}").format(h.sql)
 
@@ -662,6 +663,8 @@ class _Translator:
             return _E(sql.SQL("({})").format(inner.sql), inner.type, inner.loose, inner.agg)
         if isinstance(node, exp.Neg):
             inner = self.expr(node.this, ctx)
+            if inner.type not in (NUMBER, JSON, INTERVAL):
+                raise InvalidSQL(f"minus takes a number, not {snippet(node.this)}")
             return _E(sql.SQL("(- {})").format(self.numeric(inner)), NUMBER, inner.loose, inner.agg)
         if isinstance(node, (exp.And, exp.Or)):
             _check_args(node, {"this", "expression"}, node.key.upper())
@@ -757,6 +760,8 @@ class _Translator:
 
     def comparison(self, node: exp.Expression, op: str, ctx: _Ctx) -> _E:
         _check_args(node, {"this", "expression"}, op)
+        if isinstance(node.this, exp.Null) or isinstance(node.expression, exp.Null):
+            raise InvalidSQL(f"NULL cannot be compared with {op}: use IS NULL / IS NOT NULL")
         left, right = self.expr(node.this, ctx), self.expr(node.expression, ctx)
         if left.type == LIST or right.type == LIST:
             if op not in ("=", "<>") or right.type == LIST or not isinstance(node.expression, exp.Literal):
@@ -766,6 +771,7 @@ class _Translator:
             opt = _option(left.column, node.expression)
             test = sql.SQL("coalesce({} @> ARRAY[{}]::text[], false)").format(left.raw, sql.Literal(opt))
             return _E(sql.SQL("(NOT {})").format(test) if op == "<>" else test, BOOLEAN, left.loose, left.agg)
+        _comparable(left, right, node)
         l_sql, r_sql = left.sql, right.sql
         if left.column is not None and left.column.type is ColumnType.SINGLE_SELECT:
             r_sql = self.option_label(left.column, node.expression, right)
@@ -802,7 +808,11 @@ class _Translator:
             marks = sql.SQL(", ").join(sql.Literal(o) for o in opts)
             return _E(sql.SQL("coalesce({} && ARRAY[{}]::text[], false)").format(left.raw, marks), BOOLEAN,
                       left.loose, left.agg)
+        if any(isinstance(v, exp.Null) for v in node.expressions):
+            raise InvalidSQL("NULL cannot be a value of IN (...): use IS NULL / IS NOT NULL")
         values = [self.expr(v, ctx) for v in node.expressions]
+        for v, e in zip(node.expressions, values, strict=True):
+            _comparable(left, e, v)
         parts: list[sql.Composable] = []
         for v, e in zip(node.expressions, values, strict=True):
             if left.column is not None and left.column.type is ColumnType.SINGLE_SELECT:
@@ -830,6 +840,8 @@ class _Translator:
             return _E(sql.SQL("({} IS NOT NULL)" if negate else "({} IS NULL)").format(left.sql), BOOLEAN,
                       left.loose, left.agg)
         if isinstance(right, exp.Boolean):
+            if left.type not in (BOOLEAN, UNKNOWN):
+                raise InvalidSQL(f"IS TRUE / IS FALSE takes a condition, not {snippet(node.this)}")
             word = ("IS NOT " if negate else "IS ") + ("TRUE" if right.this else "FALSE")
             return _E(sql.SQL("({} " + word + ")").format(left.sql), BOOLEAN, left.loose, left.agg)
         raise InvalidSQL("IS is only allowed as IS [NOT] NULL, IS [NOT] TRUE or IS [NOT] FALSE")
@@ -980,6 +992,23 @@ class _Translator:
 
 def _loose(*es: _E) -> tuple[str, ...]:
     return tuple(n for e in es for n in e.loose)
+
+
+def _condition(e: _E, where: str) -> _E:
+    if e.type not in (BOOLEAN, UNKNOWN):
+        raise InvalidSQL(f"{where} needs a condition (a comparison, IS NULL, a checkbox…), not a {e.type} value")
+    return e
+
+
+_COMPARABLE = {(ID, NUMBER), (NUMBER, ID), (JSON, TEXT), (TEXT, JSON), (JSON, NUMBER), (NUMBER, JSON),
+               (JSON, BOOLEAN), (BOOLEAN, JSON), (JSON, ID), (ID, JSON)}
+
+
+def _comparable(left: _E, right: _E, node: exp.Expression) -> None:
+    a, b = left.type, right.type
+    if a == b or UNKNOWN in (a, b) or (a, b) in _COMPARABLE:
+        return
+    raise InvalidSQL(f"cannot compare a {a} value with a {b} value ({snippet(node.parent or node)})")
 
 
 def _dated(e: _E) -> sql.Composable:
