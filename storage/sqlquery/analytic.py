@@ -328,7 +328,9 @@ class _Translator:
                     raise InvalidSQL("GROUP BY a multi-select is not supported")
                 if e.agg:
                     raise InvalidSQL("aggregate functions are not allowed in GROUP BY")
-                out = self.output(e)  # a bare computed column groups by its JSON value
+                # a bare single-select groups by its option id (its label is computed per
+                # group, not per row) and a bare computed column by its JSON value
+                out = self.group_value(e)
                 group_keys.update((e.key, repr(out)))
                 parts.append(out)
             group_sql = sql.SQL(" GROUP BY {}").format(sql.SQL(", ").join(parts))
@@ -531,7 +533,7 @@ class _Translator:
         if t is ColumnType.CHECKBOX:
             return _E(sql.SQL("coalesce({}, false)").format(ident), BOOLEAN, loose, column=col)
         if t is ColumnType.SINGLE_SELECT:
-            return _E(_labels_case(col, ident), TEXT, loose, column=col)
+            return _E(_labels_case(col, ident), TEXT, loose, column=col, raw=ident)
         if t is ColumnType.MULTI_SELECT:
             labels = sql.SQL(
                 "ARRAY(SELECT {case} FROM unnest({c}) WITH ORDINALITY AS u(v, n) ORDER BY u.n)"
@@ -545,6 +547,11 @@ class _Translator:
             ).format(c=ident, t=text, re=sql.Literal(_NUMERIC_TEXT_RE))
             return _E(text, JSON, loose, column=col, number=number, raw=ident)
         raise InvalidSQL(f"file column {col.name!r} cannot be used in an analytic query")
+
+    def group_value(self, e: _E) -> sql.Composable:
+        if e.column is not None and e.raw is not None and e.type in (TEXT, JSON):
+            return e.raw
+        return e.sql
 
     def output(self, e: _E) -> sql.Composable:
         if e.type == JSON and e.raw is not None and e.column is not None:

@@ -251,12 +251,24 @@ async def _run_in_transaction(
 
 
 async def _abort(conn: psycopg.AsyncConnection[Any]) -> None:
-    # a failed pipeline leaves the transaction open: end it so the role and settings die with it
-    if conn.info.transaction_status != TransactionStatus.IDLE:
-        try:
-            await conn.execute("ROLLBACK")
-        except psycopg.Error:
-            pass
+    """After a failed pipeline: end the transaction it leaves open (the role and settings
+    die with it) and forget every prepared statement, on both sides. psycopg (3.3) counts
+    a statement as prepared when it sends it in a pipeline; when the pipeline fails
+    before that statement, PostgreSQL never saw its Parse, and every later use of the
+    name (``ROLLBACK`` first) failed with "prepared statement … does not exist", which
+    left the pooled connection broken for every later request (found by the analytic
+    fuzz test). Only failures pay for this: the statements are prepared again after a
+    few calls."""
+    try:
+        if conn.info.transaction_status != TransactionStatus.IDLE:
+            await conn.execute("ROLLBACK", prepare=False)
+    except psycopg.Error:
+        pass
+    prepared = getattr(conn, "_prepared", None)  # psycopg's PrepareManager (no public reset)
+    if prepared is not None:
+        prepared.clear()  # and psycopg sends DEALLOCATE ALL before the connection's next statement
+    else:  # pragma: no cover - another psycopg: leave nothing prepared at all
+        conn.prepare_threshold = None
 
 
 async def _set_timeout(cur: psycopg.AsyncCursor[Any], deadline: float) -> None:

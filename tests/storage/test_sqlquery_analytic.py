@@ -791,6 +791,8 @@ def test_fuzz_no_generated_query_escapes_the_allow_list(world, query) -> None:
         _stat("refused by the database")
     except SQLTimeout:
         _stat("timeout")
+    # whatever happened, the connection is left as it was found: idle, usable
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE, query
 
 
 def _stat(outcome: str) -> None:
@@ -844,3 +846,27 @@ async def test_every_documented_example_translates_and_runs(conn, world, query) 
     result = await run_sql(conn, plan, workspace_id=world.ws, timeout_s=TIMEOUT_S)
     assert [c["name"] for c in result["columns"]] == (list(result["rows"][0]) if result["rows"] else
                                                       [c["name"] for c in result["columns"]])
+
+
+
+@pytest.mark.asyncio
+async def test_a_connection_stays_usable_after_queries_the_database_rejects(conn, world) -> None:
+    """A pipeline failing mid-way must not leave psycopg believing its statements were
+    prepared (PostgreSQL never saw their Parse): before the fix, once the transaction's
+    statements reached psycopg's prepare threshold, the next failure broke the connection
+    for good ("prepared statement … does not exist" on every later request; the simple
+    path shares the code). Found by the fuzz test."""
+    good = world.plan("SELECT COUNT(*) AS n FROM Deals WHERE Won OR Amount > 500")
+    bad = world.plan("SELECT id FROM Deals WHERE Closed > 'not a date' OR Won")
+    # (the rhythm matters: psycopg prepares a statement on its 6th use, which must fall in a
+    # failing pipeline; every rhythm is covered within a few rounds)
+    for rhythm in ("gbg", "ggb", "gb", "gbb"):
+        for _ in range(4):
+            for step in rhythm:
+                if step == "g":
+                    result = await run_sql(conn, good, workspace_id=world.ws, timeout_s=TIMEOUT_S)
+                    assert result["rows"][0]["n"] > 0
+                else:
+                    with pytest.raises(InvalidSQL):
+                        await run_sql(conn, bad, workspace_id=world.ws, timeout_s=TIMEOUT_S)
+                assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
