@@ -392,4 +392,3 @@ async def test_rows_rendered_by_postgresql_equal_the_decoded_rows(
     as_json = json.loads(orjson.dumps(rendered))
     assert as_json == json.loads(orjson.dumps(decoded))
     assert as_json["total"] == decoded["total"] and len(as_json["rows"]) == len(decoded["rows"])  # type: ignore[arg-type]
-
