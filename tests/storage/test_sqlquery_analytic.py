@@ -870,3 +870,4 @@ async def test_a_connection_stays_usable_after_queries_the_database_rejects(conn
                     with pytest.raises(InvalidSQL):
                         await run_sql(conn, bad, workspace_id=world.ws, timeout_s=TIMEOUT_S)
                 assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
