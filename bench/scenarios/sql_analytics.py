@@ -105,7 +105,7 @@ async def _measure(ctx: BenchContext, pool: Any, companies: dict[str, Any], deal
                 "INSERT INTO {t} ({amount}, {stage}, {closed}, {company})"
                 " SELECT ((i * 7919) %% 100000) / 100.0, (%s::text[])[1 + (i * 7) %% {k}],"
                 " timestamptz '2024-01-01' + ((i * 13) %% 730) * interval '1 day', 1 + (i * 31) %% {c}"
-                " FROM generate_series(1, {n}) i").format(
+                " FROM generate_series(1::bigint, {n}) i").format(
                 t=d_tab, amount=d_amount, stage=d_stage, closed=d_closed, company=d_company,
                 k=sql.Literal(len(stage_ids)), c=sql.Literal(COMPANIES), n=sql.Literal(rows)), (stage_ids,))
         for t in (c_tab, d_tab):
