@@ -269,8 +269,8 @@ Analytics: aggregates COUNT(*), COUNT(col), COUNT(DISTINCT col), SUM, AVG, MIN, 
 GROUP BY (columns, expressions or positions) and HAVING; AND/OR/NOT and parentheses; BETWEEN, [NOT] LIKE, ILIKE, \
 [NOT] IN (...), IS [NOT] NULL; + - * / %; CASE WHEN; AS aliases; DISTINCT; functions lower, upper, length, trim, \
 coalesce, nullif, round(x[, n]), abs, date_trunc('month', col), extract(year FROM col), now(), current_date, \
-INTERVAL '30 days'; JOIN / LEFT JOIN of tables linked by a relation column (ON "Deals"."Company" = \
-"Companies".id, or just JOIN "Companies"); col IN (SELECT one_col FROM ...). These answer {rows, columns: \
+INTERVAL '30 days', label(relation_col) (the related record's label); JOIN / LEFT JOIN of tables linked by a \
+relation column (ON "Deals"."Company" = "Companies".id, or just JOIN "Companies"); col IN (SELECT one_col FROM ...). These answer {rows, columns: \
 [{name, type}], total, limit, offset, has_more}; there select columns read their labels, a relation the related \
 record's id, and dates stay ISO timestamps. LIMIT defaults to 100, at most 1000; total is exact when count is \
 true or the page reaches the end, else null.

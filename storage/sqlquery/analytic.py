@@ -20,8 +20,8 @@ Values in analytic queries (documented in ``docs/sql.md``):
   label that the column does not have is ``INVALID_OPTION``);
 - a multi-select reads the list of its labels; ``= 'x'`` means "has x", ``IN (...)``
   "has any of", ``IS NULL`` "has none";
-- a relation reads the related record's id (join it to read the related record's
-  fields, e.g. its label column);
+- a relation reads the related record's id; ``label("Company")`` reads the related
+  record's label (its table's label column), and a join reads any of its fields;
 - a computed column reads its JSON value; it compares as text, and as a number in
   arithmetic and in ``SUM``/``AVG``;
 - file columns are not available.
@@ -74,7 +74,7 @@ INTERVAL_UNITS = frozenset({
 # The curated function list, as documented (docs/sql.md).
 FUNCTIONS = (
     "count", "sum", "avg", "min", "max", "lower", "upper", "length", "trim", "coalesce", "nullif",
-    "round", "abs", "date_trunc", "extract", "now", "current_date",
+    "round", "abs", "date_trunc", "extract", "now", "current_date", "label",
 )
 _AGGREGATES: dict[type[exp.Expression], str] = {
     exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max",
@@ -243,6 +243,7 @@ class _Translator:
         self.can_read = can_read
         self.tables: dict[int, TableMeta] = {}
         self.aliases = 0
+        self.label_aliases: dict[int, str] = {}
 
     # ------------------------------------------------------------------ statements
 
@@ -731,6 +732,8 @@ class _Translator:
             return self.filtered(node, ctx)
         if type(node) in _AGGREGATES:
             return self.aggregate(node, ctx)
+        if isinstance(node, exp.Anonymous) and str(node.this).lower() == "label":
+            return self.label(node, ctx)
         if isinstance(node, exp.Func):
             return self.function(node, ctx)
         raise InvalidSQL(_refusal(node))
@@ -881,6 +884,39 @@ class _Translator:
 
     def output_value(self, e: _E) -> sql.Composable:
         return self.numeric(e) if e.type == JSON else e.sql
+
+    def label(self, node: exp.Anonymous, ctx: _Ctx) -> _E:
+        """``label(<relation column>)``: the related record's label (its table's label
+        column), read with a subquery on the related table, which the token must read."""
+        _check_args(node, {"this", "expressions"}, "LABEL")
+        bad = InvalidSQL('label() takes one relation column: label("Company")')
+        if len(node.expressions) != 1 or not isinstance(node.expressions[0], exp.Column):
+            raise bad
+        rel = self.expr(node.expressions[0], ctx)
+        col = rel.column
+        if col is None or col.type is not ColumnType.RELATION or col.relation_table_id is None:
+            raise bad
+        by_id: dict[int, TableMeta] = getattr(self.resolve_table, "by_id", {})
+        target = by_id.get(col.relation_table_id)
+        if target is None:
+            raise InvalidSQL(f"the table related by {col.name!r} is unknown")
+        if not self.can_read(target.id):
+            raise InvalidSQL(f"no read access to table {target.name!r} with this token")
+        shown = target.column_by_id(col.relation_label_column_id) if col.relation_label_column_id else None
+        if shown is None or shown.type is ColumnType.FILE:
+            raise InvalidSQL(f"{target.name!r} has no label column: JOIN it to read its fields")
+        self.tables.setdefault(target.id, target)
+        alias = self.label_aliases.get(id(node))
+        if alias is None:  # one alias per label() written: emitted again (GROUP BY check), it is the same
+            self.aliases += 1
+            alias = self.label_aliases[id(node)] = f"s{self.aliases}"
+        src = _Source(target.name, target, alias)
+        ref = exp.Column(this=exp.Identifier(this=shown.name, quoted=True),
+                         table=exp.Identifier(this=src.name, quoted=True))
+        value = self.column(ref, _Ctx(sources=[src]))
+        text = sql.SQL("(SELECT {} FROM {} WHERE {} = {})").format(
+            self.output(value), self.source_sql(src), sql.Identifier(src.alias, "id"), rel.sql)
+        return _E(text, value.type, rel.loose, rel.agg)
 
     def filtered(self, node: exp.Filter, ctx: _Ctx) -> _E:
         _check_args(node, {"this", "expression"}, "FILTER")
@@ -1119,6 +1155,8 @@ def _default_name(node: exp.Expression) -> str:
              exp.Coalesce: "coalesce", exp.Nullif: "nullif", exp.Round: "round", exp.Abs: "abs",
              exp.TimestampTrunc: "date_trunc", exp.DateTrunc: "date_trunc", exp.Extract: "extract",
              exp.CurrentTimestamp: "now", exp.CurrentDate: "current_date", exp.Case: "case"}
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() == "label":
+        return "label"
     return names.get(type(node), "?column?")
 
 

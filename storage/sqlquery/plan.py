@@ -195,13 +195,20 @@ def table_resolver(tables: Iterable[TableMeta]) -> Callable[[str], TableMeta | N
     Raises (from the returned callable):
         InvalidSQL: several tables match case-insensitively and none exactly.
     """
-    candidates = tuple(tables)
+    return TableResolver(tuple(tables))
 
-    def resolve(name: str) -> TableMeta | None:
-        found: TableMeta | None = _match(name, candidates, lambda t: t.name, "table")
+
+class TableResolver:
+    """:func:`table_resolver`'s callable; ``by_id`` finds the table a relation column
+    points to (``label()`` of analytic queries)."""
+
+    def __init__(self, tables: tuple[TableMeta, ...]) -> None:
+        self.tables = tables
+        self.by_id = {t.id: t for t in tables}
+
+    def __call__(self, name: str) -> TableMeta | None:
+        found: TableMeta | None = _match(name, self.tables, lambda t: t.name, "table")
         return found
-
-    return resolve
 
 
 def star_fields(table: TableMeta) -> tuple[Field, ...]:

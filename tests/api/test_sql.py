@@ -416,13 +416,16 @@ def test_joins_and_subqueries_check_every_table_against_the_token(ws, tasks, mak
     assert body["columns"] == [{"name": "Name", "type": "text"}, {"name": "revenue", "type": "number"},
                                {"name": "n", "type": "number"}]
     assert q(ws.api, "SELECT COUNT(*) AS n FROM Deals JOIN Companies").json()["rows"] == [{"n": 3}]
+    labelled = "SELECT Title, label(Company) AS company FROM Deals ORDER BY Title"
+    assert q(ws.api, labelled).json()["rows"] == [{"Title": "a", "company": "Acme"}, {"Title": "b", "company": "Acme"},
+                                                  {"Title": "c", "company": "Globex"}, {"Title": "d", "company": None}]
     sub = "SELECT Name FROM Companies WHERE id IN (SELECT Company FROM Deals WHERE Amount > 6) ORDER BY Name"
     assert q(ws.api, sub).json()["rows"] == [{"Name": "Acme"}, {"Name": "Globex"}]
     # a token that reads Deals only: the join and the subquery are refused, Deals alone is not
     prof = ws.profile([{"table_id": deals["id"], "read": True}])
     reader = ws.client(ws.token("rest_api", profile_id=prof["id"])["token"])
     assert q(reader, "SELECT SUM(Amount) AS s FROM Deals").json()["rows"] == [{"s": 23}]
-    for query in (join, sub, "SELECT Title FROM Deals WHERE Company IN (SELECT id FROM Companies)"):
+    for query in (join, sub, labelled, "SELECT Title FROM Deals WHERE Company IN (SELECT id FROM Companies)"):
         r = q(reader, query)
         assert r.status_code == 400 and r.json()["code"] == "INVALID_SQL", r.text
         assert "no read access" in r.json()["error"]

@@ -421,6 +421,15 @@ def _cases() -> list[tuple[str, Callable[[World], list[dict[str, Any]]], bool]]:
     case("SELECT Stage, round(AVG(Amount), 2) avg_amount FROM Deals WHERE Amount IS NOT NULL GROUP BY Stage")(
         lambda w: [{"Stage": k, "avg_amount": _pg_round(_avg(_vals(v, "Amount")), 2)}
                    for k, v in _group([r for r in D(w) if r["Amount"] is not None], lambda r: r["Stage"]).items()])
+    case("SELECT id, label(Company) AS company FROM Deals WHERE Amount > 900")(
+        lambda w: [{"id": r["id"], "company": r["Company"] and _by_company(w)[r["Company"]]["Name"]}
+                   for r in D(w) if r["Amount"] is not None and r["Amount"] > 900])
+    case('SELECT label("Company") AS company, COUNT(*) AS n FROM Deals GROUP BY "Company" HAVING COUNT(*) > 15')(
+        lambda w: [{"company": k and _by_company(w)[k]["Name"], "n": len(v)}
+                   for k, v in _group(D(w), lambda r: r["Company"]).items() if len(v) > 15])
+    case("SELECT label(Company), SUM(Amount) AS s FROM Deals WHERE Company IS NOT NULL GROUP BY 1")(
+        lambda w: [{"label": _by_company(w)[k]["Name"], "s": _sum(_vals(v, "Amount"))}
+                   for k, v in _group([r for r in D(w) if r["Company"]], lambda r: r["Company"]).items()])
     case("SELECT Company, COUNT(*) n FROM Deals WHERE Company IS NOT NULL GROUP BY Company HAVING COUNT(*) > 15")(
         lambda w: [{"Company": k, "n": len(v)} for k, v in _group([r for r in D(w) if r["Company"]],
                                                                   lambda r: r["Company"]).items() if len(v) > 15])
@@ -578,6 +587,8 @@ REFUSED = [
     ("SELECT Nope, COUNT(*) FROM Deals GROUP BY 1", "unknown column"),
     ("SELECT Name FROM Deals JOIN Companies WHERE id > 1 OR true", "several tables"),
     ("SELECT COUNT(*) FROM Deals FOR UPDATE", "not allowed"),
+    ("SELECT label(Title) FROM Deals", "relation column"),
+    ("SELECT label(Company, 1) FROM Deals", "relation column"),
     ("DELETE FROM Deals WHERE Won OR true", "only SELECT"),
     ("SELECT * INTO x FROM Deals WHERE Won OR true", "not allowed"),
 ]
@@ -631,12 +642,12 @@ _OPERATORS = (exp.Binary, exp.Connector, exp.Unary, exp.Cast, exp.Case, exp.If, 
               exp.Paren, exp.Filter)
 _COLUMN_NAMES = ["Title", "Amount", "Stage", "Closed", "Company", "Tags", "Won", "Calc", "id", "Files",
                  "Name", "Country", "Size", "Pay", "created_at", "rolname", "c_11", "nope"]
-_LIKELY_COLUMNS = ["Title", "Amount", "Stage", "Closed", "Won", "Calc", "Tags"] * 4
+_LIKELY_COLUMNS = ["Title", "Amount", "Stage", "Closed", "Won", "Calc", "Tags", "Company"] * 4
 _TABLES = ["Deals", "Companies", "Salaries", "Leads", "pg_roles", "pg_catalog.pg_authid", "wds.tokens",
            "information_schema.tables", "t_2", "deals"]
 _FUNCS = ["lower", "upper", "length", "coalesce", "abs", "round", "pg_sleep", "random", "version",
           "current_setting", "set_config", "pg_read_file", "dblink", "generate_series", "txid_current",
-          "nextval", "lo_import", "now", "count", "sum", "max", "query_to_xml"]
+          "nextval", "lo_import", "now", "count", "sum", "max", "query_to_xml", "label", "label"]
 
 
 def _ident(name: str) -> exp.Expression:
