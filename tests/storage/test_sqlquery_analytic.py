@@ -882,3 +882,54 @@ async def test_a_connection_stays_usable_after_queries_the_database_rejects(conn
                         await run_sql(conn, bad, workspace_id=world.ws, timeout_s=TIMEOUT_S)
                 assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
+
+
+_TOKENS = [
+    "SELECT", "FROM", "WHERE", "GROUP BY", "HAVING", "ORDER BY", "LIMIT", "OFFSET", "JOIN", "LEFT JOIN", "ON",
+    "AS", "AND", "OR", "NOT", "IN", "IS", "NULL", "BETWEEN", "LIKE", "ILIKE", "CASE", "WHEN", "THEN", "ELSE",
+    "END", "DISTINCT", "FILTER", "INTERVAL", "EXISTS", "UNION", "WITH", "OVER", "::", "||", "(", ")", ",", ".",
+    "*", "+", "-", "/", "%", "=", "<>", "<", ">=", ";", "Deals", "Companies", "Salaries", "d", "c", '"Deals"',
+    "Title", "Amount", "Stage", "Closed", "Company", "Tags", "Won", "Calc", "Files", "id", "Name", "Country",
+    "COUNT", "SUM", "AVG", "MIN", "MAX", "lower", "round", "coalesce", "date_trunc", "extract", "now()",
+    "current_date", "label", "pg_sleep", "'month'", "'x'", "'Won'", "'2024-01-01'", "1", "0", "2.5", "-3",
+    "true", "$1", "ALL", "ANY", "ARRAY", "[1]", "year",
+]
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.sampled_from(_TOKENS), min_size=1, max_size=25))
+def test_fuzz_any_token_soup_is_translated_or_refused_never_crashes(world, tokens) -> None:
+    """Text an AI tool or a client might send, however broken: the translator answers a
+    plan or one of the service's errors (a 4xx), never another exception (a 500)."""
+    query = " ".join(["SELECT", *tokens]) if tokens[0] != "SELECT" else " ".join(tokens)
+    try:
+        world.plan(query)
+    except ServiceError:
+        pass
+
+
+@st.composite
+def _mutants(draw: st.DrawFn) -> str:
+    """A query of the correctness cases with a few tokens replaced, inserted or dropped."""
+    words = draw(st.sampled_from([c[0] for c in CASES])).replace("(", " ( ").replace(")", " ) ").split()
+    for _ in range(draw(st.integers(1, 3))):
+        i = draw(st.integers(0, len(words) - 1))
+        kind = draw(st.integers(0, 2))
+        if kind == 0:
+            words[i] = draw(st.sampled_from(_TOKENS))
+        elif kind == 1:
+            words.insert(i, draw(st.sampled_from(_TOKENS)))
+        elif len(words) > 2:
+            del words[i]
+    return " ".join(words)
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_mutants())
+def test_fuzz_mutated_queries_are_translated_or_refused_never_crash(world, query) -> None:
+    try:
+        plan = world.plan(query)
+    except ServiceError:
+        return
+    if isinstance(plan, AnalyticPlan):
+        assert all(world.can_read(t.id) and t.workspace_id == world.ws for t in plan.tables)
