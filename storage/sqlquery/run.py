@@ -128,7 +128,8 @@ async def _run_analytic(
         raise SQLTimeout(f"the query ran longer than the plan's SQL timeout of {timeout_s:g} s") from exc
     except pg_errors.DataError as exc:
         raise InvalidSQL(f"the database rejected a value: {exc.diag.message_primary}") from exc
-    except psycopg.ProgrammingError as exc:  # e.g. a function over a type it does not take
+    except (psycopg.ProgrammingError, psycopg.NotSupportedError, pg_errors.ProgramLimitExceeded) as exc:
+        # e.g. a function over a type it does not take, a statement too complex to plan
         raise InvalidSQL(f"the database refused the query: {exc.diag.message_primary}") from exc
     (text, number), = results[0]
     rows: Any = orjson.Fragment(text) if json_rows else orjson.loads(text)

@@ -611,6 +611,17 @@ async def test_type_errors_from_the_database_are_invalid_sql(conn, world) -> Non
 
 
 @pytest.mark.asyncio
+async def test_large_queries_are_answered_or_refused(conn, world) -> None:
+    ors = " OR ".join(f"Amount={i}" for i in range(700))
+    result = await _run(conn, world, f"SELECT COUNT(*) AS n FROM Deals WHERE {ors}")
+    assert result["rows"][0]["n"] == sum(1 for r in world.deal_rows if r["Amount"] in range(700))
+    with pytest.raises(InvalidSQL, match="nested too deeply"):
+        world.plan("SELECT " + "(" * 3000 + "1" + ")" * 3000 + " AS x FROM Deals")
+    with pytest.raises(PayloadTooLarge):
+        world.plan("SELECT COUNT(*) AS n FROM Deals WHERE " + " OR ".join(["Won"] * 3000))
+
+
+@pytest.mark.asyncio
 async def test_a_plan_runs_only_in_its_own_workspace(conn, world) -> None:
     plan = world.plan("SELECT Stage, COUNT(*) FROM Deals GROUP BY Stage")
     with pytest.raises(InvalidSQL, match="unknown table"):
