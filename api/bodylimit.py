@@ -1,0 +1,105 @@
+"""Refuse request bodies over the limit while they stream, before auth or any parsing.
+
+The outermost body-reading layer (see the ASGI order in :mod:`api.app`): every layer and
+route inside it (the text guard, idempotency, the REST and MCP fast paths, FastAPI's
+body parsing, object uploads) reads through the ``receive`` this layer hands on, so none
+of them can buffer more than the limit:
+
+* a ``Content-Length`` over the limit is answered 413 ``PAYLOAD_TOO_LARGE`` at once,
+  without reading a byte of the body (nor resolving the token: an unauthenticated client
+  learns nothing but the limit);
+* a chunked body (or one longer than its ``Content-Length``) is counted as it arrives;
+  the chunk that crosses the limit makes ``receive`` raise :class:`PayloadTooLarge`, and
+  whatever the app does with that, the client gets the 413 (if the response has not
+  started yet) and the connection is closed: the rest of the body is never read.
+
+Limits: ``WDS_MAX_BODY_BYTES`` (10 MiB) for every request but object uploads
+(``POST``/``PUT /storage/v1/object/{bucket}/{path}``), which take up to
+``WDS_STORAGE_MAX_OBJECT_BYTES`` (the upload route itself also enforces the plan's room).
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import error_response
+from storage.errors import PayloadTooLarge
+
+_UPLOADS = "/storage/v1/object/"
+_NOT_UPLOADS = ("/storage/v1/object/sign/", "/storage/v1/object/list/", "/storage/v1/object/public/")
+_CLOSE = {"Connection": "close"}
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+class BodyLimit:
+    """See the module docstring. ``app.add_middleware(BodyLimit, max_body=..., max_upload=...)``."""
+
+    def __init__(self, app: ASGIApp, *, max_body: int, max_upload: int) -> None:
+        self.app = app
+        self.max_body = max_body
+        self.max_upload = max_upload
+
+    def limit_of(self, scope: Scope) -> int:
+        path: str = scope["path"]
+        if scope["method"] in ("POST", "PUT") and path.startswith(_UPLOADS) and not path.startswith(_NOT_UPLOADS):
+            return self.max_upload
+        return self.max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            # bodies of GETs are read by nobody; uvicorn discards them
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit_of(scope)
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            await _refuse(limit)(scope, receive, send)
+            return
+        size = 0
+        over = False
+        started = False
+
+        async def counted() -> Message:
+            nonlocal size, over
+            if over:  # the app asks again after the refusal: the stream is over for it
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                size += len(message.get("body", b""))
+                if size > limit:
+                    over = True
+                    raise PayloadTooLarge(_message(limit))
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if over:  # whatever the app answers once the limit is crossed, the client gets 413
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted, guarded_send)
+        except Exception:
+            if not over:
+                raise
+            # past the limit, a layer that let the refusal through (or turned it into
+            # another error) answers nothing: the client gets the 413 below
+        if over and not started:
+            await _refuse(limit)(scope, receive, send)
+
+
+def _message(limit: int) -> str:
+    return f"the request body is larger than {limit:,} bytes"
+
+
+def _refuse(limit: int) -> ASGIApp:
+    # Connection: close — the unread rest of the body must not be parsed as a next request
+    return error_response(413, _message(limit), "PAYLOAD_TOO_LARGE", _CLOSE)
