@@ -16,14 +16,20 @@ of them can buffer more than the limit:
 Limits: ``WDS_MAX_BODY_BYTES`` (10 MiB) for every request but object uploads
 (``POST``/``PUT /storage/v1/object/{bucket}/{path}``), which take up to
 ``WDS_STORAGE_MAX_OBJECT_BYTES`` (the upload route itself also enforces the plan's room).
+
+A slow body is bounded the same way: when the next chunk does not arrive within
+``WDS_BODY_TIMEOUT_S`` (30 s) the request is answered 408 ``REQUEST_TIMEOUT`` and closed
+(the request head has its own timeout in :mod:`wds.server`).
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_response
-from storage.errors import PayloadTooLarge
+from storage.errors import PayloadTooLarge, ServiceError
 
 _UPLOADS = "/storage/v1/object/"
 _NOT_UPLOADS = ("/storage/v1/object/sign/", "/storage/v1/object/list/", "/storage/v1/object/public/")
@@ -40,10 +46,11 @@ def _content_length(scope: Scope) -> int | None:
 class BodyLimit:
     """See the module docstring. ``app.add_middleware(BodyLimit, max_body=..., max_upload=...)``."""
 
-    def __init__(self, app: ASGIApp, *, max_body: int, max_upload: int) -> None:
+    def __init__(self, app: ASGIApp, *, max_body: int, max_upload: int, timeout_s: float = 30.0) -> None:
         self.app = app
         self.max_body = max_body
         self.max_upload = max_upload
+        self.timeout_s = timeout_s
 
     def limit_of(self, scope: Scope) -> int:
         path: str = scope["path"]
@@ -59,27 +66,37 @@ class BodyLimit:
         limit = self.limit_of(scope)
         declared = _content_length(scope)
         if declared is not None and declared > limit:
-            await _refuse(limit)(scope, receive, send)
+            await _refuse(PayloadTooLarge(_message(limit)))(scope, receive, send)
             return
         size = 0
-        over = False
+        over: ServiceError | None = None
         started = False
+        done = False
 
         async def counted() -> Message:
-            nonlocal size, over
-            if over:  # the app asks again after the refusal: the stream is over for it
+            nonlocal size, over, done
+            if over is not None:  # asked again after the refusal: nothing more comes
                 return {"type": "http.disconnect"}
-            message = await receive()
+            if done:  # the body is in; what comes now is the disconnect, however late (SSE, streams)
+                return await receive()
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    message = await receive()
+            except TimeoutError:
+                over = ServiceError(f"the request body stalled for {self.timeout_s:g} s", code="REQUEST_TIMEOUT",
+                                    status=408)
+                raise over from None
             if message["type"] == "http.request":
                 size += len(message.get("body", b""))
                 if size > limit:
-                    over = True
-                    raise PayloadTooLarge(_message(limit))
+                    over = PayloadTooLarge(_message(limit))
+                    raise over
+                done = not message.get("more_body", False)
             return message
 
         async def guarded_send(message: Message) -> None:
             nonlocal started
-            if over:  # whatever the app answers once the limit is crossed, the client gets 413
+            if over is not None:  # whatever the app answers once the limit is crossed, the client gets 413
                 return
             if message["type"] == "http.response.start":
                 started = True
@@ -88,18 +105,18 @@ class BodyLimit:
         try:
             await self.app(scope, counted, guarded_send)
         except Exception:
-            if not over:
+            if over is None:
                 raise
             # past the limit, a layer that let the refusal through (or turned it into
-            # another error) answers nothing: the client gets the 413 below
-        if over and not started:
-            await _refuse(limit)(scope, receive, send)
+            # another error) answers nothing: the client gets the refusal below
+        if over is not None and not started:
+            await _refuse(over)(scope, receive, send)
 
 
 def _message(limit: int) -> str:
     return f"the request body is larger than {limit:,} bytes"
 
 
-def _refuse(limit: int) -> ASGIApp:
+def _refuse(exc: ServiceError) -> ASGIApp:
     # Connection: close — the unread rest of the body must not be parsed as a next request
-    return error_response(413, _message(limit), "PAYLOAD_TOO_LARGE", _CLOSE)
+    return error_response(exc.status, exc.message, exc.code, _CLOSE)

@@ -97,8 +97,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=10 * 1024**2, ge=1024)
     max_header_bytes: int = Field(default=64 * 1024, ge=4096)  # request line + header block
     max_headers: int = Field(default=100, ge=10)
-    ws_max_message_bytes: int = Field(default=1024**2, ge=1024)
-    # seconds an idle keep-alive connection stays open
+    ws_max_message_bytes: int = Field(default=64 * 1024, ge=1024)  # realtime messages are small JSON
+    # seconds a request's head may take to arrive (408), a body between two chunks (408),
+    # and an idle keep-alive connection stays open
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=30.0, gt=0)
     keep_alive_s: int = Field(default=5, ge=1)
 
     # REST: answer GET record / GET records list without FastAPI's router (api/fastpath.py,
