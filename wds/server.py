@@ -50,6 +50,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._max_fields = settings.max_headers
         self._head_timeout = settings.header_timeout_s
         self._head_open = True  # until the first request's head is complete
+        self._head_since = 0.0  # loop time the open head began (connection or first byte)
         self._head_bytes = 0
         self._head_fields = 0
         self._head_timer: asyncio.TimerHandle | None = None
@@ -58,7 +59,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # ------------------------------------------------------------------ connection
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm()
+        # one timer per connection, not per request: it looks at the open head when it
+        # fires and re-arms itself (a request only notes the time its head began)
+        self._head_since = self.loop.time()
+        self._arm(self._head_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -79,8 +83,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._head_open, self._head_bytes, self._head_fields = True, 0, 0
-        if self._head_timer is None:
-            self._arm()
+        self._head_since = self.loop.time()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_fields += 1
@@ -91,7 +94,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._head_open = False
-        self._disarm()
         super().on_headers_complete()
 
     def send_400_response(self, msg: str) -> None:
@@ -103,18 +105,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().send_400_response(msg)
 
     # ------------------------------------------------------------------ helpers
-    def _arm(self) -> None:
-        self._disarm()
-        self._head_timer = self.loop.call_later(self._head_timeout, self._head_timed_out)
+    def _arm(self, delay: float) -> None:
+        self._head_timer = self.loop.call_later(delay, self._check_head)
 
     def _disarm(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
 
-    def _head_timed_out(self) -> None:
+    def _check_head(self) -> None:
         self._head_timer = None
-        if not self._head_open or self.transport.is_closing():
+        # closed, or upgraded to a WebSocket (the transport has another protocol now)
+        if self.transport.is_closing() or self.transport.get_protocol() is not self:
+            return
+        waited = self.loop.time() - self._head_since
+        if not self._head_open or waited < self._head_timeout:
+            self._arm(self._head_timeout - waited if self._head_open else self._head_timeout)
             return
         if self._head_bytes == 0:
             self.transport.close()  # not a byte: nobody to answer (Go's ReadHeaderTimeout does the same)

@@ -21,8 +21,10 @@ RECORDS = "/functions/v1/rest-api/tables/1/records"
 
 @pytest.fixture(scope="module")
 def impatient_api(services: Services) -> Iterator[ApiProcess]:
-    """An API process that waits one second for a request's head and between body chunks."""
-    yield from running_api(services, name="api-impatient", WDS_HEADER_TIMEOUT_S="1", WDS_BODY_TIMEOUT_S="1")
+    """An API process that waits one second for a request's head and between body chunks
+    (and beats realtime hearts every half second)."""
+    yield from running_api(services, name="api-impatient", WDS_HEADER_TIMEOUT_S="1", WDS_BODY_TIMEOUT_S="1",
+                           WDS_REALTIME_HEARTBEAT_S="0.5")
 
 
 def _connect(base_url: str) -> socket.socket:
@@ -78,6 +80,13 @@ def test_a_body_that_stalls_times_out(impatient_api):
                      + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"fields\":")
         status, _, body = _response(sock)
     assert status == 408 and json.loads(body)["code"] == "REQUEST_TIMEOUT"
+
+
+def test_connections_past_their_head_live_on(impatient_api, ws):
+    # a WebSocket outlives the head timeout: four heartbeats are two seconds
+    with open_ws(impatient_api.base_url, ws.builder_token) as conn:
+        beats = [json.loads(conn.recv(timeout=10)) for _ in range(4)]
+    assert {b["type"] for b in beats} == {"heartbeat"}
 
 
 def test_websocket_messages_over_the_limit_are_refused_as_they_arrive(base_url, ws):
