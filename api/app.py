@@ -176,8 +176,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     # every body-reading layer above sits inside this one: a body over the limit is refused
     # with 413 as it streams, before auth, the text guard, idempotency or the fast paths buffer it
-    app.add_middleware(BodyLimit, max_body=settings.max_body_bytes, max_upload=settings.storage_max_object_bytes,
-                       timeout_s=settings.body_timeout_s)
+    app.add_middleware(BodyLimit, max_body=settings.max_body_bytes,
+                       max_upload=settings.storage_max_object_bytes, timeout_s=settings.body_timeout_s)
     app.add_middleware(metrics.MetricsMiddleware)  # outermost: Prometheus request histograms (GET /metrics)
     if tracing.setup_tracing("wds-api", enabled=settings.otel):  # OpenTelemetry: off unless WDS_OTEL / OTEL_EXPORTER_OTLP_ENDPOINT
         tracing.instrument_app(app)

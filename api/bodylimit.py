@@ -54,7 +54,8 @@ class BodyLimit:
 
     def limit_of(self, scope: Scope) -> int:
         path: str = scope["path"]
-        if scope["method"] in ("POST", "PUT") and path.startswith(_UPLOADS) and not path.startswith(_NOT_UPLOADS):
+        upload = path.startswith(_UPLOADS) and not path.startswith(_NOT_UPLOADS)
+        if upload and scope["method"] in ("POST", "PUT"):
             return self.max_upload
         return self.max_body
 
@@ -83,8 +84,8 @@ class BodyLimit:
                 async with asyncio.timeout(self.timeout_s):
                     message = await receive()
             except TimeoutError:
-                over = ServiceError(f"the request body stalled for {self.timeout_s:g} s", code="REQUEST_TIMEOUT",
-                                    status=408)
+                over = ServiceError(f"the request body stalled for {self.timeout_s:g} s",
+                                    code="REQUEST_TIMEOUT", status=408)
                 raise over from None
             if message["type"] == "http.request":
                 size += len(message.get("body", b""))

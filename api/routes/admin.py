@@ -164,7 +164,9 @@ async def _profile_out(state: AppState, row: dict[str, Any]) -> dict[str, Any]:
     return {"id": row["id"], "name": row["name"], "grants": grants, "bucket_grants": buckets}
 
 
-async def _check_buckets(state: AppState, workspace_id: int, grants: list[BucketGrantIn]) -> list[tuple[int, BucketPerms]]:
+async def _check_buckets(
+    state: AppState, workspace_id: int, grants: list[BucketGrantIn]
+) -> list[tuple[int, BucketPerms]]:
     out: list[tuple[int, BucketPerms]] = []
     async with state.db.connection() as conn:
         for g in grants:
@@ -293,7 +295,9 @@ async def put_grants(workspace_id: int, profile_id: int, body: list[GrantIn], st
 
 
 @router.put("/workspaces/{workspace_id}/profiles/{profile_id}/bucket_grants", response_model=ProfileOut)
-async def put_bucket_grants(workspace_id: int, profile_id: int, body: list[BucketGrantIn], state: StateDep) -> JSON:
+async def put_bucket_grants(
+    workspace_id: int, profile_id: int, body: list[BucketGrantIn], state: StateDep
+) -> JSON:
     """Replace a profile's bucket grants (authenticated buckets answer only granted tokens)."""
     async with state.db.connection() as conn:
         row = await access.get_profile(conn, workspace_id=workspace_id, profile_id=profile_id)

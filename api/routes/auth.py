@@ -29,7 +29,8 @@ class SignupIn(BaseModel):
     email: str
     password: str
     fields: dict[str, Any] | None = Field(
-        default=None, description="values of the Users columns the workspace's signup_fields list (none by default)")
+        default=None,
+        description="values of the Users columns the workspace's signup_fields list (none by default)")
 
 
 class TokenIn(BaseModel):

@@ -140,8 +140,8 @@ async def create_bucket(body: BucketIn, principal: RestPrincipal, state: StateDe
     _server_token(principal)
     name = obj.clean_bucket_name(body.name)
     async with state.db.transaction() as conn:
-        row = await obj.create_bucket(conn, workspace_id=principal.workspace_id, name=name, public=body.public,
-                                      token_id=principal.token_id)
+        row = await obj.create_bucket(conn, workspace_id=principal.workspace_id, name=name,
+                                      public=body.public, token_id=principal.token_id)
         # the creator's cached principal (in every process) must learn of its new bucket
         await state.caches.notify(conn, tokens=True)
     state.caches.drop_tokens()

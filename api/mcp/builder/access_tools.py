@@ -126,16 +126,18 @@ ACCESS_TOOLS: list[ToolSpec] = [
             out({"profile_id": {"type": "integer"}, "table_id": {"type": "integer"}}, ("profile_id", "table_id")),
             idempotent=True),
     builder("grant_bucket_access", "Grant bucket access",
-            "Set one profile's rights on one storage bucket (all false removes the grant): read lists, downloads"
-            " and signs; write uploads and deletes. App users acting through the profile stay under"
-            " users/<their id>/ unless all_paths. Applies to its tokens at once.",
+            "Set one profile's rights on one storage bucket (all false removes the grant): read lists,"
+            " downloads and signs; write uploads and deletes. App users acting through the profile stay"
+            " under users/<their id>/ unless all_paths. Applies to its tokens at once.",
             grant_bucket_access, obj({
                 "profile_id": integer("the access profile's id"),
                 "bucket": {"type": ID_OR_NAME, "description": "the bucket's id or name"},
-                "read": boolean("list, download and sign (default true)"), "write": boolean("upload and delete"),
+                "read": boolean("list, download and sign (default true)"),
+                "write": boolean("upload and delete"),
                 "all_paths": boolean("app users reach every path, not only users/<their id>/"),
             }, ("profile_id", "bucket")),
-            out({"profile_id": {"type": "integer"}, "bucket_id": {"type": "integer"}}, ("profile_id", "bucket_id")),
+            out({"profile_id": {"type": "integer"}, "bucket_id": {"type": "integer"}},
+                ("profile_id", "bucket_id")),
             idempotent=True),
     builder("list_tokens", "List tokens",
             "Token metadata (type, name, prefix, profile, expiry, revocation, last use); never secrets.",
