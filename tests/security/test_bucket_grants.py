@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from tests.mcp.conftest import call_tool_sync
+
 PASSWORD = "correct horse battery"
 
 
@@ -99,3 +101,25 @@ def test_public_buckets_stay_public_and_readable_by_every_token(ws):
     st = _storage(ws, ws.token("rest_api")["token"])
     assert st.get("/object/site/logo.png").status_code == 200
     assert st.put("/object/site/logo.png", content=b"defaced").json()["code"] == "FORBIDDEN"
+
+
+def test_the_builder_grants_buckets_through_mcp(ws, base_url):
+    builder = _storage(ws, ws.builder_token)
+    assert builder.post("/bucket", json={"name": "media"}).status_code == 201
+    assert builder.post("/object/media/a.txt", content=b"a").status_code == 201
+    profile = ws.profile([])
+    st = _storage(ws, ws.token("rest_api", profile_id=profile["id"])["token"])
+    assert st.get("/object/media/a.txt").status_code == 403
+    granted = call_tool_sync(base_url, ws.builder_token, "grant_bucket_access",
+                             {"profile_id": profile["id"], "bucket": "media", "write": True})
+    assert granted | {"bucket_id": 0} == {"profile_id": profile["id"], "bucket_id": 0, "read": True, "write": True,
+                                          "all_paths": False}
+    listed = call_tool_sync(base_url, ws.builder_token, "list_access_profiles", {})["profiles"]
+    assert [p["bucket_grants"] for p in listed if p["id"] == profile["id"]] == [
+        [{"bucket_id": granted["bucket_id"], "read": True, "write": True, "all_paths": False}]]
+    assert st.get("/object/media/a.txt").content == b"a"
+    assert st.put("/object/media/a.txt", content=b"b").status_code == 200
+    # all false removes the grant
+    call_tool_sync(base_url, ws.builder_token, "grant_bucket_access",
+                   {"profile_id": profile["id"], "bucket": "media", "read": False})
+    assert st.get("/object/media/a.txt").status_code == 403
