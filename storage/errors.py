@@ -9,6 +9,7 @@ Hierarchy::
 
     ServiceError (400 VALIDATION_ERROR)
     ├── InvalidValue        400 INVALID_VALUE / INVALID_OPTION / REQUIRED_FIELD / READ_ONLY_COLUMN
+    ├── (ServiceError)      400 SIGNUP_FIELD_NOT_ALLOWED (a field the workspace's sign-up does not take)
     ├── UnknownColumn       400 UNKNOWN_COLUMN
     ├── UnknownOperator     400 UNKNOWN_OPERATOR
     ├── InvalidSQL          400 INVALID_SQL
@@ -21,7 +22,7 @@ Hierarchy::
     ├── ColumnInUse         409 COLUMN_IN_USE          (adds "dependents": [{kind, id, name}])
     │   └── LossyChange     409 LOSSY_CHANGE           (adds "count", "record_ids")
     ├── PlanLimit           402 PLAN_LIMIT_*           (adds "upgrade": true)
-    ├── RateLimited         429 PLAN_RATE_LIMIT_API / TOKEN_RATE_LIMIT
+    ├── RateLimited         429 PLAN_RATE_LIMIT_API / TOKEN_RATE_LIMIT / AUTH_RATE_LIMIT / SIGNUP_RATE_LIMIT
     └── Unavailable         503 UNAVAILABLE
 """
 

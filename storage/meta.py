@@ -51,14 +51,14 @@ async def list_workspaces(conn: Conn) -> list[dict[str, Any]]:
 
 
 async def update_workspace(conn: Conn, *, workspace_id: int, changes: dict[str, Any]) -> dict[str, Any] | None:
-    allowed = {"name", "plan", "read_only", "auto_recharge", "relay_profile_id"}
+    allowed = {"name", "plan", "read_only", "auto_recharge", "relay_profile_id", "signup_fields"}
     sets = [k for k in changes if k in allowed]
     if not sets:
         return await get_workspace(conn, workspace_id=workspace_id)
     assignments = ", ".join(f"{k} = %s" for k in sets)  # keys from the allow-list above
     cur = await conn.execute(
         f"UPDATE wds.workspaces SET {assignments}, updated_at = now() WHERE id = %s RETURNING *",
-        [changes[k] for k in sets] + [workspace_id],
+        [Jsonb(changes[k]) if k == "signup_fields" else changes[k] for k in sets] + [workspace_id],
     )
     return await cur.fetchone()
 

@@ -61,6 +61,8 @@ class Workspace(SQLModel, table=True):
     read_only: bool = _d(False)
     auto_recharge: bool = _d(False)
     relay_profile_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    # Users columns an app user may fill at sign-up (m0009): none unless the workspace says so
+    signup_fields: list[str] | None = _json("'[]'::jsonb")
     event_seq: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
     created_at: datetime | None = _ts()
     updated_at: datetime | None = _ts()
@@ -120,6 +122,19 @@ class Grant(SQLModel, table=True):
     can_create: bool = _d(False)
     can_update: bool = _d(False)
     can_delete: bool = _d(False)
+
+
+class BucketGrant(SQLModel, table=True):
+    """A profile's rights on one authenticated bucket (m0009); ``all_paths`` lets app users
+    acting through the profile past their own ``users/<id>/`` prefix."""
+
+    __tablename__ = "bucket_grants"
+    __table_args__ = {"schema": SCHEMA}
+    profile_id: int = Field(default=None, primary_key=True, sa_type=BigInteger, foreign_key=f"{SCHEMA}.access_profiles.id", ondelete="CASCADE")
+    bucket_id: int = Field(default=None, primary_key=True, sa_type=BigInteger, foreign_key=f"{SCHEMA}.buckets.id", ondelete="CASCADE")
+    can_read: bool = _d(True)
+    can_write: bool = _d(False)
+    all_paths: bool = _d(False)
 
 
 class Token(SQLModel, table=True):
@@ -270,6 +285,8 @@ class Bucket(SQLModel, table=True):
     workspace_id: int = _fk("workspaces.id")
     name: str
     public: bool = _d(False)
+    # the rest_api token that created it has full access, as to its tables (m0009)
+    created_by_token_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     created_at: datetime | None = _ts()
 
 

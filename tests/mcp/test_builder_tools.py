@@ -1,4 +1,4 @@
-"""The 42 builder tools (vibe_mcp): tables, columns, views, schedules, agents, channels,
+"""The 43 builder tools (vibe_mcp): tables, columns, views, schedules, agents, channels,
 publishing, access, batch records and credentials — happy paths and their errors."""
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from api.mcp.builder.common import builder, positive_id
 from api.mcp.spec import ID_OR_NAME, TABLE_ID, ToolSpec, boolean, integer, jsonable, obj, out, string
 from api.mcp.tools_data import table_for
 from api.state import AppState
-from storage import access, secrets
-from storage.access import Action, Perms, Principal
+from storage import access, objects, secrets
+from storage.access import Action, BucketPerms, Perms, Principal
 from storage.errors import Conflict, NotFound
 
 _CREDENTIAL_OUT = out({"id": {"type": "integer"}, "name": {"type": "string"}, "type": {"type": "string"},
@@ -31,6 +31,9 @@ async def list_access_profiles(state: AppState, principal: Principal, args: dict
             " coalesce((SELECT jsonb_agg(jsonb_build_object('table_id', g.table_id, 'read', g.can_read,"
             "   'create', g.can_create, 'update', g.can_update, 'delete', g.can_delete) ORDER BY g.table_id)"
             "   FROM wds.grants g WHERE g.profile_id = p.id), '[]') AS grants,"
+            " coalesce((SELECT jsonb_agg(jsonb_build_object('bucket_id', bg.bucket_id, 'read', bg.can_read,"
+            "   'write', bg.can_write, 'all_paths', bg.all_paths) ORDER BY bg.bucket_id)"
+            "   FROM wds.bucket_grants bg WHERE bg.profile_id = p.id), '[]') AS bucket_grants,"
             " (SELECT count(*) FROM wds.tokens t WHERE t.profile_id = p.id AND t.revoked_at IS NULL) AS tokens"
             " FROM wds.access_profiles p WHERE p.workspace_id = %s ORDER BY p.id",
             (principal.workspace_id,),
@@ -57,6 +60,23 @@ async def grant_table_access(state: AppState, principal: Principal, args: dict[s
         await state.caches.notify(conn, tokens=True)
     state.caches.drop_tokens()
     return {"profile_id": profile_id, "table_id": table.id, **perms.as_dict()}
+
+
+async def grant_bucket_access(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    profile_id = positive_id(args["profile_id"], "profile_id")
+    perms = BucketPerms(read=args.get("read", True), write=args.get("write", False),
+                        all_paths=args.get("all_paths", False))
+    async with state.db.transaction() as conn:
+        bucket = await objects.get_bucket(conn, workspace_id=principal.workspace_id, ref=args["bucket"])
+        if bucket is None:
+            raise NotFound(f"bucket {args['bucket']!r} not found")
+        profile = await access.get_profile(conn, workspace_id=principal.workspace_id, profile_id=profile_id)
+        if profile is None:
+            raise NotFound(f"access profile {profile_id} not found")
+        await access.upsert_bucket_grant(conn, profile_id=profile_id, bucket_id=bucket["id"], perms=perms)
+        await state.caches.notify(conn, tokens=True)
+    state.caches.drop_tokens()
+    return {"profile_id": profile_id, "bucket_id": bucket["id"], **perms.as_dict()}
 
 
 async def list_tokens(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
@@ -106,6 +126,20 @@ ACCESS_TOOLS: list[ToolSpec] = [
                 "update": boolean("update records"), "delete": boolean("delete records"),
             }, ("profile_id", "table_id")),
             out({"profile_id": {"type": "integer"}, "table_id": {"type": "integer"}}, ("profile_id", "table_id")),
+            idempotent=True),
+    builder("grant_bucket_access", "Grant bucket access",
+            "Set one profile's rights on one storage bucket (all false removes the grant): read lists,"
+            " downloads and signs; write uploads and deletes. App users acting through the profile stay"
+            " under users/<their id>/ unless all_paths. Applies to its tokens at once.",
+            grant_bucket_access, obj({
+                "profile_id": integer("the access profile's id"),
+                "bucket": {"type": ID_OR_NAME, "description": "the bucket's id or name"},
+                "read": boolean("list, download and sign (default true)"),
+                "write": boolean("upload and delete"),
+                "all_paths": boolean("app users reach every path, not only users/<their id>/"),
+            }, ("profile_id", "bucket")),
+            out({"profile_id": {"type": "integer"}, "bucket_id": {"type": "integer"}},
+                ("profile_id", "bucket_id")),
             idempotent=True),
     builder("list_tokens", "List tokens",
             "Token metadata (type, name, prefix, profile, expiry, revocation, last use); never secrets.",
