@@ -19,7 +19,8 @@ Hierarchy::
     ├── Conflict            409 CONFLICT
     ├── PlanLimit           402 PLAN_LIMIT_*           (adds "upgrade": true)
     ├── RateLimited         429 PLAN_RATE_LIMIT_API / TOKEN_RATE_LIMIT
-    └── Unavailable         503 UNAVAILABLE
+    ├── Unavailable         503 UNAVAILABLE / WORKSPACE_BUSY
+    └── QueryTimeout        503 QUERY_TIMEOUT
 """
 
 from __future__ import annotations
@@ -125,3 +126,10 @@ class RateLimited(ServiceError):
 class Unavailable(ServiceError):
     status = 503
     code = "UNAVAILABLE"
+
+
+class QueryTimeout(ServiceError):
+    """A statement ran past the database's ``statement_timeout`` (every request has one)."""
+
+    status = 503
+    code = "QUERY_TIMEOUT"
