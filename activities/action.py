@@ -228,7 +228,8 @@ class ActionStep:
         # every record's parameters in one go, off the event loop unless simple (activities/templates.py)
         part = raw_params(request, config)
         rendered = dict(zip(rids, await render_many(
-            [(part, inp.records[rid], record_extra(inp, rid)) for rid in rids], sandbox()), strict=True))
+            [(part, inp.records[rid], record_extra(inp, rid)) for rid in rids], sandbox(),
+            workspace=inp.table.workspace_id), strict=True))
 
         def job(rid: str, fields: dict[str, Any]) -> Any:
             async def run() -> Outcome:

@@ -233,8 +233,8 @@ class AiStep:
             part["system"] = config["system"]
         rids = list(inp.records)
         rendered = dict(zip(rids, await render_many(
-            [(part, inp.records[rid], record_extra(inp, rid)) for rid in rids], sandbox(), deadline=None),
-            strict=True))
+            [(part, inp.records[rid], record_extra(inp, rid)) for rid in rids], sandbox(),
+            workspace=inp.table.workspace_id), strict=True))
 
         def job(rid: str, fields: dict[str, Any]) -> Any:
             async def run() -> Outcome:

@@ -159,6 +159,7 @@ def run_budgeted(
 
 async def evaluate_column(
     col: ColumnSnap, records: dict[str, dict[str, Any]], now: datetime, budget: Budget, sandbox: Any,
+    *, workspace: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """One formula column over a batch, off the event loop unless cheap: (values, errors)."""
     source = col.formula or col.config.get("formula") or ""
@@ -175,7 +176,7 @@ async def evaluate_column(
                                                    stop_at=time.perf_counter() + INLINE_SLICE_S)
             if not records:
                 return values, errors
-    more_values, more_errors = await sandbox.formula(source, language, records, now, budget)
+    more_values, more_errors = await sandbox.formula(source, language, records, now, budget, workspace=workspace)
     values.update(more_values)
     errors.update(more_errors)
     return values, errors

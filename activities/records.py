@@ -68,7 +68,8 @@ class RecordSteps:
                   for rid in rids}
         # every record's templates in one go, off the event loop unless simple (activities/templates.py)
         part = {k: col.config[k] for k in _TEMPLATED if k in col.config}
-        rendered = await render_many([(part, inp.records[rid], extras[rid]) for rid in rids], sandbox())
+        rendered = await render_many([(part, inp.records[rid], extras[rid]) for rid in rids], sandbox(),
+                                     workspace=inp.table.workspace_id)
         for rid, (ok, config) in zip(rids, rendered, strict=True):
             if not ok:
                 result.errors[rid] = config

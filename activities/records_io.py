@@ -154,7 +154,8 @@ async def _evaluate(inp: FusedInput, fields: dict[str, dict[str, Any]]) -> Ledge
             batch = {r: fields[r] for r in rids}
             started = time.perf_counter()
             if col.type == "formula":
-                values, errors = await formula.evaluate_column(col, batch, now, budget, sandbox())
+                values, errors = await formula.evaluate_column(col, batch, now, budget, sandbox(),
+                                                               workspace=p.table.workspace_id)
             else:
                 values, errors = json_parser.evaluate_batch(col, batch)
             observe_step(col.type, "error" if errors else "ok", time.perf_counter() - started, len(batch))

@@ -34,7 +34,7 @@ async def pure_step(inp: StepInput) -> StepResult:
         budget = formula.Budget.for_run(activity.info().start_to_close_timeout.total_seconds()
                                         if activity.info().start_to_close_timeout else 10.0)
         values, errors = await formula.evaluate_column(col, records, datetime.fromisoformat(inp.now), budget,
-                                                       sandbox())
+                                                       sandbox(), workspace=inp.table.workspace_id)
     elif col.type == "json_parser":
         values, errors = json_parser.evaluate_batch(col, records)
     else:

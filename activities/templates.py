@@ -190,6 +190,7 @@ def over_budget(detail: str) -> str:
 
 async def render_many(
     items: list[tuple[Any, dict[str, Any], dict[str, Any]]], sandbox: Any, *, deadline: float | None = None,
+    workspace: int | None = None,
 ) -> list[tuple[bool, Any]]:
     """Render each (JSON value holding templates, fields, extra): ``(True, rendered)`` or
     ``(False, error message)``, in order. Simple templates render here; anything else in
@@ -203,7 +204,8 @@ async def render_many(
                 out.append((False, str(exc)))
         return out
     limit = time.monotonic() + RENDER_WALL_S
-    return await sandbox.render(items, TEMPLATE_CPU_S, limit if deadline is None else min(limit, deadline))
+    return await sandbox.render(items, TEMPLATE_CPU_S, limit if deadline is None else min(limit, deadline),
+                                workspace=workspace)
 
 
 __all__ = ["BUDGET_EXCEEDED", "BoundedSandbox", "TemplateFailure", "check_template", "is_simple", "render",
