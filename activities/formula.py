@@ -14,6 +14,7 @@ column and batch before the rest of the batch goes to the sandbox processes
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,11 @@ BATCH_WALL_S = 5.0  # wall clock per batch (capped by half the plan's time budge
 STRIKES = 3  # values over budget in one column of a batch before the rest are failed unrun
 INLINE_SLICE_S = 0.02  # how long cheap formulas may run on the event loop per column and batch
 CHEAP_NODES = 64  # a formula with more syntax nodes than this is not "cheap"
+# Where formulas run (an operator knob, read once; bench/scenarios/sandbox.py compares them):
+# "cheap" (default) cheap Excel formulas inline, the rest in the sandbox; "never" every
+# formula in the sandbox; "always" every Excel formula inline and unsliced, as before the
+# budgets (no CPU budget or memory cap: for measurement only).
+INLINE = os.environ.get("WDS_FORMULA_INLINE", "cheap")
 # functions that build large text or lists from small input, loop, or run regular
 # expressions: a formula calling one never runs inline
 HEAVY_FUNCTIONS = frozenset({
@@ -171,9 +177,9 @@ async def evaluate_column(
             compiled = compile_formula(source, language=language)  # cached: parsed at column creation
         except InvalidFormula as exc:
             return {}, {rid: exc.message for rid in records}
-        if is_cheap(compiled):
-            values, errors, records = run_budgeted(compiled, language, records, now, budget,
-                                                   stop_at=time.perf_counter() + INLINE_SLICE_S)
+        if INLINE == "always" or (INLINE == "cheap" and is_cheap(compiled)):
+            stop_at = None if INLINE == "always" else time.perf_counter() + INLINE_SLICE_S
+            values, errors, records = run_budgeted(compiled, language, records, now, budget, stop_at=stop_at)
             if not records:
                 return values, errors
     more_values, more_errors = await sandbox.formula(source, language, records, now, budget, workspace=workspace)
