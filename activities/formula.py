@@ -146,7 +146,7 @@ def run_budgeted(
         run: Callable[[], Any] = lambda: compiled.evaluate(fields, now=now)  # noqa: E731
         try:
             # V8 limits JavaScript itself (and the parent only waits on a pipe meanwhile)
-            values[rid] = meter.run(run, allowed, limit_memory=not is_js) if meter is not None and not is_js else run()
+            values[rid] = meter.run(run, allowed) if meter is not None and not is_js else run()
         except catch:
             errors[rid] = over(f"a value used more than its {allowed * 1000:.0f} ms CPU budget")
             strikes += 1

@@ -13,7 +13,8 @@ import os
 import resource
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -54,7 +55,8 @@ def rss_bytes() -> int:
 
 
 class Meter:
-    """Runs one value at a time under a CPU budget and a memory cap (main thread only).
+    """Runs one value at a time under a CPU budget (main thread only), inside a batch whose
+    data segment is capped at its size when the batch began plus ``memory_bytes``.
 
     Unarmed (``armed=False``, anywhere but the sandbox child) it just calls the function:
     the parent never installs signal handlers or limits on itself."""
@@ -65,37 +67,46 @@ class Meter:
         if self.armed:
             signal.signal(signal.SIGPROF, _on_timer)
 
-    def run(self, fn: Callable[[], T], cpu_s: float, *, limit_memory: bool = True) -> T:
-        """``fn()`` within ``cpu_s`` seconds of CPU and ``memory_bytes`` more data.
+    @contextmanager
+    def capped(self, enabled: bool = True) -> Iterator[None]:
+        """Cap the data segment for the duration of a batch (one /proc read and two
+        setrlimit calls per batch: per value they cost more than the cheap formulas)."""
+        if not (self.armed and enabled):
+            yield
+            return
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        cap = _data_bytes() + self.memory_bytes
+        if hard != resource.RLIM_INFINITY:
+            cap = min(cap, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+        try:
+            yield
+        finally:
+            resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+    def run(self, fn: Callable[[], T], cpu_s: float) -> T:
+        """``fn()`` within ``cpu_s`` seconds of CPU.
 
         Raises:
             OverBudget: the CPU budget ran out.
-            MemoryError: the memory cap was reached.
+            MemoryError: the batch's memory cap was reached.
         """
         if not self.armed:
             return fn()
-        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-        if limit_memory:
-            cap = _data_bytes() + self.memory_bytes
-            if hard != resource.RLIM_INFINITY:
-                cap = min(cap, hard)
-            resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+        signal.setitimer(signal.ITIMER_PROF, max(0.001, cpu_s))
         try:
-            signal.setitimer(signal.ITIMER_PROF, max(0.001, cpu_s))
-            try:
-                return fn()
-            finally:
-                signal.setitimer(signal.ITIMER_PROF, 0)
+            return fn()
         finally:
-            if limit_memory:
-                resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+            signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 def formula_job(meter: Meter, source: str, language: str, records: dict[str, dict[str, Any]], now: str,
                 budget: formula.Budget) -> tuple[dict[str, Any], dict[str, str], dict[str, float]]:
     """One formula column over a batch: (values, errors, seconds used per record)."""
-    values, errors, _ = formula.run_budgeted(source, language, records, datetime.fromisoformat(now), budget,
-                                             meter=meter, over_budget=OverBudget)
+    # JavaScript runs in V8 worker processes started from here: they must not inherit the cap
+    with meter.capped(language != "javascript"):
+        values, errors, _ = formula.run_budgeted(source, language, records, datetime.fromisoformat(now), budget,
+                                                 meter=meter, over_budget=OverBudget)
     return values, errors, budget.used
 
 
@@ -103,6 +114,13 @@ def render_job(meter: Meter, items: list[tuple[Any, dict[str, Any], dict[str, An
                deadline: float) -> list[tuple[bool, Any]]:
     """Render each (JSON value of templates, fields, extra): (True, rendered) or (False, error)."""
     out: list[tuple[bool, Any]] = []
+    with meter.capped():
+        _render_all(meter, items, value_s, deadline, out)
+    return out
+
+
+def _render_all(meter: Meter, items: list[tuple[Any, dict[str, Any], dict[str, Any]]], value_s: float,
+                deadline: float, out: list[tuple[bool, Any]]) -> None:
     for value, fields, extra in items:
         if time.monotonic() >= deadline:
             out.append((False, templates.over_budget("the batch ran out of its wall-clock budget")))
@@ -115,7 +133,6 @@ def render_job(meter: Meter, items: list[tuple[Any, dict[str, Any], dict[str, An
             out.append((False, templates.over_budget("rendering exceeded its memory cap")))
         except templates.TemplateFailure as exc:
             out.append((False, str(exc)))
-    return out
 
 
 JOBS: dict[str, Callable[..., Any]] = {"formula": formula_job, "render": render_job}
