@@ -32,7 +32,7 @@ VALUE_CPU_S = 0.1  # CPU per value (JavaScript also keeps V8's own 50 ms / 32 MB
 ROW_CPU_S = 1.0  # per record over every formula value of one run (capped by the plan's budget)
 BATCH_WALL_S = 5.0  # wall clock per batch (capped by half the plan's time budget per row)
 STRIKES = 3  # values over budget in one column of a batch before the rest are failed unrun
-INLINE_SLICE_S = 0.02  # how long cheap formulas may run on the event loop per column and batch
+INLINE_SLICE_S = 0.05  # how long cheap formulas may run on the event loop per column and batch
 CHEAP_NODES = 64  # a formula with more syntax nodes than this is not "cheap"
 # Where formulas run (an operator knob, read once; bench/scenarios/sandbox.py compares them):
 # "cheap" (default) cheap Excel formulas inline, the rest in the sandbox; "never" every

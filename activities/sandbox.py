@@ -49,6 +49,10 @@ class SandboxLost(Exception):
     """The child died or missed its deadline (and was killed)."""
 
 
+class SandboxDown(SandboxLost):
+    """No child could be started: not a budget matter, the records get a plain error."""
+
+
 class _Child:
     def __init__(self) -> None:
         to_child_r, to_child_w = os.pipe()
@@ -72,7 +76,7 @@ class _Child:
         reply = self._receive(time.monotonic() + START_TIMEOUT_S)
         if reply is None or reply[0] != "ready":
             self.kill()
-            raise SandboxLost("the evaluation sandbox failed to start")
+            raise SandboxDown("the evaluation sandbox failed to start")
 
     def _receive(self, deadline: float) -> tuple[Any, ...] | None:
         try:
@@ -126,7 +130,7 @@ class Sandbox:
             with self._lock:
                 if self._closed:
                     child.kill()
-                    raise SandboxLost("the evaluation sandbox is closed") from None
+                    raise SandboxDown("the evaluation sandbox is closed") from None
                 self._all.add(child)
             return child
 
@@ -204,7 +208,8 @@ class Sandbox:
             values, errors, used = await self._run("formula", (source, language, records, now.isoformat(), sub),
                                                    budget.deadline, workspace)
         except SandboxLost as exc:
-            return {}, {rid: over(str(exc)) for rid in records}
+            message = str(exc) if isinstance(exc, SandboxDown) else over(str(exc))
+            return {}, {rid: message for rid in records}
         budget.used.update(used)
         return values, errors
 
@@ -217,7 +222,7 @@ class Sandbox:
         try:
             return await self._run("render", (items, value_s, deadline), deadline, workspace)  # type: ignore[no-any-return]
         except SandboxLost as exc:
-            return [(False, over(str(exc)))] * len(items)
+            return [(False, str(exc) if isinstance(exc, SandboxDown) else over(str(exc)))] * len(items)
 
 
 _sandbox: Sandbox | None = None
