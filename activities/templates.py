@@ -37,7 +37,7 @@ RENDER_WALL_S = 5.0  # wall clock for a step's templates over its batch
 SIMPLE_MAX = 16
 _SIMPLE_EXPR = re.compile(
     r"\{\{-?\s*[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\s*(?:\"[^\"\\{}%#]*\"|'[^'\\{}%#]*'|\d{1,6})\s*\])*"
-    r"\s*(?:\|\s*(?:tojson|json|string|lower|upper|trim)\s*)?-?\}\}"
+    r"\s*(?:\|\s*(?:tojson|json|string|lower|upper|trim|urlencode)\s*)?-?\}\}"
 )
 _PCT_WIDTH = re.compile(r"%[#0\- +]*(\*|\d+)?(?:\.(\*|\d+))?")
 
