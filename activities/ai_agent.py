@@ -46,6 +46,7 @@ from storage.db import Database
 from storage.errors import PlanLimit, ValidationError
 from storage.pipelines import register_config_check
 from storage.plans import plan as plan_of
+from storage.secrets import literal_url_host
 
 OUTPUTS = ("text", "json")
 NO_PROVIDER = "no AI provider configured: set WDS_AI_BASE_URL"
@@ -218,7 +219,10 @@ class AiStep:
         model = config.get("model") or self.settings.ai_model
         json_mode = config.get("output", "text") == "json"
         key = self.settings.ai_api_key
-        auth = Credential(name="ai provider", type="bearer", header_name=None, secret=key) if key else None
+        # the operator's key is bound to the configured provider's host only
+        provider_host = literal_url_host(base_url)
+        auth = Credential(name="ai provider", type="bearer", header_name=None, secret=key,
+                          hosts=(provider_host,) if provider_host else ()) if key else None
         timeout_s = float(config.get("timeout_s") or max(DEFAULT_TIMEOUT_S, 60.0))
         deadline = activity_deadline()
         try:

@@ -11,17 +11,26 @@ from typing import Any
 
 from activities.snap import table_snap
 from activities.types import BulkInput, Caller
-from storage.pipelines import dependants, plan_steps
+from storage.pipelines import graph, plan_steps
 from storage.plans import plan as plan_of
 from storage.schema import TableMeta
 
 
 def dependants_map(table: TableMeta) -> dict[str, list[int]]:
-    """Column id → ids of the computed columns that read it, transitively."""
+    """Column id → ids of the computed columns that read it, transitively (in column order).
+
+    Memoised per table version (every write of the table puts it in its run's input;
+    callers only read it)."""
+    found_map = table.memo.get("dependants_map")
+    if found_map is not None:
+        return found_map  # type: ignore[no-any-return]
+    g = graph(table)
+    order = [c.id for c in table.columns]
     out: dict[str, list[int]] = {}
-    for col in table.columns:
-        names = dependants(table, [col.name])
-        out[str(col.id)] = [c.id for c in table.columns if c.name in names]
+    for cid in order:
+        found = g.dependants([cid])
+        out[str(cid)] = [c for c in order if c in found]
+    table.memo["dependants_map"] = out
     return out
 
 

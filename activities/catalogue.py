@@ -115,3 +115,11 @@ def integrations() -> list[dict[str, Any]]:
                 "credential": copy.deepcopy(r.get("credential")),
             })
     return out
+
+
+def param_defaults(group_id: str, request_id: str) -> dict[str, Any]:
+    """The declared defaults of a request's parameters (empty for an unknown request)."""
+    req = find_request(group_id, request_id)
+    if req is None:
+        return {}
+    return {p["name"]: p["default"] for p in req.get("params", []) if p.get("default") is not None}

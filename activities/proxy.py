@@ -1,10 +1,16 @@
 """The platform proxy: every outbound HTTP call of a pipeline step goes through here.
 
 It injects the named credential (looked up when the step runs, so secrets never travel in
-workflow payloads), sends an ``Idempotency-Key`` that is the same on every attempt,
-applies a timeout and a 5 MB response cap, follows at most 5 redirects by hand (dropping
-credentials when the origin changes), over the shared client of ``activities/egress.py``
-whose connection layer is the SSRF guard (checked after DNS resolution, on every hop).
+workflow payloads) only into a request whose URL host matches one of the credential's
+host patterns (``storage/secrets.py``), re-checked on every redirect: a request or a
+redirect to any other host is not sent at all and the record fails with
+``CREDENTIAL_HOST_MISMATCH`` (so does a redirect from https to http). It sends an
+``Idempotency-Key`` that is the same on every attempt, applies a timeout and a 5 MB
+response cap, follows at most 5 redirects by hand (dropping the step's own
+``Authorization``/``Cookie`` headers when the origin changes), over the shared client of
+``activities/egress.py`` whose connection layer is the SSRF guard (checked after DNS
+resolution, on every hop). The secret is redacted from what a receiver echoes back and
+from every error message before either becomes a cell, an error or workflow history.
 
 Retries (a documented choice): transient failures — connection errors, timeouts, 429,
 502, 503, 504 — are retried *per record inside the activity* with exponential backoff
@@ -36,7 +42,7 @@ from activities.egress import DEFAULT_TIMEOUT_S, AddressRefused
 from storage import jsontext
 from storage.db import Database
 from storage.errors import ServiceError
-from storage.secrets import SecretBox, load_secrets
+from storage.secrets import SecretBox, host_allowed, load_secrets, normalise_host
 
 MAX_RESPONSE_BYTES = 5 * 1024 * 1024
 MAX_REDIRECTS = 5
@@ -60,6 +66,13 @@ class RequestInvalid(Exception):
     """The rendered request is not a valid HTTP request (bad URL, method, header)."""
 
 
+HOST_MISMATCH = "CREDENTIAL_HOST_MISMATCH"
+
+
+class CredentialHostMismatch(Exception):
+    """The credential is not bound to the host a request (or a redirect) goes to."""
+
+
 def step_error(message: str) -> ApplicationError:
     """A whole-step configuration failure: not retried, every record gets ``message``."""
     return ApplicationError(message, type="StepError", non_retryable=True)
@@ -76,6 +89,17 @@ class Credential:
     type: str  # bearer | header | basic | query
     header_name: str | None
     secret: str = field(repr=False)
+    hosts: tuple[str, ...] = ()  # host patterns it may be sent to; empty: none
+
+    def check_host(self, url: httpx.URL) -> None:
+        """Raises:
+            CredentialHostMismatch: ``url``'s host matches none of the credential's patterns.
+        """
+        if not host_allowed(self.hosts, url):
+            bound = ", ".join(self.hosts) if self.hosts else "no host (set its hosts)"
+            raise CredentialHostMismatch(
+                f"{HOST_MISMATCH}: credential {self.name!r} is not bound to host {normalise_host(url.raw_host)!r}"
+                f" (bound to: {bound}); nothing was sent")
 
     def apply(self, headers: dict[str, str], params: list[tuple[str, str | int | float | bool | None]]) -> None:
         if self.type == "bearer":
@@ -122,7 +146,7 @@ async def load_credentials(
         box = SecretBox(secret_key)
         return {
             name: Credential(name=name, type=row["type"], header_name=row["header_name"],
-                             secret=box.decrypt(row["secret_enc"]))
+                             secret=box.decrypt(row["secret_enc"]), hosts=tuple(row["hosts"] or ()))
             for name, row in rows.items()
         }
     except ServiceError as exc:
@@ -240,8 +264,14 @@ async def _exchange(
     for _ in range(MAX_REDIRECTS + 1):
         send_headers = dict(headers)
         params: list[tuple[str, str | int | float | bool | None]] = []
-        same_origin = _origin(url) == first
-        if req.credential is not None and same_origin:
+        if req.credential is not None:
+            # bound hosts decide, on the first request and on every redirect; a downgrade
+            # to plain http would send the secret in clear
+            req.credential.check_host(url)
+            if first[0] == "https" and url.scheme != "https":
+                raise CredentialHostMismatch(
+                    f"{HOST_MISMATCH}: a redirect from https to http would send credential"
+                    f" {req.credential.name!r} in clear; nothing was sent")
             req.credential.apply(send_headers, params)
         target = url.copy_merge_params(params) if params else url
         request = client.build_request(method, target, headers=send_headers, content=content,
@@ -264,6 +294,13 @@ async def _exchange(
         finally:
             await resp.aclose()
     raise RequestInvalid(f"more than {MAX_REDIRECTS} redirects")
+
+
+def _redacted(req: OutboundRequest, message: str) -> str:
+    """An error message without the request's secret (a redirect's URL may carry it back)."""
+    if req.credential is None:
+        return message
+    return req.credential.redact(message.encode()).decode("utf-8", errors="replace")
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -293,9 +330,9 @@ async def send(
             async with asyncio.timeout(timeout):
                 status, resp_headers, body = await _exchange(client, req, timeout)
         except AddressRefused as exc:
-            return Outcome(error=str(exc), attempts=attempt)
-        except (ResponseTooLarge, RequestInvalid) as exc:
-            return Outcome(error=str(exc), attempts=attempt)
+            return Outcome(error=_redacted(req, str(exc)), attempts=attempt)
+        except (ResponseTooLarge, RequestInvalid, CredentialHostMismatch) as exc:
+            return Outcome(error=_redacted(req, str(exc)), attempts=attempt)
         except (TimeoutError, httpx.TimeoutException):
             reason = f"timed out ({timeout:.1f} s)"
         except (httpx.TransportError, OSError) as exc:

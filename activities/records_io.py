@@ -151,6 +151,11 @@ async def _evaluate(inp: FusedInput, fields: dict[str, dict[str, Any]]) -> Ledge
             rids = ledger.eligible(cid)
             if not rids:
                 continue
+            if col.broken:  # a column it read was deleted with force: null, and say why
+                for r in rids:
+                    ledger.record(r, cid, None, fields)
+                    ledger.fail(r, cid, col.broken)
+                continue
             batch = {r: fields[r] for r in rids}
             started = time.perf_counter()
             if col.type == "formula":

@@ -19,7 +19,7 @@ from temporalio import activity
 
 from activities.bulkplan import build_bulk_input
 from activities.types import Caller, Prepared, PrepareInput, ScheduledRunInput  # noqa: F401 (re-exported)
-from storage import meta, quotas, runs
+from storage import meta, quotas, refs, runs
 from storage import records as rec
 from storage import schedules as sched
 from storage.db import Database
@@ -56,13 +56,18 @@ class ScheduleSteps:
             column_ids = [c for c in column_ids if (col := table.column_by_id(c)) is not None and col.computed]
             if not column_ids:
                 return Prepared(skipped="none of the scheduled columns exists any more")
+        # the stored filters name columns by id: read them with today's names (a rename carries)
+        filters = refs.decode_filter_list(
+            (row["spec"] or {}).get("filters") or [],
+            lambda i: c.name if (c := table.column_by_id(i)) is not None else None,
+        )
         try:
-            planned = plan_filters(parse_filter_list(r.filters), table) if r.filters else ()
+            planned = plan_filters(parse_filter_list(filters), table) if filters else ()
         except ServiceError as exc:
             return Prepared(skipped=f"the schedule's filters no longer apply: {exc.message}")
         run_id = run_id_for(inp.workflow_id)
         bulk = build_bulk_input(table, r.caller, workspace["plan"], run_id=run_id, record_ids=None,
-                                filters=r.filters, column_ids=column_ids)
+                                filters=filters, column_ids=column_ids)
         async with self.db.transaction() as conn:
             if await runs.get_run(conn, workspace_id=r.workspace_id, run_id=run_id) is None:
                 total = await rec.count_matching(conn, table=table, filters=planned)

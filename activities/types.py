@@ -25,6 +25,9 @@ class ColumnSnap:
     relation_table_id: int | None = None
     required: bool = False
     position: int = 0
+    # why the column cannot compute (a column it read was deleted with force): every
+    # record gets this as its error and a null value
+    broken: str | None = None
 
 
 @dataclass

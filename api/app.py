@@ -14,6 +14,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from temporalio.client import Client
 
 from api import errors, limits, metrics
+from api.bodylimit import BodyLimit
 from api.fastpath import FastReads
 from api.idempotency import IdempotencyMiddleware
 from api.mcp import server as mcp_server
@@ -157,6 +158,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.wds = state
     mcp_door = mcp_server.install(app, state, version=VERSION)  # {base_url}/functions/v1/mcp-server
     errors.install(app)
+    # ASGI order, outermost first (add_middleware wraps what was added before it):
+    # Metrics → BodyLimit → CORS → ApiMiddleware (auth, rate limits) → TextGuard →
+    # Idempotency → FastReads → FastAPI's router. No layer outside BodyLimit reads a body.
     if settings.fast_reads:
         app.add_middleware(FastReads)  # innermost: GET record / list answered without FastAPI's router
     app.add_middleware(IdempotencyMiddleware)  # inner: runs after limits resolved the principal
@@ -172,6 +176,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                         "X-RateLimit-Remaining", "X-RateLimit-Reset", "Idempotent-Replayed"],
         max_age=600,
     )
+    # every body-reading layer above sits inside this one: a body over the limit is refused
+    # with 413 as it streams, before auth, the text guard, idempotency or the fast paths buffer it
+    app.add_middleware(BodyLimit, max_body=settings.max_body_bytes,
+                       max_upload=settings.storage_max_object_bytes, timeout_s=settings.body_timeout_s)
     app.add_middleware(metrics.MetricsMiddleware)  # outermost: Prometheus request histograms (GET /metrics)
     if tracing.setup_tracing("wds-api", enabled=settings.otel):  # OpenTelemetry: off unless WDS_OTEL / OTEL_EXPORTER_OTLP_ENDPOINT
         tracing.instrument_app(app)

@@ -11,8 +11,24 @@ grants (no relay profile → 403), may use only the record endpoints, ``GET /tab
 storage, and stops working within seconds of sign-out (the session check is cached with
 the token cache, which sign-out invalidates across processes).
 
-Brute force: at most 5 failed sign-ins per e-mail per 15 minutes and 50 per client IP
-(moving windows, per process, ``limits`` memory storage) → 429 ``AUTH_RATE_LIMIT``.
+Brute force (issue 22): every password sign-in takes a slot in two moving windows
+*before* the password is checked — per account + client IP (``WDS_SIGNIN_FAILS_PER_ACCOUNT_IP``,
+5 per 15 minutes) and per account from any IP (``WDS_SIGNIN_FAILS_PER_ACCOUNT``, 50 per 15
+minutes) — and a successful sign-in frees them. Taking the slot first is what makes the
+limit hold under concurrency: 50 parallel wrong passwords get 5 × 401 and 45 × 429
+``AUTH_RATE_LIMIT``, not 50 checks made before any failure was counted. There is no
+per-IP window across accounts, so one client failing for one account locks no other
+account out of that IP. Sign-ups take a slot per client IP (``WDS_SIGNUPS_PER_IP``, 30 per
+10 minutes) and per workspace (``WDS_SIGNUPS_PER_WORKSPACE``, 300 per 10 minutes) → 429
+``SIGNUP_RATE_LIMIT``. The windows live in the shared limiter store of :mod:`api.limits`
+(Redis with ``WDS_REDIS_URL``: every API process counts together; the ``limits`` library's
+moving-window hit is atomic there and in memory); if Redis fails they fall back to this
+process's memory.
+
+Sign-up ``fields`` may name only the workspace's ``signup_fields`` (none by default) →
+400 ``SIGNUP_FIELD_NOT_ALLOWED``. Password hashing runs on a small thread pool
+(``WDS_PASSWORD_HASH_THREADS``, 2): argon2 takes ~50 ms and 64 MiB per hash, so a burst
+queues there instead of taking every default-executor thread and the memory with it.
 """
 
 from __future__ import annotations
@@ -21,26 +37,30 @@ import asyncio
 import functools
 import hashlib
 import hmac
+import logging
 import math
 import re
 import secrets
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
 import jwt
 import psycopg
 from fastapi import Request
-from limits import RateLimitItemPerMinute
+from limits import RateLimitItem, parse
 from limits.aio.storage import MemoryStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 from pwdlib import PasswordHash
 from pwdlib.hashers.argon2 import Argon2Hasher
 
+from api import limits
 from api.state import AppState
 from storage import appusers as au
 from storage import records as rec
-from storage.access import Perms, Principal, TokenType
+from storage.access import Perms, Principal, TokenType, bucket_grants_of
 from storage.db import current_workspace
 from storage.errors import Conflict, Forbidden, RateLimited, ServiceError, Unauthorized, Unavailable
 from storage.values import iso_text
@@ -48,9 +68,9 @@ from storage.values import iso_text
 ISSUER = "wds"
 AUDIENCE = "wds-app"
 _PASSWORDS = PasswordHash((Argon2Hasher(),))
-_FAILS_PER_EMAIL = RateLimitItemPerMinute(5, 15)
-_FAILS_PER_IP = RateLimitItemPerMinute(50, 15)
-_limiter = MovingWindowRateLimiter(MemoryStorage())
+# used only while the shared store (Redis) fails
+_local_limiter = MovingWindowRateLimiter(MemoryStorage())
+log = logging.getLogger("wds.appusers")
 # what an app-user session may call on the REST door
 _RECORD_PATH = re.compile(r"^/functions/v1/rest-api/tables/[^/]+/records(/.*)?$")
 _TABLE_READ_PATH = re.compile(r"^/functions/v1/rest-api/tables(/[^/]+)?$")
@@ -122,7 +142,7 @@ async def app_user_principal(state: AppState, token: str) -> Principal:
             token_id=-int(row["user_id"]), workspace_id=workspace_id, type=TokenType.REST_API,
             profile_id=row["relay_profile_id"], plan=row["plan"], read_only=row["read_only"],
             expires_at=datetime.fromtimestamp(claims["exp"], timezone.utc), grants=grants,
-            app_user_id=record_id,
+            app_user_id=record_id, bucket_grants=bucket_grants_of(row["bucket_grants"]),
         )
 
     key = "app:" + hashlib.sha256(token.encode()).hexdigest()
@@ -188,14 +208,78 @@ async def _user_record(state: AppState, account: dict[str, Any]) -> tuple[Any, d
     return table, row
 
 
-async def signup(state: AppState, *, workspace_id: int, email: Any, password: Any, fields: Any) -> dict[str, Any]:
-    """Create the account and its Users record, and sign in (201 body)."""
+# --------------------------------------------------------------------------- throttling and hashing
+
+
+@functools.cache
+def _item(spec: str) -> RateLimitItem:
+    return parse(spec)  # validated when the settings were read
+
+
+async def _take(state: AppState, spec: str, key: str) -> tuple[bool, MovingWindowRateLimiter]:
+    """Take one slot of ``spec``'s window for ``key``; False when the window is full."""
+    shared = limits.runtime(state).limiter.strategy
+    try:
+        return await shared.hit(_item(spec), "auth", key), shared
+    except Exception as exc:  # the shared store is down: count in this process meanwhile
+        log.warning("limiter store unavailable, auth windows are per process: %s", exc)
+        return await _local_limiter.hit(_item(spec), "auth", key), _local_limiter
+
+
+async def _throttle(state: AppState, windows: list[tuple[str, str]], message: str, code: str) -> None:
+    """Take a slot in every window, in order; 429 ``code`` with ``Retry-After`` at the first full one."""
+    for spec, key in windows:
+        ok, limiter = await _take(state, spec, key)
+        if not ok:
+            try:
+                stats = await limiter.get_window_stats(_item(spec), "auth", key)
+                retry = max(1, math.ceil(stats.reset_time - time.time()))
+            except Exception:
+                retry = int(_item(spec).get_expiry())
+            raise RateLimited(message, code=code, headers={"Retry-After": str(retry)})
+
+
+async def _release(state: AppState, windows: list[tuple[str, str]]) -> None:
+    for spec, key in windows:
+        for limiter in (limits.runtime(state).limiter.strategy, _local_limiter):
+            try:
+                await limiter.clear(_item(spec), "auth", key)
+            except Exception as exc:
+                log.warning("could not clear auth window: %s", exc)
+
+
+async def _hashing(state: AppState, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn`` (argon2) on the process's small hashing pool, never on the event loop."""
+    pool: ThreadPoolExecutor | None = state.extras.get("password_pool")
+    if pool is None:
+        pool = state.extras["password_pool"] = ThreadPoolExecutor(
+            max_workers=state.settings.password_hash_threads, thread_name_prefix="wds-argon2")
+    return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+
+# --------------------------------------------------------------------------- sign-up and sign-in
+
+
+async def signup(
+    state: AppState, *, workspace_id: int, email: Any, password: Any, fields: Any, ip: str = "unknown"
+) -> dict[str, Any]:
+    """Create the account and its Users record, and sign in (201 body).
+
+    Raises:
+        ServiceError: 400 (bad e-mail, WEAK_PASSWORD, SIGNUP_FIELD_NOT_ALLOWED).
+        RateLimited: 429 SIGNUP_RATE_LIMIT.
+    """
     email = au.normalize_email(email)
     au.check_password(password, email)
     if fields is not None and not isinstance(fields, dict):
         raise ServiceError("fields must be an object of Users columns")
-    await _workspace(state, workspace_id, writing=True)
-    password_hash = await asyncio.to_thread(_PASSWORDS.hash, password)
+    ws = await _workspace(state, workspace_id, writing=True)
+    profile = au.check_signup_fields(fields or {}, list(ws["signup_fields"] or []))
+    settings = state.settings
+    await _throttle(state, [(settings.signups_per_ip, f"signup:ip:{ip}"),
+                            (settings.signups_per_workspace, f"signup:ws:{workspace_id}")],
+                    "too many sign-ups; try again later", "SIGNUP_RATE_LIMIT")
+    password_hash = await _hashing(state, _PASSWORDS.hash, password)
     changed = False
     try:
         async with state.db.transaction() as conn:
@@ -204,7 +288,6 @@ async def signup(state: AppState, *, workspace_id: int, email: Any, password: An
             if await au.get_by_email(conn, workspace_id=workspace_id, email=email) is not None:
                 raise Conflict("an account with this e-mail already exists")
             table, changed = await au.ensure_users_table(conn, workspace_id=workspace_id)
-            profile = {k: v for k, v in (fields or {}).items() if k != au.EMAIL_COLUMN}
             prepared = rec.prepare_fields(table, {**profile, au.EMAIL_COLUMN: email}, creating=True)
             row = await rec.insert_record(conn, table=table, row=prepared)
             account = await au.insert_user(
@@ -222,34 +305,24 @@ async def signup(state: AppState, *, workspace_id: int, email: Any, password: An
     return {**session, "user": _user_out(table, row, account)}
 
 
-async def _throttled(keys: list[tuple[Any, str]]) -> None:
-    for item, key in keys:
-        if not await _limiter.test(item, "auth", key):
-            stats = await _limiter.get_window_stats(item, "auth", key)
-            retry = max(1, int(stats.reset_time - time.time()))
-            raise RateLimited(
-                "too many failed sign-ins; try again later", code="AUTH_RATE_LIMIT",
-                headers={"Retry-After": str(retry)},
-            )
-
-
 async def password_grant(state: AppState, *, workspace_id: int, email: Any, password: Any, ip: str) -> dict[str, Any]:
     """Sign in with e-mail and password; 401 on a mismatch, 429 when throttled."""
     if not isinstance(password, str) or not isinstance(email, str):
         raise ServiceError("email and password are required for grant_type=password")
-    email = email.strip().lower()
-    keys = [(_FAILS_PER_EMAIL, f"email:{workspace_id}:{email}"), (_FAILS_PER_IP, f"ip:{ip}")]
-    await _throttled(keys)
+    email = email.strip().lower()[:320]
     await _workspace(state, workspace_id, writing=False)
+    account_key = f"signin:{workspace_id}:{hashlib.sha256(email.encode()).hexdigest()}"
+    windows = [(state.settings.signin_fails_per_account_ip, f"{account_key}:{ip}"),
+               (state.settings.signin_fails_per_account, account_key)]
+    # the slots are taken before the password is checked (see the module docstring)
+    await _throttle(state, windows, "too many failed sign-ins; try again later", "AUTH_RATE_LIMIT")
     async with state.db.connection() as conn:
         account = await au.get_by_email(conn, workspace_id=workspace_id, email=email)
     stored = account["password_hash"] if account else _dummy_hash()
-    ok, new_hash = await asyncio.to_thread(_PASSWORDS.verify_and_update, password[: au.MAX_PASSWORD], stored)
+    ok, new_hash = await _hashing(state, _PASSWORDS.verify_and_update, password[: au.MAX_PASSWORD], stored)
     if account is None or not ok:
-        for item, key in keys:
-            await _limiter.hit(item, "auth", key)
         raise Unauthorized("invalid e-mail or password", code="INVALID_CREDENTIALS")
-    await _limiter.clear(_FAILS_PER_EMAIL, "auth", keys[0][1])
+    await _release(state, windows)
     async with state.db.transaction() as conn:
         if new_hash:
             await au.set_password_hash(conn, user_id=account["id"], password_hash=new_hash)

@@ -14,6 +14,9 @@
 
 ``GET /metrics`` is meant for a scraper on the private network. With
 ``WDS_METRICS_TOKEN`` set it requires ``Authorization: Bearer <token>`` (401 otherwise).
+Without a token it answers 401 too, except in dev mode (``WDS_DEV_MODE``) or when the
+operator opens it explicitly with ``WDS_METRICS_PUBLIC=true``: its 150 KB of internals
+(routes, traffic, step kinds) are not for anyone who asks.
 With several uvicorn worker processes (``wds serve --workers N``) set
 ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory shared by them (wiped before start):
 prometheus_client then keeps the values in files there and ``/metrics`` aggregates every
@@ -106,9 +109,13 @@ def _registry() -> CollectorRegistry:
 
 
 def _check_token(request: Request) -> None:
-    expected = request.app.state.wds.settings.metrics_token or ""
+    settings = request.app.state.wds.settings
+    expected = settings.metrics_token or ""
     if not expected:
-        return
+        if settings.dev_mode or settings.metrics_public:
+            return
+        raise Unauthorized("/metrics is closed: the operator sets WDS_METRICS_TOKEN (the scraper sends it as a"
+                           " bearer token) or WDS_METRICS_PUBLIC=true", headers={"WWW-Authenticate": "Bearer"})
     scheme, _, secret = (request.headers.get("authorization") or "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(secret.strip().encode(), expected.encode()):
         raise Unauthorized("a valid metrics token is required", headers={"WWW-Authenticate": "Bearer"})

@@ -32,6 +32,7 @@ from activities.snap import caller_of
 from activities.types import Caller
 from api.deps import require, require_writable, table_or_404
 from api.state import AppState
+from storage import refs
 from storage import schedules as sched
 from storage.access import Action, Principal
 from storage.errors import Conflict, NotFound, Unavailable, ValidationError
@@ -81,7 +82,8 @@ def _spec(table: TableMeta, data: dict[str, Any]) -> dict[str, Any]:
             if col is None or not col.computed:
                 raise ValidationError(f"column {cid} is not a computed column of this table")
     return {"cron": cron.strip() if isinstance(cron, str) else None, "interval_seconds": every,
-            "filters": normalize_filters(table, data.get("filters")), "column_ids": column_ids}
+            "filters": _stored_filters(table, normalize_filters(table, data.get("filters"))),
+            "column_ids": column_ids}
 
 
 def _temporal_schedule(state: AppState, row_id: int, table: TableMeta, spec: dict[str, Any],
@@ -105,9 +107,21 @@ def _temporal_schedule(state: AppState, row_id: int, table: TableMeta, spec: dic
     )
 
 
-def schedule_out(row: dict[str, Any]) -> dict[str, Any]:
+def _stored_filters(table: TableMeta, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Schedule filters as stored and sent to Temporal: columns by id (a rename carries)."""
+    return refs.encode_filter_list(filters, lambda n: c.id if (c := table.column(n)) is not None else None)
+
+
+def shown_filters(table: TableMeta, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored schedule filters with today's column names."""
+    return refs.decode_filter_list(filters, lambda i: c.name if (c := table.column_by_id(i)) is not None else None)
+
+
+def schedule_out(row: dict[str, Any], table: TableMeta | None = None) -> dict[str, Any]:
     """The public shape of a schedule (the stored rights are not shown)."""
-    spec = row["spec"] or {}
+    spec = dict(row["spec"] or {})
+    if table is not None and spec.get("filters"):
+        spec["filters"] = shown_filters(table, spec["filters"])
     return {
         "id": row["id"], "table_id": row["table_id"], "name": row["name"],
         **{k: spec.get(k) for k in SPEC_KEYS}, "paused": row["paused"],
@@ -176,21 +190,21 @@ async def create_schedule(state: AppState, principal: Principal, table_ref: int 
             raise Conflict("a Temporal schedule with this id already exists") from None
         except RPCError as exc:
             raise _temporal_error(exc) from None
-    return schedule_out(row)
+    return schedule_out(row, table)
 
 
 async def list_schedules(state: AppState, principal: Principal, table_ref: int | str) -> list[dict[str, Any]]:
     table = await _table(state, principal, table_ref, write=False)
     async with state.db.connection() as conn:
         rows = await sched.list_schedules(conn, workspace_id=table.workspace_id, table_id=table.id)
-    return [schedule_out(r) for r in rows]
+    return [schedule_out(r, table) for r in rows]
 
 
 async def get_schedule(state: AppState, principal: Principal, table_ref: int | str,
                        schedule_id: int) -> dict[str, Any]:
     """A schedule with its next firing times and recent runs (from Temporal)."""
     table = await _table(state, principal, table_ref, write=False)
-    out = schedule_out(await _row(state, table, schedule_id))
+    out = schedule_out(await _row(state, table, schedule_id), table)
     try:
         desc = await _client(state).get_schedule_handle(out["schedule_id"]).describe()
     except RPCError as exc:
@@ -215,6 +229,7 @@ async def update_schedule(state: AppState, principal: Principal, table_ref: int 
     new_spec = None
     if any(k in changes for k in SPEC_KEYS):
         merged = {k: v for k, v in (row["spec"] or {}).items() if k in SPEC_KEYS}
+        merged["filters"] = shown_filters(table, merged.get("filters") or [])
         if "cron" in changes or "interval_seconds" in changes:
             merged["cron"], merged["interval_seconds"] = changes.get("cron"), changes.get("interval_seconds")
         for k in ("filters", "column_ids"):
@@ -244,7 +259,7 @@ async def update_schedule(state: AppState, principal: Principal, table_ref: int 
                 await (handle.pause(note="paused through the API") if paused else handle.unpause())
         except RPCError as exc:
             raise _temporal_error(exc) from None
-    return schedule_out(updated)
+    return schedule_out(updated, table)
 
 
 async def set_paused(state: AppState, principal: Principal, table_ref: int | str, schedule_id: int,

@@ -61,6 +61,35 @@ class ColumnOut(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     relation_table: int | None = None
     relation_label_column: int | None = None
+    status: str | None = Field(
+        default=None, description='computed columns: "ok", or "error" when a column it read was deleted with force'
+    )
+    status_reason: str | None = None
+
+
+class ColumnPatch(ColumnIn):
+    """A column change; ``allow_loss`` lets a change drop values it cannot convert."""
+
+    allow_loss: bool | None = None
+
+
+class ConversionOut(BaseModel):
+    """What a type change (or an option removal) did to the stored values."""
+
+    converted: int = Field(description="non-empty values carried into the new type")
+    lost: int = Field(description="values dropped (non-zero only with allow_loss)")
+
+
+class LossyChangeOut(ErrorOut):
+    """409: ``CONFLICT`` (a name taken) or ``LOSSY_CHANGE`` with how many records would
+    lose a value and the first 10 of their ids."""
+
+    count: int | None = None
+    record_ids: list[int] | None = None
+
+
+class ColumnPatchOut(ColumnOut):
+    conversion: ConversionOut | None = None
 
 
 class SemanticIn(BaseModel):
@@ -105,6 +134,9 @@ class TableOut(TableSummary):
 class Deleted(BaseModel):
     id: int | str
     deleted: Literal[True] = True
+    detached: list[dict[str, Any]] | None = Field(
+        default=None, description="forced deletes: the dependents that were loosened or marked broken"
+    )
 
 
 class PipelineOut(BaseModel):

@@ -23,6 +23,10 @@ def column_out(col: ColumnMeta) -> dict[str, Any]:
         "relation_table": col.relation_table_id,
         "relation_label_column": col.relation_label_column_id,
     }
+    if col.computed:
+        out["status"] = "error" if col.broken else "ok"
+        if col.broken:
+            out["status_reason"] = col.broken
     return out
 
 

@@ -148,6 +148,7 @@ class BenchConfig:
     rows: int = 10_000
     quick: bool = False
     peers_bench: str = "/work/shared/peers/bench.py"
+    analytics_rows: int = 0  # sql.analytics: rows of its Deals table (0: not run; opt-in)
 
 
 def make_rows(n: int, seed: int = 42) -> list[dict[str, Any]]:

@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=16, help="concurrent clients of the loaded phases")
     p.add_argument("--rows", type=int, default=None, help="rows in the read table and bulk loads (10,000)")
     p.add_argument("--max-requests", type=int, default=200_000, help="hard cap of operations per phase")
+    p.add_argument("--analytics-rows", type=int, default=0, metavar="N",
+                   help="run sql.analytics over a table of N rows (the issue's figure: 1000000); 0 skips it")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes of the embedded API")
     p.add_argument("--compare-workers", action="store_true",
                    help="run everything with 1 and with 2 API workers and report the fastest")
@@ -103,6 +105,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         duration_s=duration, warmup_s=min(1.0, duration / 4), max_ops=args.max_requests,
         rounds=args.rounds if args.rounds is not None else (2 if args.quick else 5),
         concurrency=args.concurrency, rows=rows, quick=args.quick, peers_bench=args.peers_bench,
+        analytics_rows=args.analytics_rows,
     )
 
 

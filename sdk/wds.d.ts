@@ -225,6 +225,8 @@ export interface StorageApi {
 export type AuthEvent = "SIGNED_IN" | "SIGNED_OUT" | "TOKEN_REFRESHED";
 
 export interface AuthApi {
+  /** `fields`: only Users columns the workspace lists in `signup_fields` (none by default;
+   * others → 400 SIGNUP_FIELD_NOT_ALLOWED). 429 SIGNUP_RATE_LIMIT past the sign-up windows. */
   signUp(credentials: { email: string; password: string; fields?: Record<string, unknown> }): Promise<WdsResponse<{ user: AppUser | null; session: Session | null }>>;
   signInWithPassword(credentials: { email: string; password: string }): Promise<WdsResponse<{ user: AppUser | null; session: Session | null }>>;
   signOut(): Promise<WdsResponse<null>>;

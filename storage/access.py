@@ -55,6 +55,22 @@ NONE = Perms()
 
 
 @dataclass(frozen=True, slots=True)
+class BucketPerms:
+    """Rights on one authenticated bucket; ``all_paths`` frees app users from their prefix."""
+
+    read: bool = False
+    write: bool = False
+    all_paths: bool = False
+
+    def as_dict(self) -> dict[str, bool]:
+        return {"read": self.read, "write": self.write, "all_paths": self.all_paths}
+
+
+BUCKET_FULL = BucketPerms(True, True, True)
+BUCKET_NONE = BucketPerms()
+
+
+@dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling: the resolved token with its workspace state and table grants."""
 
@@ -68,6 +84,8 @@ class Principal:
     grants: dict[int, Perms] = field(default_factory=dict)
     # app-user sessions act through the relay profile; their user id is kept for audit
     app_user_id: int | None = None
+    # authenticated buckets need a grant (m0009); the buckets a token created are its own
+    bucket_grants: dict[int, BucketPerms] = field(default_factory=dict)
 
     @property
     def all_tables(self) -> bool:
@@ -83,6 +101,27 @@ class Principal:
 
     def can_read(self, table_id: int) -> bool:
         return self.perms(table_id).read
+
+    def bucket_perms(self, bucket_id: int) -> BucketPerms:
+        if self.all_tables:
+            return BUCKET_FULL
+        return self.bucket_grants.get(bucket_id, BUCKET_NONE)
+
+    def own_prefix(self, bucket_id: int) -> str | None:
+        """The path prefix an app user is confined to in a bucket (``None``: not confined)."""
+        if self.app_user_id is None or self.bucket_perms(bucket_id).all_paths:
+            return None
+        return f"users/{self.app_user_id}/"
+
+    def may_read_object(self, bucket_id: int, public: bool, path: str | None = None) -> bool:
+        """Read (list, download, sign, reference in a file cell) a bucket, at ``path`` if given.
+
+        Public buckets are readable by every credential; app users stay in their prefix.
+        """
+        if not (public or self.bucket_perms(bucket_id).read):
+            return False
+        own = self.own_prefix(bucket_id)
+        return own is None or path is None or path.startswith(own)
 
 
 def hash_token(secret: str) -> str:
@@ -141,6 +180,49 @@ async def upsert_grant(conn: Conn, *, profile_id: int, table_id: int, perms: Per
     )
 
 
+async def set_bucket_grants(conn: Conn, *, profile_id: int, grants: list[tuple[int, BucketPerms]]) -> None:
+    """Replace a profile's bucket grants."""
+    await conn.execute("DELETE FROM wds.bucket_grants WHERE profile_id = %s", (profile_id,))
+    for bucket_id, p in grants:
+        await upsert_bucket_grant(conn, profile_id=profile_id, bucket_id=bucket_id, perms=p)
+
+
+async def upsert_bucket_grant(conn: Conn, *, profile_id: int, bucket_id: int, perms: BucketPerms) -> None:
+    """Set one bucket grant; all-false removes it."""
+    if perms == BUCKET_NONE:
+        await conn.execute(
+            "DELETE FROM wds.bucket_grants WHERE profile_id = %s AND bucket_id = %s", (profile_id, bucket_id)
+        )
+        return
+    await conn.execute(
+        "INSERT INTO wds.bucket_grants (profile_id, bucket_id, can_read, can_write, all_paths)"
+        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (profile_id, bucket_id) DO UPDATE SET"
+        " can_read = excluded.can_read, can_write = excluded.can_write, all_paths = excluded.all_paths",
+        (profile_id, bucket_id, perms.read, perms.write, perms.all_paths),
+    )
+
+
+async def profile_bucket_grants(conn: Conn, *, profile_id: int) -> list[dict[str, Any]]:
+    cur = await conn.execute(
+        "SELECT g.bucket_id, b.name AS bucket, g.can_read AS read, g.can_write AS write, g.all_paths"
+        " FROM wds.bucket_grants g JOIN wds.buckets b ON b.id = g.bucket_id"
+        " WHERE g.profile_id = %s ORDER BY g.bucket_id",
+        (profile_id,),
+    )
+    return await cur.fetchall()
+
+
+# SQL fragment: a profile's bucket grants as a JSON array of [bucket, read, write, all_paths]
+BUCKET_GRANTS_SQL = (
+    "coalesce((SELECT jsonb_agg(jsonb_build_array(bg.bucket_id, bg.can_read, bg.can_write, bg.all_paths))"
+    " FROM wds.bucket_grants bg WHERE bg.profile_id = {profile}), '[]')"
+)
+
+
+def bucket_grants_of(rows: list[list[Any]]) -> dict[int, BucketPerms]:
+    return {int(r[0]): BucketPerms(bool(r[1]), bool(r[2]), bool(r[3])) for r in rows}
+
+
 async def profile_grants(conn: Conn, *, profile_id: int) -> list[dict[str, Any]]:
     cur = await conn.execute(
         "SELECT table_id, can_read AS read, can_create AS create, can_update AS update,"
@@ -194,11 +276,14 @@ async def rotate_token(conn: Conn, *, workspace_id: int, token_id: int) -> tuple
         conn, workspace_id=workspace_id, token_type=TokenType(old["type"]), name=old["name"],
         profile_id=old["profile_id"], expires_in_seconds=remaining,
     )
-    # tables the old token created stay with its successor
+    # tables and buckets the old token created stay with its successor
     await conn.execute(
         "INSERT INTO wds.token_tables (token_id, table_id) SELECT %s, table_id FROM wds.token_tables"
         " WHERE token_id = %s",
         (row["id"], token_id),
+    )
+    await conn.execute(
+        "UPDATE wds.buckets SET created_by_token_id = %s WHERE created_by_token_id = %s", (row["id"], token_id)
     )
     return row, secret
 
@@ -239,7 +324,10 @@ async def resolve_token(conn: Conn, *, secret: str) -> Principal | None:
         "   g.can_update, g.can_delete)) FROM wds.grants g WHERE g.profile_id = t.profile_id), '[]')"
         "   AS grants,"
         " coalesce((SELECT jsonb_agg(tt.table_id) FROM wds.token_tables tt WHERE tt.token_id = t.id), '[]')"
-        "   AS own_tables"
+        "   AS own_tables, "
+        + BUCKET_GRANTS_SQL.format(profile="t.profile_id") + " AS bucket_grants,"
+        " coalesce((SELECT jsonb_agg(b.id) FROM wds.buckets b WHERE b.created_by_token_id = t.id), '[]')"
+        "   AS own_buckets"
         " FROM wds.tokens t JOIN wds.workspaces w ON w.id = t.workspace_id"
         " WHERE t.token_hash = %s AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())",
         (hash_token(secret),),
@@ -250,6 +338,9 @@ async def resolve_token(conn: Conn, *, secret: str) -> Principal | None:
     grants = {g[0]: Perms(g[1], g[2], g[3], g[4]) for g in row["grants"]}
     for table_id in row["own_tables"]:
         grants[table_id] = FULL
+    buckets = bucket_grants_of(row["bucket_grants"])
+    for bucket_id in row["own_buckets"]:
+        buckets[bucket_id] = BUCKET_FULL
     return Principal(
         token_id=row["id"],
         workspace_id=row["workspace_id"],
@@ -259,6 +350,7 @@ async def resolve_token(conn: Conn, *, secret: str) -> Principal | None:
         read_only=row["read_only"],
         expires_at=row["expires_at"],
         grants=grants,
+        bucket_grants=buckets,
     )
 
 

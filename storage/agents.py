@@ -426,6 +426,14 @@ async def rotate_channel_token(
     return await cur.fetchone()
 
 
+async def set_webhook_secret(conn: Conn, *, workspace_id: int, channel_id: int, secret_hash: str | None) -> None:
+    """Store the SHA-256 (hex) of the secret a messaging platform sends back with each update."""
+    await conn.execute(
+        "UPDATE wds.channels SET webhook_secret_hash = %s WHERE id = %s AND workspace_id = %s",
+        (secret_hash, channel_id, workspace_id),
+    )
+
+
 async def delete_channel(
     conn: Conn, *, workspace_id: int, agent_id: int, channel_id: int
 ) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from storage import meta
+from storage.access import BUCKET_GRANTS_SQL
 from storage.columnspec import ColumnSpec
 from storage.errors import Conflict, ServiceError, ValidationError
 from storage.schema import ColumnType, TableMeta
@@ -82,6 +83,56 @@ def check_password(password: Any, email: str | None = None) -> str:
     return password
 
 
+# a column whose name says role, permission or ownership is never filled by the user signing up
+_PRIVILEGED = re.compile(r"role|admin|permission|privilege|staff|superuser|owner|grant|scope|access|verified",
+                         re.IGNORECASE)
+MAX_SIGNUP_FIELDS = 50
+
+
+def clean_signup_fields(names: Any) -> list[str]:
+    """Validate a workspace's self-service sign-up columns (``signup_fields``).
+
+    >>> clean_signup_fields(["Name", "Company"])
+    ['Name', 'Company']
+    >>> clean_signup_fields(["Role"])
+    Traceback (most recent call last):
+    ...
+    storage.errors.ValidationError: 'Role' looks like a role or permission column: never filled at sign-up
+
+    Raises:
+        ValidationError: not a list of distinct column names, Email, or a privileged-looking name.
+    """
+    if not isinstance(names, list) or len(names) > MAX_SIGNUP_FIELDS:
+        raise ValidationError(f"signup_fields must be a list of at most {MAX_SIGNUP_FIELDS} column names")
+    out: list[str] = []
+    for name in names:
+        if not isinstance(name, str) or not name.strip() or len(name) > 255:
+            raise ValidationError("signup_fields holds column names (1-255 characters)")
+        if name == EMAIL_COLUMN:
+            raise ValidationError(f"{EMAIL_COLUMN} is always the e-mail signed up with")
+        if _PRIVILEGED.search(name):
+            raise ValidationError(f"{name!r} looks like a role or permission column: never filled at sign-up")
+        if name in out:
+            raise ValidationError(f"{name!r} is listed twice")
+        out.append(name)
+    return out
+
+
+def check_signup_fields(fields: dict[str, Any], allowed: list[str]) -> dict[str, Any]:
+    """The sign-up ``fields``, each of which must be one of the workspace's ``signup_fields``.
+
+    Raises:
+        ServiceError: 400 SIGNUP_FIELD_NOT_ALLOWED naming the refused fields.
+    """
+    refused = sorted(k for k in fields if k not in allowed)
+    if refused:
+        raise ServiceError(
+            f"sign-up does not take {', '.join(map(repr, refused))}; this workspace's sign-up fields are "
+            f"{allowed or 'none'}", code="SIGNUP_FIELD_NOT_ALLOWED",
+        )
+    return fields
+
+
 def hash_refresh(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -134,7 +185,8 @@ async def ensure_users_table(conn: Conn, *, workspace_id: int) -> tuple[TableMet
 
 async def workspace_state(conn: Conn, *, workspace_id: int) -> dict[str, Any] | None:
     cur = await conn.execute(
-        "SELECT id, plan, read_only, relay_profile_id FROM wds.workspaces WHERE id = %s", (workspace_id,)
+        "SELECT id, plan, read_only, relay_profile_id, signup_fields FROM wds.workspaces WHERE id = %s",
+        (workspace_id,),
     )
     return await cur.fetchone()
 
@@ -231,7 +283,8 @@ async def family_of(conn: Conn, *, workspace_id: int, token: str) -> str | None:
 async def session_principal_row(
     conn: Conn, *, workspace_id: int, record_id: int, family_id: str
 ) -> dict[str, Any] | None:
-    """Workspace state, relay grants and liveness of one app-user session, in one query.
+    """Workspace state, relay grants (tables and buckets) and liveness of one app-user
+    session, in one query.
 
     ``None`` when the user no longer exists or the session's family is revoked.
     """
@@ -239,7 +292,8 @@ async def session_principal_row(
         "SELECT w.plan, w.read_only, w.relay_profile_id, u.id AS user_id,"
         " coalesce((SELECT jsonb_agg(jsonb_build_array(g.table_id, g.can_read, g.can_create,"
         "   g.can_update, g.can_delete)) FROM wds.grants g WHERE g.profile_id = w.relay_profile_id), '[]')"
-        "   AS grants"
+        "   AS grants, "
+        + BUCKET_GRANTS_SQL.format(profile="w.relay_profile_id") + " AS bucket_grants"
         " FROM wds.app_users u JOIN wds.workspaces w ON w.id = u.workspace_id"
         " WHERE u.workspace_id = %s AND u.record_id = %s"
         " AND EXISTS (SELECT 1 FROM wds.app_refresh_tokens r WHERE r.family_id = %s"

@@ -21,12 +21,13 @@ Conn = AsyncConnection[Any]
 async def channel_for_token(conn: Conn, *, token: str) -> dict[str, Any] | None:
     """The channel with this token (enabled or not), its agent and the workspace's state.
 
-    One round trip: ``id, workspace_id, type, enabled, config`` of the channel,
+    One round trip: ``id, workspace_id, type, enabled, config, webhook_secret_hash`` of the channel,
     ``agent_id, agent_name, instructions, model, agent_config, table_ids`` (tables that
     still exist) and ``plan, read_only`` of the workspace.
     """
     cur = await conn.execute(
-        "SELECT c.id, c.workspace_id, c.type, c.enabled, c.config, a.id AS agent_id, a.name AS agent_name,"
+        "SELECT c.id, c.workspace_id, c.type, c.enabled, c.config, c.webhook_secret_hash,"
+        " a.id AS agent_id, a.name AS agent_name,"
         " a.instructions, a.model, a.config AS agent_config, w.plan, w.read_only,"
         " (SELECT coalesce(jsonb_agg(t.id ORDER BY t.id), '[]'::jsonb) FROM wds.tables t"
         "   WHERE t.workspace_id = a.workspace_id AND a.table_ids @> to_jsonb(t.id)) AS table_ids"

@@ -232,37 +232,46 @@ async def clear_column(conn: AsyncConnection[Any], workspace_id: int, col: Colum
     )
 
 
-async def convert_column_to_text(conn: AsyncConnection[Any], workspace_id: int, old: ColumnMeta) -> None:
-    """Change a data column's storage to text, keeping a readable form of every value."""
+async def _drop_foreign_keys(conn: AsyncConnection[Any], workspace_id: int, col: ColumnMeta) -> None:
+    cur = await conn.execute(
+        "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'f' "
+        "AND conkey = ARRAY[(SELECT attnum FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s)]",
+        (f"{schema_name(workspace_id)}.{table_name(col.table_id)}",) * 2 + (column_name(col.id),),
+    )
+    for row in await cur.fetchall():
+        await conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
+            qualified(workspace_id, col.table_id), sql.Identifier(row["conname"] if isinstance(row, dict) else row[0])))
+
+
+async def retype_column(
+    conn: AsyncConnection[Any], workspace_id: int, old: ColumnMeta, new: ColumnMeta, using: sql.Composable
+) -> None:
+    """Change a column's storage type in place, each value becoming ``using`` (an expression
+    over the old physical column; see ``storage/convert.py``). The column's index is made
+    anew for the new type and a relation column gets its foreign key."""
     name = sql.Identifier(column_name(old.id))
     target = qualified(workspace_id, old.table_id)
-    using: sql.Composable
-    if old.type is ColumnType.MULTI_SELECT:
-        using = sql.SQL("array_to_string({}, ', ')").format(name)
-    elif old.type is ColumnType.FILE or old.computed:
-        using = sql.SQL("{} #>> '{{}}'").format(name)
-    else:
-        using = sql.SQL("{}::text").format(name)
-    await conn.execute(sql.SQL("DROP INDEX IF EXISTS {}.{}").format(
-        sql.Identifier(schema_name(workspace_id)), sql.Identifier(f"t_{old.table_id}_{column_name(old.id)}")))
+    index = sql.Identifier(f"t_{old.table_id}_{column_name(old.id)}")
+    await conn.execute(sql.SQL("DROP INDEX IF EXISTS {}.{}").format(sql.Identifier(schema_name(workspace_id)), index))
     if old.type is ColumnType.RELATION:
-        # drop the foreign key first: the column no longer points at records
-        cur = await conn.execute(
-            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'f' "
-            "AND conkey = ARRAY[(SELECT attnum FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s)]",
-            (f"{schema_name(workspace_id)}.{table_name(old.table_id)}",) * 2 + (column_name(old.id),),
-        )
-        for row in await cur.fetchall():
-            await conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
-                target, sql.Identifier(row["conname"] if isinstance(row, dict) else row[0])))
+        # drop the foreign key first: the column no longer points at those records
+        await _drop_foreign_keys(conn, workspace_id, old)
     await conn.execute(
-        sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE text USING {}").format(target, name, using)
-    )
-    await conn.execute(
-        sql.SQL("CREATE INDEX {} ON {} ({})").format(
-            sql.Identifier(f"t_{old.table_id}_{column_name(old.id)}"), target, name
+        sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {} USING {}").format(
+            target, name, sql.SQL(pg_type(new.type)), using
         )
     )
+    if new.type is ColumnType.RELATION and new.relation_table_id is not None:
+        await conn.execute(
+            sql.SQL("ALTER TABLE {} ADD FOREIGN KEY ({}) REFERENCES {} (id) ON DELETE SET NULL").format(
+                target, name, qualified(workspace_id, new.relation_table_id)
+            )
+        )
+    method = _index_method(new)
+    if method:
+        await conn.execute(
+            sql.SQL("CREATE INDEX {} ON {} USING {} ({})").format(index, target, sql.SQL(method), name)
+        )
 
 
 async def drop_workspace_schema(conn: AsyncConnection[Any], workspace_id: int) -> None:

@@ -9,16 +9,20 @@ Hierarchy::
 
     ServiceError (400 VALIDATION_ERROR)
     ├── InvalidValue        400 INVALID_VALUE / INVALID_OPTION / REQUIRED_FIELD / READ_ONLY_COLUMN
+    ├── (ServiceError)      400 SIGNUP_FIELD_NOT_ALLOWED (a field the workspace's sign-up does not take)
     ├── UnknownColumn       400 UNKNOWN_COLUMN
     ├── UnknownOperator     400 UNKNOWN_OPERATOR
     ├── InvalidSQL          400 INVALID_SQL
     ├── InvalidFormula      400 INVALID_FORMULA
+    ├── CircularReference   400 CIRCULAR_REFERENCE
     ├── Unauthorized        401 UNAUTHORIZED
     ├── Forbidden           403 FORBIDDEN / WRONG_PROTOCOL / PLAN_READ_ONLY
     ├── NotFound            404 NOT_FOUND
     ├── Conflict            409 CONFLICT
+    ├── ColumnInUse         409 COLUMN_IN_USE          (adds "dependents": [{kind, id, name}])
+    │   └── LossyChange     409 LOSSY_CHANGE           (adds "count", "record_ids")
     ├── PlanLimit           402 PLAN_LIMIT_*           (adds "upgrade": true)
-    ├── RateLimited         429 PLAN_RATE_LIMIT_API / TOKEN_RATE_LIMIT
+    ├── RateLimited         429 PLAN_RATE_LIMIT_API / TOKEN_RATE_LIMIT / AUTH_RATE_LIMIT / SIGNUP_RATE_LIMIT
     ├── Unavailable         503 UNAVAILABLE / WORKSPACE_BUSY
     └── QueryTimeout        503 QUERY_TIMEOUT
 """
@@ -80,6 +84,10 @@ class InvalidFormula(ServiceError):
     code = "INVALID_FORMULA"
 
 
+class CircularReference(ServiceError):
+    code = "CIRCULAR_REFERENCE"
+
+
 class Unauthorized(ServiceError):
     status = 401
     code = "UNAUTHORIZED"
@@ -98,6 +106,18 @@ class NotFound(ServiceError):
 class Conflict(ServiceError):
     status = 409
     code = "CONFLICT"
+
+
+class ColumnInUse(ServiceError):
+    status = 409
+    code = "COLUMN_IN_USE"
+class LossyChange(Conflict):
+    """A schema change would drop stored values; the caller may ask for it (``allow_loss``)."""
+
+    code = "LOSSY_CHANGE"
+
+    def __init__(self, message: str, *, count: int, record_ids: list[int]) -> None:
+        super().__init__(message, extra={"count": count, "record_ids": record_ids})
 
 
 class PayloadTooLarge(ServiceError):

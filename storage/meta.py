@@ -6,14 +6,24 @@ keyword-only arguments; they return rows or ``None`` and never raise HTTP errors
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
-from storage import ddl
-from storage.columnspec import ColumnSpec
-from storage.schema import ColumnMeta, ColumnType, Option, TableMeta, WorkspaceSchema
+from storage import convert, ddl, refs, values
+from storage.columnspec import MAX_OPTIONS, ColumnSpec, new_option_id
+from storage.errors import LossyChange, ValidationError
+from storage.schema import (
+    OPTION_COLORS,
+    ColumnMeta,
+    ColumnType,
+    Option,
+    TableMeta,
+    WorkspaceSchema,
+    column_name,
+)
 
 Conn = AsyncConnection[Any]
 
@@ -41,14 +51,14 @@ async def list_workspaces(conn: Conn) -> list[dict[str, Any]]:
 
 
 async def update_workspace(conn: Conn, *, workspace_id: int, changes: dict[str, Any]) -> dict[str, Any] | None:
-    allowed = {"name", "plan", "read_only", "auto_recharge", "relay_profile_id"}
+    allowed = {"name", "plan", "read_only", "auto_recharge", "relay_profile_id", "signup_fields"}
     sets = [k for k in changes if k in allowed]
     if not sets:
         return await get_workspace(conn, workspace_id=workspace_id)
     assignments = ", ".join(f"{k} = %s" for k in sets)  # keys from the allow-list above
     cur = await conn.execute(
         f"UPDATE wds.workspaces SET {assignments}, updated_at = now() WHERE id = %s RETURNING *",
-        [changes[k] for k in sets] + [workspace_id],
+        [Jsonb(changes[k]) if k == "signup_fields" else changes[k] for k in sets] + [workspace_id],
     )
     return await cur.fetchone()
 
@@ -56,20 +66,55 @@ async def update_workspace(conn: Conn, *, workspace_id: int, changes: dict[str, 
 # --------------------------------------------------------------------------- schema loading
 
 
-def _column_from_row(row: dict[str, Any]) -> ColumnMeta:
+def _column_from_row(row: dict[str, Any], names: refs.Names | None = None) -> ColumnMeta:
+    """A metadata row as :class:`ColumnMeta`; with ``names``, references read as today's names."""
+    kind = row["type"]
+    formula, config = row["formula"], row["config"] or {}
+    own: frozenset[int] = frozenset()
+    other: frozenset[int] = frozenset()
+    if names is not None and ColumnType(kind).computed:
+        formula, config, found = refs.decode(kind, formula, config, table_id=row["table_id"], names=names)
+        own, other = frozenset(found.own), frozenset(found.other)
     return ColumnMeta(
         id=row["id"],
         table_id=row["table_id"],
         name=row["name"],
-        type=ColumnType(row["type"]),
+        type=ColumnType(kind),
         required=row["required"],
         position=row["position"],
         options=tuple(Option(o["id"], o["label"], o["color"]) for o in (row["options"] or [])),
-        config=row["config"] or {},
-        formula=row["formula"],
+        config=config,
+        formula=formula,
         relation_table_id=row["relation_table_id"],
         relation_label_column_id=row["relation_label_column_id"],
+        refs=own,
+        other_refs=other,
+        broken=row.get("broken"),
     )
+
+
+def names_of(trows: list[dict[str, Any]], crows: list[dict[str, Any]]) -> refs.Names:
+    """The id ↔ name index of a workspace from its table and column rows."""
+    return refs.Names(
+        columns={c["id"]: (c["table_id"], c["name"]) for c in crows},
+        tables={t["id"]: t["name"] for t in trows},
+    )
+
+
+async def load_names(conn: Conn, *, workspace_id: int) -> refs.Names:
+    """The id ↔ name index as the current transaction sees it."""
+    tcur = await conn.execute("SELECT id, name FROM wds.tables WHERE workspace_id = %s", (workspace_id,))
+    ccur = await conn.execute(
+        "SELECT id, table_id, name FROM wds.columns WHERE workspace_id = %s", (workspace_id,)
+    )
+    return names_of(await tcur.fetchall(), await ccur.fetchall())
+
+
+def _shown_semantic(semantic: dict[str, Any] | None, names: refs.Names) -> dict[str, Any] | None:
+    """Semantic-search settings with today's column names (stored by id)."""
+    if not semantic or not semantic.get("columns"):
+        return semantic
+    return {**semantic, "columns": refs.decode_names(semantic["columns"], names.name)}
 
 
 async def load_schema(conn: Conn, *, workspace_id: int) -> WorkspaceSchema:
@@ -81,9 +126,11 @@ async def load_schema(conn: Conn, *, workspace_id: int) -> WorkspaceSchema:
     ccur = await conn.execute(
         "SELECT * FROM wds.columns WHERE workspace_id = %s ORDER BY table_id, position, id", (workspace_id,)
     )
+    crows = await ccur.fetchall()
+    names = names_of(trows, crows)
     by_table: dict[int, list[ColumnMeta]] = {}
-    for row in await ccur.fetchall():
-        by_table.setdefault(row["table_id"], []).append(_column_from_row(row))
+    for row in crows:
+        by_table.setdefault(row["table_id"], []).append(_column_from_row(row, names))
     tables = {
         t["id"]: TableMeta(
             id=t["id"],
@@ -93,7 +140,7 @@ async def load_schema(conn: Conn, *, workspace_id: int) -> WorkspaceSchema:
             columns=tuple(by_table.get(t["id"], ())),
             created_at=t["created_at"],
             updated_at=t["updated_at"],
-            semantic=t["semantic"],
+            semantic=_shown_semantic(t["semantic"], names),
         )
         for t in trows
     }
@@ -128,6 +175,12 @@ async def create_table(
 async def update_table(conn: Conn, *, table_id: int, changes: dict[str, Any]) -> dict[str, Any] | None:
     allowed = {"name", "icon", "semantic"}
     sets = [k for k in changes if k in allowed]
+    if changes.get("semantic") and changes["semantic"].get("columns"):
+        # semantic-search columns are stored by id (a rename carries)
+        cur = await conn.execute("SELECT id, name FROM wds.columns WHERE table_id = %s", (table_id,))
+        ids = {r["name"]: r["id"] for r in await cur.fetchall()}
+        changes = {**changes, "semantic": {
+            **changes["semantic"], "columns": refs.encode_names(changes["semantic"]["columns"], ids.get)}}
     values = [Jsonb(changes[k]) if k == "semantic" and changes[k] is not None else changes[k] for k in sets]
     assignments = "".join(f"{k} = %s, " for k in sets)  # keys from the allow-list above
     cur = await conn.execute(
@@ -157,7 +210,17 @@ async def touch_table(conn: Conn, *, table_id: int) -> None:
 # --------------------------------------------------------------------------- columns
 
 
-async def create_column(conn: Conn, *, workspace_id: int, table_id: int, spec: ColumnSpec) -> ColumnMeta:
+async def create_column(
+    conn: Conn, *, workspace_id: int, table_id: int, spec: ColumnSpec, encode: bool = True
+) -> ColumnMeta:
+    """Insert a column and its physical column; references are stored by id.
+
+    ``encode=False`` stores the formula/config as given (table creation, whose columns
+    may name each other in any order, encodes them all with :func:`encode_table_columns`).
+
+    Raises:
+        UnknownColumn: a formula or config names a column that does not exist.
+    """
     if spec.position is None:
         cur = await conn.execute(
             "SELECT coalesce(max(position) + 1, 0) AS p FROM wds.columns WHERE table_id = %s", (table_id,)
@@ -170,22 +233,53 @@ async def create_column(conn: Conn, *, workspace_id: int, table_id: int, spec: C
             "UPDATE wds.columns SET position = position + 1 WHERE table_id = %s AND position >= %s",
             (table_id, position),
         )
+    formula, config = spec.formula, spec.config
+    if spec.type.computed and encode:
+        names = await load_names(conn, workspace_id=workspace_id)
+        formula, config = refs.encode(spec.type.value, formula, config, table_id=table_id, names=names)
     cur = await conn.execute(
         "INSERT INTO wds.columns (workspace_id, table_id, name, type, required, position, options,"
         " config, formula, relation_table_id, relation_label_column_id)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
         (
             workspace_id, table_id, spec.name, spec.type.value, spec.required, position,
-            Jsonb(spec.options_json()), Jsonb(spec.config), spec.formula,
+            Jsonb(spec.options_json()), Jsonb(config), formula,
             spec.relation_table_id, spec.relation_label_column_id,
         ),
     )
     row = await cur.fetchone()
     assert row is not None
-    col = _column_from_row(row)
+    col = await _decoded(conn, workspace_id, row)
     await ddl.add_column(conn, workspace_id, col)
     await touch_table(conn, table_id=table_id)
     return col
+
+
+async def _decoded(conn: Conn, workspace_id: int, row: dict[str, Any]) -> ColumnMeta:
+    if not ColumnType(row["type"]).computed:
+        return _column_from_row(row)
+    return _column_from_row(row, await load_names(conn, workspace_id=workspace_id))
+
+
+async def encode_table_columns(conn: Conn, *, workspace_id: int, table_id: int) -> None:
+    """Store the references of a table's computed columns by id (after creating them all).
+
+    Raises:
+        UnknownColumn: a formula or config names a column that does not exist.
+    """
+    names = await load_names(conn, workspace_id=workspace_id)
+    cur = await conn.execute(
+        "SELECT id, type, formula, config FROM wds.columns WHERE table_id = %s ORDER BY id", (table_id,)
+    )
+    for row in await cur.fetchall():
+        if not ColumnType(row["type"]).computed:
+            continue
+        formula, config = refs.encode(
+            row["type"], row["formula"], row["config"] or {}, table_id=table_id, names=names
+        )
+        await conn.execute(
+            "UPDATE wds.columns SET formula = %s, config = %s WHERE id = %s", (formula, Jsonb(config), row["id"])
+        )
 
 
 def spec_of(col: ColumnMeta) -> ColumnSpec:
@@ -197,14 +291,27 @@ def spec_of(col: ColumnMeta) -> ColumnSpec:
 
 
 async def update_column(
-    conn: Conn, *, workspace_id: int, current: ColumnMeta, spec: ColumnSpec
+    conn: Conn, *, workspace_id: int, current: ColumnMeta, spec: ColumnSpec,
+    allow_loss: bool = False, report: dict[str, int] | None = None,
 ) -> ColumnMeta:
     """Persist a validated column change and adapt the physical column.
 
-    Removed select options are cleared from stored values; a type change keeps data
-    where the storage type allows (see ``storage/ddl.py``) and otherwise re-creates the
-    physical column empty — the caller decides which changes are permitted.
+    A type change converts every stored value (``storage/convert.py``); removed select
+    options are cleared from stored values. Either refuses with ``LossyChange`` when a
+    non-blank value would be dropped, unless ``allow_loss``. ``report``, when given, is
+    filled with ``converted`` and ``lost`` counts. References
+    in the formula/config are stored by id; a rename touches this row only. A column
+    marked broken by a forced delete is repaired by any change that validates.
     """
+    formula, config = spec.formula, spec.config
+    # a broken column keeps its dangling references (and its mark) until they are edited
+    untouched = spec.type is current.type and spec.formula == current.formula and spec.config == current.config
+    broken = current.broken if untouched else None
+    if spec.type.computed:
+        names = await load_names(conn, workspace_id=workspace_id)
+        formula, config = refs.encode(
+            spec.type.value, formula, config, table_id=current.table_id, names=names, strict=not untouched
+        )
     if spec.position is not None and spec.position != current.position:
         await conn.execute(
             "UPDATE wds.columns SET position = position + 1 WHERE table_id = %s AND position >= %s AND id <> %s",
@@ -213,35 +320,130 @@ async def update_column(
     cur = await conn.execute(
         "UPDATE wds.columns SET name = %s, type = %s, required = %s, position = %s, options = %s,"
         " config = %s, formula = %s, relation_table_id = %s, relation_label_column_id = %s,"
-        " updated_at = now() WHERE id = %s RETURNING *",
+        " broken = %s, updated_at = now() WHERE id = %s RETURNING *",
         (
             spec.name, spec.type.value, spec.required,
             spec.position if spec.position is not None else current.position,
-            Jsonb(spec.options_json()), Jsonb(spec.config), spec.formula, spec.relation_table_id,
-            spec.relation_label_column_id, current.id,
+            Jsonb(spec.options_json()), Jsonb(config), formula, spec.relation_table_id,
+            spec.relation_label_column_id, broken, current.id,
         ),
     )
     row = await cur.fetchone()
     assert row is not None
-    new = _column_from_row(row)
+    new = await _decoded(conn, workspace_id, row)
     if new.type is not current.type or new.relation_table_id != current.relation_table_id:
-        if new.type is ColumnType.TEXT:
-            await ddl.convert_column_to_text(conn, workspace_id, current)
-        else:
-            # no lossless conversion: the column starts empty (computed ones are recomputed)
-            await ddl.drop_column(conn, workspace_id, current)
-            await ddl.add_column(conn, workspace_id, new)
+        new = await _convert_values(
+            conn, workspace_id=workspace_id, old=current, new=new, allow_loss=allow_loss, report=report
+        )
     elif new.type in (ColumnType.SINGLE_SELECT, ColumnType.MULTI_SELECT):
         removed = {o.id for o in current.options} - {o.id for o in new.options}
         if removed:
-            await _clear_options(conn, workspace_id=workspace_id, col=new, removed=removed)
+            await _clear_options(
+                conn, workspace_id=workspace_id, col=new, removed=removed, allow_loss=allow_loss, report=report
+            )
     await touch_table(conn, table_id=current.table_id)
     return new
 
 
-async def _clear_options(conn: Conn, *, workspace_id: int, col: ColumnMeta, removed: set[str]) -> None:
+async def _convert_values(
+    conn: Conn, *, workspace_id: int, old: ColumnMeta, new: ColumnMeta, allow_loss: bool,
+    report: dict[str, int] | None,
+) -> ColumnMeta:
+    """Convert a column's values to its new type in place (issue 21 item 5), in SQL.
+
+    Counts, with one scan, the values that would not convert; refuses with
+    ``LossyChange`` (nothing changed) when any would be lost and ``allow_loss`` is not
+    set. A change to a select type first creates the options its values need; the
+    returned column has them.
+    """
+    target = ddl.qualified(workspace_id, old.table_id)
+    # writers wait until the change commits: no value lands between the count and the ALTER
+    await conn.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(target))
+    if old.computed and new.computed:
+        # computed values are recomputed by the next run: the column starts empty
+        await ddl.retype_column(conn, workspace_id, old, new, sql.SQL("NULL::jsonb"))
+        return new
+    for statement in convert.helper_functions(values.file_base_url()):
+        await conn.execute(statement)
+    labels = convert.label_query(old, new, target)
+    if labels is not None:
+        new = await _add_missing_options(conn, col=new, labels=labels)
+    if new.type is ColumnType.RELATION and new.relation_table_id is not None:
+        related = ddl.qualified(workspace_id, new.relation_table_id)
+        await conn.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(related))
+        label = None
+        if new.relation_label_column_id is not None:
+            cur = await conn.execute(
+                "SELECT type FROM wds.columns WHERE id = %s", (new.relation_label_column_id,)
+            )
+            lrow = await cur.fetchone()
+            if lrow is not None and lrow["type"] == ColumnType.TEXT.value:
+                label = sql.Identifier(column_name(new.relation_label_column_id))
+        await conn.execute(convert.relation_function(related, label))
+    p = convert.plan(old, new)
+    row = await (await conn.execute(convert.loss_query(target, old, p))).fetchone()
+    assert row is not None
+    converted, lost = int(row["converted"]), int(row["lost"])
+    if lost and not allow_loss:
+        ids = [r["id"] for r in await (await conn.execute(convert.lost_ids_query(target, old, p))).fetchall()]
+        raise LossyChange(
+            f"changing column {old.name!r} from {old.type.value} to {new.type.value} would lose {lost}"
+            " value(s); send allow_loss: true to change it anyway",
+            count=lost, record_ids=ids,
+        )
+    await ddl.retype_column(conn, workspace_id, old, new, p.using)
+    if report is not None:
+        report.update(converted=converted, lost=lost)
+    return new
+
+
+async def _add_missing_options(conn: Conn, *, col: ColumnMeta, labels: sql.Composable) -> ColumnMeta:
+    """Give a select column an option for every label its converted values need (colors
+    cycle through the palette after the existing options)."""
+    known = {o.label for o in col.options} | {o.id for o in col.options}
+    cur = await conn.execute(sql.SQL("{} LIMIT {}").format(labels, sql.Literal(MAX_OPTIONS + len(known) + 1)))
+    missing = [r["label"] for r in await cur.fetchall() if r["label"] not in known]
+    if not missing:
+        return col
+    if len(col.options) + len(missing) > MAX_OPTIONS:
+        raise ValidationError(
+            f"column {col.name!r} would need more than {MAX_OPTIONS} options for its values"
+        )
+    start = len(col.options)
+    options = col.options + tuple(
+        Option(new_option_id(), label, OPTION_COLORS[(start + i) % len(OPTION_COLORS)])
+        for i, label in enumerate(missing)
+    )
+    await conn.execute(
+        "UPDATE wds.columns SET options = %s WHERE id = %s", (Jsonb([o.as_dict() for o in options]), col.id)
+    )
+    return replace(col, options=options)
+
+
+async def _clear_options(
+    conn: Conn, *, workspace_id: int, col: ColumnMeta, removed: set[str], allow_loss: bool = False,
+    report: dict[str, int] | None = None,
+) -> None:
     name = sql.Identifier(col.physical)
     target = ddl.qualified(workspace_id, col.table_id)
+    in_use = sql.SQL("{c} = ANY(%s)" if col.type is ColumnType.SINGLE_SELECT else "{c} && %s").format(c=name)
+    await conn.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(target))
+    cur = await conn.execute(
+        sql.SQL("SELECT id, count(*) OVER () AS n FROM {t} WHERE {w} ORDER BY id LIMIT 10").format(t=target, w=in_use),
+        [list(removed)],
+    )
+    rows = await cur.fetchall()
+    lost = int(rows[0]["n"]) if rows else 0
+    if lost and not allow_loss:
+        raise LossyChange(
+            f"{lost} record(s) use the option(s) removed from column {col.name!r}; send allow_loss: true"
+            " to remove them anyway (the records lose those values)",
+            count=lost, record_ids=[r["id"] for r in rows],
+        )
+    if report is not None:
+        report.update(converted=0, lost=lost)
+    if not lost:
+        return
     if col.type is ColumnType.SINGLE_SELECT:
         q = sql.SQL("UPDATE {t} SET {c} = NULL, updated_at = clock_timestamp() WHERE {c} = ANY(%s)")
     else:

@@ -61,6 +61,8 @@ class Workspace(SQLModel, table=True):
     read_only: bool = _d(False)
     auto_recharge: bool = _d(False)
     relay_profile_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    # Users columns an app user may fill at sign-up (m0009): none unless the workspace says so
+    signup_fields: list[str] | None = _json("'[]'::jsonb")
     event_seq: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
     created_at: datetime | None = _ts()
     updated_at: datetime | None = _ts()
@@ -94,6 +96,8 @@ class ColumnDef(SQLModel, table=True):
     formula: str | None = None
     relation_table_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     relation_label_column_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    # set when a column this computed column read was deleted with force (m0007)
+    broken: str | None = None
     created_at: datetime | None = _ts()
     updated_at: datetime | None = _ts()
 
@@ -118,6 +122,19 @@ class Grant(SQLModel, table=True):
     can_create: bool = _d(False)
     can_update: bool = _d(False)
     can_delete: bool = _d(False)
+
+
+class BucketGrant(SQLModel, table=True):
+    """A profile's rights on one authenticated bucket (m0009); ``all_paths`` lets app users
+    acting through the profile past their own ``users/<id>/`` prefix."""
+
+    __tablename__ = "bucket_grants"
+    __table_args__ = {"schema": SCHEMA}
+    profile_id: int = Field(default=None, primary_key=True, sa_type=BigInteger, foreign_key=f"{SCHEMA}.access_profiles.id", ondelete="CASCADE")
+    bucket_id: int = Field(default=None, primary_key=True, sa_type=BigInteger, foreign_key=f"{SCHEMA}.buckets.id", ondelete="CASCADE")
+    can_read: bool = _d(True)
+    can_write: bool = _d(False)
+    all_paths: bool = _d(False)
 
 
 class Token(SQLModel, table=True):
@@ -187,6 +204,7 @@ class Channel(SQLModel, table=True):
     enabled: bool = _d(True)
     config: dict[str, Any] | None = _json()
     created_at: datetime | None = _ts()
+    webhook_secret_hash: str | None = None  # added by m0008: sha256 of the Telegram secret_token
 
 
 class Credential(SQLModel, table=True):
@@ -199,6 +217,7 @@ class Credential(SQLModel, table=True):
     header_name: str | None = None
     secret_enc: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
     created_at: datetime | None = _ts()
+    hosts: list[str] | None = _json("'[]'::jsonb")  # added by m0008: host patterns it may be sent to
 
 
 class UsageEvent(SQLModel, table=True):
@@ -266,6 +285,8 @@ class Bucket(SQLModel, table=True):
     workspace_id: int = _fk("workspaces.id")
     name: str
     public: bool = _d(False)
+    # the rest_api token that created it has full access, as to its tables (m0009)
+    created_by_token_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     created_at: datetime | None = _ts()
 
 

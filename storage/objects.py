@@ -18,7 +18,7 @@ import hmac
 import mimetypes
 import re
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -29,7 +29,7 @@ from obstore.store import LocalStore, from_url
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from storage.errors import Conflict, InvalidValue, NotFound, ServiceError, Unavailable, ValidationError
+from storage.errors import Conflict, Forbidden, InvalidValue, NotFound, ServiceError, Unavailable, ValidationError
 from storage.schema import ColumnType, TableMeta
 
 Conn = AsyncConnection[Any]
@@ -221,12 +221,14 @@ class ObjectStorage:
 # --------------------------------------------------------------------------- metadata
 
 
-async def create_bucket(conn: Conn, *, workspace_id: int, name: str, public: bool) -> dict[str, Any]:
+async def create_bucket(
+    conn: Conn, *, workspace_id: int, name: str, public: bool, token_id: int | None = None
+) -> dict[str, Any]:
     try:
         cur = await conn.execute(
-            "INSERT INTO wds.buckets (workspace_id, name, public) VALUES (%s, %s, %s)"
+            "INSERT INTO wds.buckets (workspace_id, name, public, created_by_token_id) VALUES (%s, %s, %s, %s)"
             " RETURNING id, name, public, created_at",
-            (workspace_id, name, public),
+            (workspace_id, name, public, token_id),
         )
     except psycopg.errors.UniqueViolation:
         raise Conflict(f"a bucket named {name!r} already exists") from None
@@ -352,15 +354,19 @@ def parse_own_url(url: str, base_url: str) -> tuple[str, str] | None:
 
 
 async def resolve_file_refs(
-    conn: Conn, *, table: TableMeta, values: dict[int, Any], base_url: str
+    conn: Conn, *, table: TableMeta, values: dict[int, Any], base_url: str,
+    may_read: Callable[[int, bool, str], bool] | None = None,
 ) -> None:
     """Resolve ``{bucket, path}`` items of file columns in place to ``{bucket_id, path, public}``.
 
     ``values`` is a prepared row's column id → encoded value (``Jsonb`` lists for file
-    columns). The bucket must belong to the table's workspace and the object must exist.
+    columns). The bucket must belong to the table's workspace and the object must exist;
+    with ``may_read(bucket_id, public, path)``, the writer must be able to read it (a file
+    cell of an authenticated bucket reads back as a signed URL).
 
     Raises:
         InvalidValue: unknown bucket (in this workspace) or missing object.
+        Forbidden: an object the writer may not read.
     """
     buckets: dict[str, dict[str, Any] | None] = {}
     for col in table.columns:
@@ -383,6 +389,8 @@ async def resolve_file_refs(
             bucket = buckets[bucket_ref]
             if bucket is None:
                 raise InvalidValue(f"column {col.name!r}: no bucket {bucket_ref!r} in this workspace")
+            if may_read is not None and not may_read(bucket["id"], bool(bucket["public"]), path):
+                raise Forbidden(f"column {col.name!r}: no read grant on bucket {bucket['name']!r} at {path!r}")
             if await get_object(conn, bucket_id=bucket["id"], path=path) is None:
                 raise InvalidValue(f"column {col.name!r}: no object {path!r} in bucket {bucket['name']!r}")
             out.append({"bucket_id": bucket["id"], "path": path, "public": bool(bucket["public"])})

@@ -11,16 +11,14 @@ and may run concurrently.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from storage.errors import ValidationError
-from storage.formula import compile_formula
-from storage.schema import ColumnMeta, ColumnType, TableMeta
+from storage import refs
+from storage.errors import CircularReference, ServiceError, UnknownColumn, ValidationError
+from storage.schema import ColumnMeta, ColumnType, TableMeta, WorkspaceSchema
 
-_TEMPLATE_REF = re.compile(r"\{\{\s*(?:fields\s*\[\s*(['\"])(.+?)\1\s*\]|([^{}|\s][^{}|]*?))\s*(?:\|[^{}]*)?\}\}")
-_TEMPLATE_KEYS = ("url", "body", "headers", "prompt", "system", "params", "fields", "record_id", "filters")
 MODES = ("create", "edit")
 # kind → check(column name, config) raising ValidationError; each kind's implementation
 # registers its own (activities/http_request.py, action.py, ai_agent.py) so that bad
@@ -60,61 +58,68 @@ class ColumnLike(Protocol):
     formula: str | None
 
 
-def _strings(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)
-
-
-def template_references(text: str) -> set[str]:
-    """Column names a Jinja2 template reads.
-
-    >>> sorted(template_references('{{ Name }} and {{ fields["Due Date"] }} {{ Price | round }}'))
-    ['Due Date', 'Name', 'Price']
-    """
-    refs: set[str] = set()
-    for m in _TEMPLATE_REF.finditer(text):
-        name = m.group(2) if m.group(2) is not None else m.group(3)
-        if name:
-            refs.add(name.strip())
-    return refs
-
-
 def references(col: ColumnLike) -> set[str]:
-    """Names of the columns a computed column reads (unknown names are kept; callers check)."""
-    refs: set[str] = set()
-    cfg = col.config or {}
-    if col.type is ColumnType.FORMULA:
-        source = col.formula or cfg.get("formula") or ""
-        language = cfg.get("language", "excel")
-        refs |= set(compile_formula(source, language=language).references)
-    for key in _TEMPLATE_KEYS:
-        for text in _strings(cfg.get(key)):
-            refs |= template_references(text)
-    for key in ("source_column", "depends_on"):
-        value = cfg.get(key)
-        if isinstance(value, str):
-            refs.add(value)
-        elif isinstance(value, list):
-            refs |= {v for v in value if isinstance(v, str)}
-    step = cfg.get("step")
-    if isinstance(step, dict) and isinstance(step.get("config"), dict):
-        for text in _strings(step["config"]):
-            refs |= template_references(text)
-    return refs
+    """Names of the same-table columns a computed column reads (name-form config)."""
+    if not col.type.computed:
+        return set()
+    return refs.names_read(col.type.value, col.formula, col.config or {})
 
 
-def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+@dataclass(frozen=True)
+class Graph:
+    """A table's computed-column dependency graph, by column id.
+
+    ``reads[c]``: the columns computed column ``c`` reads directly; ``readers[x]``: the
+    computed columns reading ``x`` directly. Built once per version of the table
+    (memoised on the :class:`TableMeta`, which a schema change replaces).
+    """
+
+    reads: dict[int, frozenset[int]]
+    readers: dict[int, frozenset[int]]
+
+    def dependants(self, ids: Iterable[int]) -> set[int]:
+        """Computed columns reading any of ``ids``, transitively (linear in the edges)."""
+        out: set[int] = set()
+        stack = list(ids)
+        while stack:
+            for reader in self.readers.get(stack.pop(), ()):
+                if reader not in out:
+                    out.add(reader)
+                    stack.append(reader)
+        return out
+
+
+def _reads(table: TableMeta, col: ColumnMeta) -> frozenset[int]:
+    if col.refs:
+        return col.refs
+    by_name = {c.name: c.id for c in table.columns}
+    try:
+        names = references(col)
+    except ServiceError:  # a broken column reads nothing it can name
+        return frozenset()
+    return frozenset(by_name[n] for n in names if n in by_name)
+
+
+def graph(table: TableMeta) -> Graph:
+    """The memoised dependency graph of ``table``."""
+    found = table.memo.get("graph")
+    if found is None:
+        reads = {c.id: _reads(table, c) for c in table.columns if c.computed}
+        readers: dict[int, set[int]] = {}
+        for cid, deps in reads.items():
+            for dep in deps:
+                readers.setdefault(dep, set()).add(cid)
+        found = Graph(reads, {k: frozenset(v) for k, v in readers.items()})
+        table.memo["graph"] = found
+    return found
+
+
+def _find_cycle(graph: dict[Any, set[Any]]) -> list[Any] | None:
     """A cycle in ``graph`` (node → nodes it reads) as a path, or None."""
-    state: dict[str, int] = {}
-    stack: list[str] = []
+    state: dict[Any, int] = {}
+    stack: list[Any] = []
 
-    def visit(node: str) -> list[str] | None:
+    def visit(node: Any) -> list[Any] | None:
         state[node] = 1
         stack.append(node)
         for dep in sorted(graph.get(node, ())):
@@ -139,37 +144,79 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def check_computed_columns(
-    specs: Sequence[ColumnLike], table: TableMeta | None = None, *, replacing: int | None = None
+    specs: Sequence[ColumnLike],
+    table: TableMeta | None = None,
+    *,
+    replacing: int | None = None,
+    schema: WorkspaceSchema | None = None,
 ) -> None:
-    """Validate formulas and refuse dependency cycles for new or changed columns.
+    """Validate new or changed columns: configs, references and the dependency graph.
 
     Raises:
-        InvalidFormula: a formula does not parse.
-        ValidationError: the change would create a cycle (named in the message), or a
-            run_on value is not create/edit.
+        InvalidFormula: a formula or template does not parse.
+        UnknownColumn: a formula or config names a column that does not exist (the
+            record steps' ``fields``/``filters`` keys are checked against their target).
+        CircularReference: the change would create a cycle; the message names the path.
+        ValidationError: a run_on value is not create/edit, or a kind's config is refused.
     """
-    columns: dict[str, ColumnLike] = {}
+    ids: dict[str, int] = {}
+    reads: dict[int, set[int]] = {}
+    names: dict[int, str] = {}
     if table is not None:
         for c in table.columns:
-            if c.id != replacing:
-                columns[c.name] = c
+            if c.id == replacing:
+                continue
+            ids[c.name] = c.id
+            names[c.id] = c.name
+            if c.computed:
+                reads[c.id] = set(graph(table).reads.get(c.id, ()))
+    new_ids = {}
+    for i, spec in enumerate(specs):
+        sid = replacing if replacing is not None and len(specs) == 1 else -(i + 1)
+        new_ids[spec.name] = sid
+        ids[spec.name] = sid
+        names[sid] = spec.name
     for spec in specs:
-        columns[spec.name] = spec
-        if spec.type.computed:
-            check_config(spec.name, spec.type.value, spec.config or {})
-    graph: dict[str, set[str]] = {}
-    for name, col in columns.items():
-        if not col.type.computed:
+        if not spec.type.computed:
             continue
-        run_on = (col.config or {}).get("run_on")
+        cfg = spec.config or {}
+        check_config(spec.name, spec.type.value, cfg)
+        run_on = cfg.get("run_on")
         if run_on is not None and (
             not isinstance(run_on, list) or not run_on or any(m not in MODES for m in run_on)
         ):
-            raise ValidationError(f"run_on of {name!r} must be a non-empty list of 'create' and 'edit'")
-        graph[name] = references(col)
-    cycle = _find_cycle(graph)
+            raise ValidationError(f"run_on of {spec.name!r} must be a non-empty list of 'create' and 'edit'")
+        read = references(spec)
+        unknown = sorted(n for n in read if n not in ids)
+        if unknown:
+            raise UnknownColumn(
+                f"{spec.name}: unknown column {unknown[0]!r}" + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""),
+                extra={"column": unknown[0]},
+            )
+        _check_target(spec, schema)
+        reads[new_ids[spec.name]] = {ids[n] for n in read}
+    cycle = _find_cycle(reads)
     if cycle:
-        raise ValidationError("computed columns would form a cycle: " + " → ".join(cycle))
+        raise CircularReference(
+            "computed columns would form a cycle: " + " → ".join(names.get(c, str(c)) for c in cycle),
+            extra={"path": [names.get(c, str(c)) for c in cycle]},
+        )
+
+
+def _check_target(spec: ColumnLike, schema: WorkspaceSchema | None) -> None:
+    """Record steps: the target table exists and its named columns too."""
+    kind = spec.type.value
+    cfg = spec.config or {}
+    if schema is None or kind not in refs.RECORD_KINDS or "table_id" not in cfg:
+        return
+    target = schema.table(cfg["table_id"]) if isinstance(cfg["table_id"], (int, str)) else None
+    if target is None:
+        raise ValidationError(f"{spec.name}: config.table_id {cfg['table_id']!r} is not a table of this workspace")
+    for name in sorted(refs.target_names(kind, cfg)):
+        if target.column(name) is None:
+            raise UnknownColumn(
+                f"{spec.name}: unknown column {name!r} of table {target.name!r}", extra={"column": name}
+            )
 
 
 def _runs_in(col: ColumnMeta, mode: str) -> bool:
@@ -189,45 +236,40 @@ def plan_steps(
     ``only`` (column ids) restricts the run to exactly those columns (``compute`` and
     ``run-actions`` with ``column_ids``).
     """
-    computed = {c.name: c for c in table.columns if c.computed}
+    computed = {c.id: c for c in table.columns if c.computed}
     if not computed:
         return []
-    deps = {name: references(col) for name, col in computed.items()}
+    g = graph(table)
     if only is not None:
-        wanted = {c.name for c in computed.values() if c.id in set(only)}
+        only_set = set(only)
+        wanted = {cid for cid in computed if cid in only_set}
     elif mode == "create":
         wanted = set(computed)
     else:
-        wanted = set()
-        frontier = set(changed)
-        while frontier:
-            nxt = {n for n, d in deps.items() if d & frontier and n not in wanted}
-            wanted |= nxt
-            frontier = nxt
-    wanted = {n for n in wanted if only is not None or _runs_in(computed[n], mode)}
+        by_name = {c.name: c.id for c in table.columns}
+        wanted = g.dependants(by_name[n] for n in changed if n in by_name)
+    wanted = {c for c in wanted if only is not None or _runs_in(computed[c], mode)}
     levels: list[list[ColumnMeta]] = []
-    placed: set[str] = set()
     remaining = set(wanted)
     while remaining:
         level = sorted(
-            (n for n in remaining if not (deps[n] & remaining)),
-            key=lambda n: (computed[n].position, computed[n].id),
+            (c for c in remaining if not (g.reads[c] & remaining)),
+            key=lambda c: (computed[c].position, c),
         )
-        if not level:  # a cycle slipped in (should be impossible): run the rest in order
-            level = sorted(remaining, key=lambda n: (computed[n].position, computed[n].id))
-        levels.append([computed[n] for n in level])
-        placed |= set(level)
+        if not level:  # a cycle slipped in (refused at write time): run the rest in order
+            level = sorted(remaining, key=lambda c: (computed[c].position, c))
+        levels.append([computed[c] for c in level])
         remaining -= set(level)
     return levels
 
 
 def dependants(table: TableMeta, names: Iterable[str]) -> set[str]:
     """Computed columns that read any of ``names``, transitively (for skipping after a failure)."""
-    computed = {c.name: references(c) for c in table.columns if c.computed}
-    out: set[str] = set()
-    frontier = set(names)
-    while frontier:
-        nxt = {n for n, d in computed.items() if d & frontier and n not in out}
-        out |= nxt
-        frontier = nxt
-    return out
+    by_name = {c.name: c.id for c in table.columns}
+    by_id = {c.id: c.name for c in table.columns}
+    return {by_id[c] for c in graph(table).dependants(by_name[n] for n in names if n in by_name)}
+
+
+def dependant_ids(table: TableMeta, column_ids: Iterable[int]) -> set[int]:
+    """Computed column ids reading any of ``column_ids``, transitively."""
+    return graph(table).dependants(column_ids)

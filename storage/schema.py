@@ -112,6 +112,12 @@ class ColumnMeta:
     formula: str | None = None
     relation_table_id: int | None = None
     relation_label_column_id: int | None = None
+    # ids of the same table's columns this computed column reads (storage/refs.py)
+    refs: frozenset[int] = frozenset()
+    # ids of other tables' columns it names (record steps' fields/filters keys)
+    other_refs: frozenset[int] = frozenset()
+    # why the column cannot compute (e.g. a column it read was deleted with force)
+    broken: str | None = None
 
     @property
     def computed(self) -> bool:
@@ -143,6 +149,8 @@ class TableMeta:
     created_at: Any = None
     updated_at: Any = None
     semantic: dict[str, Any] | None = None
+    # memo of what is derived from this version of the table (the dependency graph)
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def schema(self) -> str:

@@ -37,6 +37,11 @@ def set_file_base_url(base_url: str) -> None:
     _file_base_url = base_url.rstrip("/")
 
 
+def file_base_url() -> str:
+    """The public base URL file refs render under (``""`` until the API sets it)."""
+    return _file_base_url
+
+
 def set_file_url_signer(signer: Callable[[int, str], str] | None) -> None:
     """Set how file refs of authenticated buckets get their signed-URL query string."""
     global _file_url_signer

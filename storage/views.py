@@ -5,7 +5,10 @@ A view is ``{name, view_type, config}``. ``config`` is checked per type against 
 table's columns; every type but ``form`` and ``custom`` shares the list keys:
 
 * ``filters``: ``{column: "op.value"}`` in the shared filter grammar (the MCP/SDK object
-  form, :func:`storage.query.parse_filter_object`), planned like a REST listing;
+  form, :func:`storage.query.parse_filter_object`), or the list form ``[{column, op,
+  value}]`` of run-actions (:func:`storage.query.parse_filter_list`), which can hold
+  several conditions on one column (``Score gte 10`` and ``Score lt 20``); planned like
+  a REST listing;
 * ``sort``: an order string ``Col.asc,Col2.desc`` as in REST ``order=``;
 * ``hidden_columns``: column names not shown; ``column_order``: column names in display
   order (each at most once).
@@ -29,9 +32,10 @@ most 64 KB of JSON (413 ``PAYLOAD_TOO_LARGE``). Unknown column names are
 ``UNKNOWN_COLUMN``; filter and sort errors carry the planner's codes; every other
 problem is ``VALIDATION_ERROR``.
 
-Views store column *names*. When a column is later renamed or deleted, applying the view
-skips the filter and sort terms that name it (the view still lists records, unfiltered
-by that term) rather than failing every listing; editing the view shows the stale names.
+Views store column *ids* (``"@12"``; system columns by name) and show today's names
+(:func:`encode_config` / :func:`decode_config`), so a rename carries into every view.
+Deleting a column a view uses is refused (409 ``COLUMN_IN_USE``) unless forced; a forced
+delete removes the view's terms that named it (decoding drops any dangling id too).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from psycopg.types.json import Jsonb
 
 from storage import jsontext
 from storage.errors import Conflict, PayloadTooLarge, UnknownColumn, ValidationError
-from storage.query import Query, parse_filter_object, plan_query
+from storage.query import Query, parse_filter_list, parse_filter_object, plan_query
 from storage.query.parse import OrderTerm, parse_order
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
 from storage.values import iso
@@ -94,7 +98,8 @@ def view_name(value: Any) -> str:
 
 
 def validate_view(*, table: TableMeta, view_type: Any, config: Any) -> dict[str, Any]:
-    """Check a view's type and configuration against ``table``; returns the config to store.
+    """Check a view's type and configuration against ``table``; returns the config to store
+    (column names replaced by ids, :func:`encode_config`).
 
     Raises:
         ValidationError: an unknown type or key, a value of the wrong shape, a column of
@@ -104,6 +109,11 @@ def validate_view(*, table: TableMeta, view_type: Any, config: Any) -> dict[str,
             (its codes: ``UNKNOWN_OPERATOR``, ``INVALID_VALUE``, ``INVALID_OPTION``, ...).
         PayloadTooLarge: the configuration is over 64 KB of JSON.
     """
+    checked = _validate(table=table, view_type=view_type, config=config)
+    return encode_config(view_type, checked, table)
+
+
+def _validate(*, table: TableMeta, view_type: Any, config: Any) -> dict[str, Any]:
     if view_type not in VIEW_TYPES:
         raise ValidationError(f"view_type must be one of {', '.join(VIEW_TYPES)}")
     if config is None:
@@ -149,8 +159,21 @@ def validate_view(*, table: TableMeta, view_type: Any, config: Any) -> dict[str,
     return config
 
 
+def view_filters(value: Any) -> tuple[Any, ...]:
+    """A view's ``filters`` in either form (object or list), parsed.
+
+    Raises:
+        ValidationError, UnknownOperator, InvalidValue: as the shared parsers do.
+    """
+    if value is None:
+        return ()
+    if isinstance(value, list):
+        return parse_filter_list(value)
+    return parse_filter_object(value)
+
+
 def _check_list_keys(table: TableMeta, config: dict[str, Any]) -> None:
-    filters = parse_filter_object(config.get("filters") or {})
+    filters = view_filters(config.get("filters"))
     sort = config.get("sort")
     if sort is not None and not isinstance(sort, str):
         raise ValidationError('sort must be an order string like "Col.asc,Other.desc"')
@@ -216,6 +239,99 @@ def _date_column(table: TableMeta, name: Any, key: str) -> None:
         raise ValidationError(f"{key} must be a date column; {col.name!r} is {col.type.value}")
 
 
+# --------------------------------------------------------------------------- references by id
+
+_ONE_COLUMN_KEYS = ("group_by", "cover_column", "date_column", "start_column", "end_column")
+_MANY_COLUMN_KEYS = ("hidden_columns", "column_order", "fields")
+
+
+def _order_text(terms: tuple[OrderTerm, ...]) -> str:
+    parts = []
+    for t in terms:
+        name = t.column
+        if any(ch in name for ch in '.,"()') or name != name.strip():
+            name = '"' + name.replace('"', '\\"') + '"'
+        text = f"{name}.{'desc' if t.desc else 'asc'}"
+        if t.nulls:
+            text += f".nulls{t.nulls}"
+        parts.append(text)
+    return ",".join(parts)
+
+
+def _map_columns(view_type: str, config: Mapping[str, Any], swap: Any) -> dict[str, Any]:
+    """Apply ``swap(name) -> name | None`` to every column a view's config names
+    (``None`` drops the term)."""
+    if view_type == "custom":
+        return dict(config)
+    out = dict(config)
+    if isinstance(out.get("filters"), Mapping):
+        out["filters"] = {new: v for k, v in out["filters"].items() if (new := swap(k)) is not None}
+    elif isinstance(out.get("filters"), list):
+        out["filters"] = [
+            {**f, "column": new} for f in out["filters"]
+            if isinstance(f, Mapping) and isinstance(f.get("column"), str) and (new := swap(f["column"])) is not None
+        ]
+    if isinstance(out.get("sort"), str):
+        try:
+            terms = parse_order(out["sort"])
+        except ValidationError:
+            terms = ()
+        kept = tuple(dataclasses.replace(t, column=new) for t in terms if (new := swap(t.column)) is not None)
+        out["sort"] = _order_text(kept)
+    for key in _ONE_COLUMN_KEYS:
+        if isinstance(out.get(key), str):
+            new = swap(out[key])
+            if new is None:
+                out.pop(key)
+            else:
+                out[key] = new
+    for key in _MANY_COLUMN_KEYS:
+        if isinstance(out.get(key), list):
+            out[key] = [new for v in out[key] if isinstance(v, str) and (new := swap(v)) is not None]
+    return out
+
+
+def encode_config(view_type: str, config: Mapping[str, Any], table: TableMeta) -> dict[str, Any]:
+    """A validated view config with column names replaced by ``"@<id>"``."""
+    def swap(name: str) -> str:
+        if name in SYSTEM_COLUMNS:
+            return name
+        col = table.column(name)
+        return f"@{col.id}" if col is not None else name
+
+    return _map_columns(view_type, config, swap)
+
+
+def decode_config(view_type: str, config: Mapping[str, Any], table: TableMeta) -> dict[str, Any]:
+    """A stored view config with today's column names; terms naming deleted columns dropped."""
+    def swap(ref: str) -> str | None:
+        if ref.startswith("@") and ref[1:].isascii() and ref[1:].isdigit():
+            col = table.column_by_id(int(ref[1:]))
+            return col.name if col is not None else None
+        return ref
+
+    return _map_columns(view_type, config, swap)
+
+
+def uses_column(view_type: str, config: Mapping[str, Any], column_id: int) -> bool:
+    """Whether a stored view config names the column."""
+    found = False
+    mark = f"@{column_id}"
+
+    def swap(ref: str) -> str:
+        nonlocal found
+        found = found or ref == mark
+        return ref
+
+    _map_columns(view_type, config, swap)
+    return found
+
+
+def decoded(row: Mapping[str, Any], table: TableMeta) -> dict[str, Any]:
+    """A view row with its config decoded."""
+    return {**row, "config": decode_config(row["view_type"], row["config"] or {}, table)}
+
+
 # --------------------------------------------------------------------------- applying
 
 
@@ -228,8 +344,8 @@ def apply_view(query: Query, *, view: Mapping[str, Any], table: TableMeta) -> Qu
     """
     if view["view_type"] not in _KEYS or view["view_type"] == "form":
         return query
-    config = view.get("config") or {}
-    filters = tuple(f for f in parse_filter_object(config.get("filters") or {}) if _exists(table, f.column))
+    config = decode_config(view["view_type"], view.get("config") or {}, table)
+    filters = tuple(f for f in view_filters(config.get("filters")) if _exists(table, f.column))
     order: tuple[OrderTerm, ...] = query.order
     if not order and isinstance(config.get("sort"), str):
         order = tuple(t for t in parse_order(config["sort"]) if _exists(table, t.column))
@@ -245,14 +361,14 @@ def _exists(table: TableMeta, name: str) -> bool:
 _COLUMNS = "id, workspace_id, table_id, name, view_type, config, created_at, updated_at"
 
 
-def view_out(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The API shape of a view row (REST and MCP)."""
+def view_out(row: Mapping[str, Any], table: TableMeta) -> dict[str, Any]:
+    """The API shape of a view row (REST and MCP), with today's column names."""
     return {
         "id": row["id"],
         "table_id": row["table_id"],
         "name": row["name"],
         "view_type": row["view_type"],
-        "config": row["config"],
+        "config": decode_config(row["view_type"], row["config"] or {}, table),
         "created_at": iso(row["created_at"]),
         "updated_at": iso(row["updated_at"]),
     }

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from wds.runtime import Postgres, TemporalDev, free_port
+from wds.server import uvicorn_args_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,10 +68,12 @@ def start_api(services: Services, *, name: str = "api", **env: str) -> ApiProces
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     log = services.tmp / f"{name}-{port}.log"
+    child_env = services.env(WDS_PUBLIC_BASE_URL=base_url, **env)
     proc = subprocess.Popen(
+        # the server's connection limits as in production (wds/server.py)
         [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning", "--no-access-log"],
-        cwd=ROOT, env=services.env(WDS_PUBLIC_BASE_URL=base_url, **env),
+         "--port", str(port), "--log-level", "warning", "--no-access-log", *uvicorn_args_for(child_env)],
+        cwd=ROOT, env=child_env,
         stdout=log.open("wb"), stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 90

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.panel import Panel
 
 from wds.runtime import Postgres, TemporalDev, port_open
+from wds.server import uvicorn_args_for, uvicorn_options
 
 app = typer.Typer(help="Workspace Data Service", no_args_is_help=True, add_completion=False)
 admin_app = typer.Typer(help="Operator admin calls (WDS_ADMIN_KEY)", no_args_is_help=True)
@@ -147,7 +148,7 @@ def dev(
         logs.mkdir(exist_ok=True)
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory", "--host", host,
-             "--port", str(port), "--log-level", "warning"],
+             "--port", str(port), "--log-level", "warning", *uvicorn_args_for(env)],
             env=env, cwd=ROOT, stdout=(logs / "api.log").open("ab"), stderr=subprocess.STDOUT,
         ))
         procs.append(subprocess.Popen(
@@ -218,8 +219,9 @@ def serve(
     """Run the API against WDS_DATABASE_URL and WDS_TEMPORAL_ADDRESS (production)."""
     import uvicorn
 
+    # header size/count/timeout, WebSocket message size, keep-alive: wds/server.py
     uvicorn.run("api.app:create_app", factory=True, host=host, port=port, workers=workers,
-                log_level=os.environ.get("WDS_LOG_LEVEL", "info"), proxy_headers=True)
+                log_level=os.environ.get("WDS_LOG_LEVEL", "info"), proxy_headers=True, **uvicorn_options())
 
 
 @app.command()

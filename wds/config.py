@@ -5,7 +5,8 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from limits import parse as parse_rate
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -46,10 +47,11 @@ class Settings(BaseSettings):
     # typed search attributes on pipeline workflows (WdsWorkspace, WdsTable, WdsMode,
     # WdsRecords); `wds dev` registers them, production registers them once (operations.md)
     temporal_search_attributes: bool = True
-    # observability: /metrics bearer token (unset: open — keep it off public networks), the
-    # worker's own metrics endpoint, OpenTelemetry tracing (the standard OTEL_* variables
+    # observability: /metrics bearer token (unset: 401 outside dev mode unless metrics_public),
+    # the worker's own metrics endpoint, OpenTelemetry tracing (the standard OTEL_* variables
     # configure the exporter; OTEL_EXPORTER_OTLP_ENDPOINT alone also turns it on)
     metrics_token: str | None = None
+    metrics_public: bool = False
     worker_metrics_port: int | None = None
     worker_metrics_addr: str = "0.0.0.0"
     otel: bool = False
@@ -85,6 +87,28 @@ class Settings(BaseSettings):
     # app users (issue 10)
     app_access_ttl_s: int = 900
     app_refresh_ttl_s: int = 30 * 86_400
+    # app-user brute force and sign-up floods (issue 22): ``limits`` strings ("5/15 minutes"),
+    # moving windows in the shared limiter store (Redis with WDS_REDIS_URL). Failed sign-ins
+    # count per account+IP and per account (all IPs); sign-ups per client IP and per workspace
+    signin_fails_per_account_ip: str = "5/15 minutes"
+    signin_fails_per_account: str = "50/15 minutes"
+    signups_per_ip: str = "30/10 minutes"
+    signups_per_workspace: str = "300/10 minutes"
+    # argon2 hashing runs on a pool of this many threads (never the event loop)
+    password_hash_threads: int = Field(default=2, ge=1, le=64)
+
+    # request bodies, headers and WebSocket messages (issue 22, docs/security.md):
+    # a body over the limit is refused with 413 while it streams, before auth or parsing;
+    # object uploads are limited by storage_max_object_bytes instead
+    max_body_bytes: int = Field(default=10 * 1024**2, ge=1024)
+    max_header_bytes: int = Field(default=64 * 1024, ge=4096)  # request line + header block
+    max_headers: int = Field(default=100, ge=10)
+    ws_max_message_bytes: int = Field(default=64 * 1024, ge=1024)  # realtime messages are small JSON
+    # seconds a request's head may take to arrive (408), a body between two chunks (408),
+    # and an idle keep-alive connection stays open
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    keep_alive_s: int = Field(default=5, ge=1)
 
     # REST: answer GET record / GET records list without FastAPI's router (api/fastpath.py,
     # same handler functions); off = every request via FastAPI
@@ -101,6 +125,13 @@ class Settings(BaseSettings):
     log_level: str = "info"
     # tests only, honoured in dev mode: pretend today is this ISO date (quota months)
     clock_override: str | None = None
+
+    @field_validator("signin_fails_per_account_ip", "signin_fails_per_account", "signups_per_ip",
+                     "signups_per_workspace")
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        parse_rate(value)  # "N/period" or "N per M minutes"; a typo fails at start, not at sign-in
+        return value
 
 
 @lru_cache(maxsize=1)

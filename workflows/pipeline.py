@@ -108,6 +108,12 @@ class PipelineWorkflow:
     async def _column(self, cid: int) -> None:
         col = self.cols[cid]
         kind = col.type
+        if col.broken:  # a column it read was deleted with force: null, and say why
+            rids = self._eligible(cid)
+            for r in rids:
+                self.ledger.record(r, cid, None, self.fields)
+                self.ledger.fail(r, cid, col.broken)
+            return
         if kind == "delay":
             await self._delay(cid)
             return

@@ -39,6 +39,7 @@ from api.routes.sql import execute_sql
 from api.schemas import RecordIn
 from api.serialize import column_out, table_summary
 from api.state import AppState
+from storage import views as stored_views
 from storage.access import Action, Principal
 from storage.errors import ServiceError
 from storage.formula.functions import describe_functions
@@ -242,8 +243,8 @@ async def list_views(state: AppState, principal: Principal, args: dict[str, Any]
             " FROM wds.views WHERE workspace_id = %s AND table_id = %s ORDER BY id",
             (principal.workspace_id, table.id),
         )
-        views = await cur.fetchall()
-    return {"table": {"id": table.id, "name": table.name}, "views": jsonable(views)}
+        rows = [stored_views.decoded(r, table) for r in await cur.fetchall()]
+    return {"table": {"id": table.id, "name": table.name}, "views": jsonable(rows)}
 
 
 async def semantic_search(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
@@ -257,6 +258,33 @@ async def sql_query(state: AppState, principal: Principal, args: dict[str, Any])
 
 
 # --------------------------------------------------------------------------- specs
+
+# Teaches the grammar by example: AI tools write their queries from this text alone.
+_SQL_DESCRIPTION = """Read-only SQL over the workspace's tables, by their human names (double-quote names \
+with spaces: "Due Date"). Runs read-only, only over tables this token may read, within the plan's SQL timeout.
+
+Simple form: SELECT (* | COUNT(*) | col, ...) FROM "Table" [WHERE cond AND ...] [ORDER BY col [ASC|DESC]] \
+[LIMIT n] [OFFSET m] -> {rows, total, table, limit, offset, has_more} or {count}; select columns give option ids.
+
+Analytics: aggregates COUNT(*), COUNT(col), COUNT(DISTINCT col), SUM, AVG, MIN, MAX (also FILTER (WHERE ...)); \
+GROUP BY (columns, expressions or positions) and HAVING; AND/OR/NOT and parentheses; BETWEEN, [NOT] LIKE, ILIKE, \
+[NOT] IN (...), IS [NOT] NULL; + - * / %; CASE WHEN; AS aliases; DISTINCT; functions lower, upper, length, trim, \
+coalesce, nullif, round(x[, n]), abs, date_trunc('month', col), extract(year FROM col), now(), current_date, \
+INTERVAL '30 days', label(relation_col) (the related record's label); JOIN / LEFT JOIN of tables linked by a \
+relation column (ON "Deals"."Company" = "Companies".id, or just JOIN "Companies"); col IN (SELECT one_col FROM ...). These answer {rows, columns: \
+[{name, type}], total, limit, offset, has_more}; there select columns read their labels, a relation the related \
+record's id, and dates stay ISO timestamps. LIMIT defaults to 100, at most 1000; total is exact when count is \
+true or the page reaches the end, else null.
+
+Examples:
+SELECT "Stage", SUM("Amount") AS revenue FROM "Deals" WHERE "Closed" >= date_trunc('quarter', now()) \
+GROUP BY "Stage" ORDER BY revenue DESC
+SELECT c."Name", COUNT(*) AS open_deals FROM "Deals" d JOIN "Companies" c ON d."Company" = c.id \
+WHERE d."Stage" = 'Open' GROUP BY c."Name" HAVING COUNT(*) > 3
+SELECT date_trunc('month', "Closed") AS month, COUNT(*) FROM "Deals" GROUP BY 1 ORDER BY 1
+SELECT "Name" FROM "Companies" WHERE id IN (SELECT "Company" FROM "Deals" WHERE "Amount" > 1000)
+SELECT "Title" FROM "Tasks" WHERE "Status" = 'Done' OR ("Due" < now() AND NOT "Done")"""
+
 
 _FILTERS = {
     "type": ["object", "array"],
@@ -343,16 +371,14 @@ DATA_TOOLS: list[ToolSpec] = [
                                 "filters": _FILTERS}, ("table_id", "query")),
           out({"results": array(any_object("{record, score}"), "best first")}, ("results",)),
           read_only=True, idempotent=True),
-    _spec("sql_query", "Read-only SQL",
-          "Run SELECT (* | COUNT(*) | fields) FROM <table name> [WHERE ...] [ORDER BY ...] [LIMIT n]"
-          " [OFFSET m] with human table and column names; read-only, within the plan's SQL timeout."
-          " Returns has_more; total (all matching rows) is exact when count is true or the page"
-          " reaches the end, else null.",
-          sql_query, obj({"query": string("the SELECT statement", maxLength=20_000),
-                          "count": boolean("also count every matching row for total (reads every"
+    _spec("sql_query", "Read-only SQL", _SQL_DESCRIPTION,
+          sql_query, obj({"query": string("one SELECT statement, with the tables' and columns' human names",
+                                          maxLength=20_000),
+                          "count": boolean("also count every result row for total (reads every"
                                            " match; default false)")},
                          ("query",)),
           out({"rows": {"type": "array"}, "total": {"type": ["integer", "null"]}, "table": {"type": "string"},
+               "columns": array(any_object("{name, type}"), "an analytic query's result columns, in order"),
                "limit": {"type": ["integer", "null"]}, "offset": {"type": ["integer", "null"]},
                "has_more": {"type": "boolean"}, "count": {"type": "integer"}}),
           read_only=True, idempotent=True),

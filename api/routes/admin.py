@@ -19,8 +19,8 @@ from api.responses import JSON
 from api.routes.usage import workspace_usage as usage_report
 from api.schemas import ErrorOut
 from api.state import AppState
-from storage import access, meta
-from storage.access import Perms, TokenType
+from storage import access, appusers, meta, objects
+from storage.access import BucketPerms, Perms, TokenType
 from storage.errors import Conflict, NotFound, Unauthorized, ValidationError
 from storage.plans import PLANS
 from storage.usage import MAX_DAYS
@@ -57,6 +57,9 @@ class WorkspacePatch(BaseModel):
     read_only: bool | None = None
     auto_recharge: bool | None = None
     relay_profile_id: int | None = None
+    signup_fields: list[str] | None = Field(
+        default=None, description="Users columns an app user may fill at sign-up (none by default; never"
+        " role or permission columns)")
 
 
 class WorkspaceOut(BaseModel):
@@ -66,6 +69,7 @@ class WorkspaceOut(BaseModel):
     read_only: bool
     auto_recharge: bool
     relay_profile_id: int | None
+    signup_fields: list[str]
     created_at: str
 
 
@@ -78,16 +82,35 @@ class GrantIn(BaseModel):
     delete: bool = False
 
 
+class BucketGrantIn(BaseModel):
+    model_config = Strict
+    bucket: int | str = Field(description="the bucket's id or name")
+    read: bool = True
+    write: bool = False
+    all_paths: bool = Field(default=False, description="app users acting through this profile reach every"
+                            " path, not only users/<their id>/")
+
+
+class BucketGrantOut(BaseModel):
+    bucket_id: int
+    bucket: str
+    read: bool
+    write: bool
+    all_paths: bool
+
+
 class ProfileIn(BaseModel):
     model_config = Strict
     name: str = Field(min_length=1, max_length=255)
     grants: list[GrantIn] = Field(default_factory=list)
+    bucket_grants: list[BucketGrantIn] = Field(default_factory=list)
 
 
 class ProfileOut(BaseModel):
     id: int
     name: str
     grants: list[GrantIn]
+    bucket_grants: list[BucketGrantOut]
 
 
 class TokenIn(BaseModel):
@@ -122,7 +145,7 @@ def _ws_out(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": row["id"], "name": row["name"], "plan": row["plan"], "read_only": row["read_only"],
         "auto_recharge": row["auto_recharge"], "relay_profile_id": row["relay_profile_id"],
-        "created_at": iso(row["created_at"]),
+        "signup_fields": list(row.get("signup_fields") or []), "created_at": iso(row["created_at"]),
     }
 
 
@@ -137,7 +160,23 @@ async def _workspace(state: AppState, workspace_id: int) -> dict[str, Any]:
 async def _profile_out(state: AppState, row: dict[str, Any]) -> dict[str, Any]:
     async with state.db.connection() as conn:
         grants = await access.profile_grants(conn, profile_id=row["id"])
-    return {"id": row["id"], "name": row["name"], "grants": grants}
+        buckets = await access.profile_bucket_grants(conn, profile_id=row["id"])
+    return {"id": row["id"], "name": row["name"], "grants": grants, "bucket_grants": buckets}
+
+
+async def _check_buckets(
+    state: AppState, workspace_id: int, grants: list[BucketGrantIn]
+) -> list[tuple[int, BucketPerms]]:
+    out: list[tuple[int, BucketPerms]] = []
+    async with state.db.connection() as conn:
+        for g in grants:
+            bucket = await objects.get_bucket(conn, workspace_id=workspace_id, ref=g.bucket)
+            if bucket is None:
+                raise ValidationError(f"bucket {g.bucket!r} is not a bucket of workspace {workspace_id}")
+            if any(b == bucket["id"] for b, _ in out):
+                raise ValidationError(f"bucket {g.bucket!r} is granted twice")
+            out.append((bucket["id"], BucketPerms(g.read, g.write, g.all_paths)))
+    return out
 
 
 async def _check_tables(state: AppState, workspace_id: int, grants: list[GrantIn]) -> list[tuple[int, Perms]]:
@@ -178,13 +217,16 @@ async def get_workspace(workspace_id: int, state: StateDep) -> JSON:
 
 @router.patch("/workspaces/{workspace_id}", response_model=WorkspaceOut)
 async def patch_workspace(workspace_id: int, body: WorkspacePatch, state: StateDep) -> JSON:
-    """Change plan, read-only state, auto-recharge or the app-user relay profile."""
+    """Change plan, read-only state, auto-recharge, the app-user relay profile or the
+    columns app users may fill at sign-up (`signup_fields`)."""
     await _workspace(state, workspace_id)
     changes = body.model_dump(exclude_unset=True)
     # an explicit null means "unchanged" for the columns that cannot be null (not a 500)
-    for key in ("name", "plan", "read_only", "auto_recharge"):
+    for key in ("name", "plan", "read_only", "auto_recharge", "signup_fields"):
         if changes.get(key) is None:
             changes.pop(key, None)
+    if "signup_fields" in changes:
+        changes["signup_fields"] = appusers.clean_signup_fields(changes["signup_fields"])
     if changes.get("relay_profile_id") is not None:
         async with state.db.connection() as conn:
             if await access.get_profile(conn, workspace_id=workspace_id, profile_id=changes["relay_profile_id"]) is None:
@@ -216,10 +258,12 @@ async def workspace_usage(
 async def create_profile(workspace_id: int, body: ProfileIn, state: StateDep) -> JSON:
     await _workspace(state, workspace_id)
     grants = await _check_tables(state, workspace_id, body.grants)
+    buckets = await _check_buckets(state, workspace_id, body.bucket_grants)
     try:
         async with state.db.transaction() as conn:
             row = await access.create_profile(conn, workspace_id=workspace_id, name=body.name)
             await access.set_grants(conn, profile_id=row["id"], grants=grants)
+            await access.set_bucket_grants(conn, profile_id=row["id"], grants=buckets)
     except Exception as exc:
         if "unique" in str(exc).lower():
             raise Conflict(f"a profile named {body.name!r} already exists") from None
@@ -245,6 +289,23 @@ async def put_grants(workspace_id: int, profile_id: int, body: list[GrantIn], st
     grants = await _check_tables(state, workspace_id, body)
     async with state.db.transaction() as conn:
         await access.set_grants(conn, profile_id=profile_id, grants=grants)
+        await state.caches.notify(conn, tokens=True)
+    state.caches.drop_tokens()
+    return JSON(await _profile_out(state, row))
+
+
+@router.put("/workspaces/{workspace_id}/profiles/{profile_id}/bucket_grants", response_model=ProfileOut)
+async def put_bucket_grants(
+    workspace_id: int, profile_id: int, body: list[BucketGrantIn], state: StateDep
+) -> JSON:
+    """Replace a profile's bucket grants (authenticated buckets answer only granted tokens)."""
+    async with state.db.connection() as conn:
+        row = await access.get_profile(conn, workspace_id=workspace_id, profile_id=profile_id)
+    if row is None:
+        raise NotFound(f"profile {profile_id} not found")
+    buckets = await _check_buckets(state, workspace_id, body)
+    async with state.db.transaction() as conn:
+        await access.set_bucket_grants(conn, profile_id=profile_id, grants=buckets)
         await state.caches.notify(conn, tokens=True)
     state.caches.drop_tokens()
     return JSON(await _profile_out(state, row))

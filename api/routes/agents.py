@@ -17,6 +17,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
+from api.chat import messaging
 from api.deps import RestPrincipal, StateDep, require_writable
 from api.responses import JSON
 from api.routes.tables import ERRORS
@@ -193,15 +194,19 @@ async def delete_agent(agent_id: str, principal: RestPrincipal, state: StateDep)
 async def create_channel(agent_id: str, body: ChannelIn, principal: RestPrincipal, state: StateDep) -> JSON:
     """Add a channel with a fresh public token `wds_chan_…` (builder token only). The token
     of a messaging channel (telegram, slack, whatsapp) is shown here only. `config.credential`
-    must name a stored credential of the workspace."""
+    must name a stored credential of the workspace. A telegram channel enabled with a
+    credential registers its webhook with Telegram (`setWebhook` with a fresh secret token);
+    if Telegram refuses, nothing is created (503 `CHANNEL_DELIVERY_FAILED`)."""
     require_builder(principal)
     kind = agents.channel_type(body.type)
     config = body.config.model_dump(exclude_unset=True) if body.config is not None else None
-    async with state.db.connection() as conn:
+    async with state.db.transaction() as conn:
         row = await agents.create_channel(
             conn, workspace_id=principal.workspace_id, agent_id=_agent_id(agent_id), type=kind,
             config=config, enabled=body.enabled,
         )
+        if row is not None and messaging.needs_webhook(row):
+            await messaging.register_telegram_webhook(state, conn, workspace_id=principal.workspace_id, channel=row)
     if row is None:
         raise NotFound(f"agent {agent_id} not found")
     return JSON(agents.channel_out(row, reveal=True), status_code=201)
@@ -226,14 +231,20 @@ async def patch_channel(
 ) -> JSON:
     """Enable or disable a channel and/or merge its `config` (builder token only). A
     disabled channel's token answers 404 until it is enabled again; `config.credential`
-    must name a stored credential of the workspace."""
+    must name a stored credential of the workspace. Setting a telegram channel's credential
+    or enabling it registers its webhook again with a new secret (503
+    `CHANNEL_DELIVERY_FAILED` and nothing changed if Telegram refuses)."""
     require_builder(principal)
     config = body.config.model_dump(exclude_unset=True) if body.config is not None else None
-    async with state.db.connection() as conn:
+    async with state.db.transaction() as conn:
         row = await agents.update_channel(
             conn, workspace_id=principal.workspace_id, agent_id=_agent_id(agent_id),
             channel_id=_channel_id(channel_id), enabled=body.enabled, config=config,
         )
+        # a new bot (credential) or a channel switched on gets its webhook (and a new secret)
+        touched = body.enabled is True or "credential" in (config or {})
+        if row is not None and touched and messaging.needs_webhook(row):
+            await messaging.register_telegram_webhook(state, conn, workspace_id=principal.workspace_id, channel=row)
     if row is None:
         raise NotFound(f"channel {channel_id} not found")
     return JSON(agents.channel_out(row))
@@ -244,10 +255,12 @@ async def rotate_channel(agent_id: str, channel_id: str, principal: RestPrincipa
     """Give a channel a new token, shown here whatever the channel type; the old token
     stops working at once (builder token only)."""
     require_builder(principal)
-    async with state.db.connection() as conn:
+    async with state.db.transaction() as conn:
         row = await agents.rotate_channel_token(
             conn, workspace_id=principal.workspace_id, agent_id=_agent_id(agent_id), channel_id=_channel_id(channel_id)
         )
+        if row is not None and messaging.needs_webhook(row):  # the webhook URL holds the token
+            await messaging.register_telegram_webhook(state, conn, workspace_id=principal.workspace_id, channel=row)
     if row is None:
         raise NotFound(f"channel {channel_id} not found")
     return JSON(agents.channel_out(row, reveal=True))

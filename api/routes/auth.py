@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from api import appusers
@@ -28,7 +28,9 @@ class SignupIn(BaseModel):
     workspace_id: int
     email: str
     password: str
-    fields: dict[str, Any] | None = None
+    fields: dict[str, Any] | None = Field(
+        default=None,
+        description="values of the Users columns the workspace's signup_fields list (none by default)")
 
 
 class TokenIn(BaseModel):
@@ -56,10 +58,13 @@ def _app_token(request: Request) -> str:
 
 
 @router.post("/signup", status_code=201)
-async def signup(body: SignupIn, state: StateDep) -> JSON:
-    """Create an account (409 CONFLICT for a taken e-mail, 400 WEAK_PASSWORD) and sign in."""
+async def signup(body: SignupIn, request: Request, state: StateDep) -> JSON:
+    """Create an account and sign in: 409 CONFLICT for a taken e-mail, 400 WEAK_PASSWORD,
+    400 SIGNUP_FIELD_NOT_ALLOWED for `fields` the workspace's `signup_fields` do not list,
+    429 SIGNUP_RATE_LIMIT past the per-IP or per-workspace sign-up window."""
     session = await appusers.signup(
-        state, workspace_id=body.workspace_id, email=body.email, password=body.password, fields=body.fields
+        state, workspace_id=body.workspace_id, email=body.email, password=body.password, fields=body.fields,
+        ip=_client_ip(request),
     )
     return JSON(session, status_code=201, headers={"Cache-Control": "no-store"})
 

@@ -138,7 +138,10 @@ async def agent_webhook(
 
 async def _telegram(request: Request, state: AppState, token: str | None) -> JSON:
     channel = await _channel(state, token, "telegram")
-    bot = await messaging.bot_token(state, channel)  # 503 NOT_CONFIGURED: Telegram shows it to the operator
+    messaging.require_credential(channel)  # 503 NOT_CONFIGURED: Telegram shows it to the operator
+    # only Telegram knows the secret registered with setWebhook: nothing else is processed
+    messaging.check_webhook_secret(channel, request.headers.get(messaging.SECRET_HEADER))
+    bot = await messaging.bot_token(state, channel)
     found = messaging.telegram_text(await _json_body(request))
     if found is None:
         return JSON({"ok": True, "ignored": True})

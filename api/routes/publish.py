@@ -29,6 +29,7 @@ from api.responses import JSON
 from api.schemas import ErrorOut
 from api.state import AppState
 from storage import records as rec
+from storage import views
 from storage.access import Perms, Principal, TokenType
 from storage.errors import Forbidden, NotFound, RateLimited, ServiceError, UnknownColumn
 from storage.query import Query as RecordQuery
@@ -107,7 +108,7 @@ async def _load(state: AppState, share_id: str) -> tuple[dict[str, Any], TableMe
     table = (await state.schema(view["workspace_id"])).tables.get(view["table_id"])
     if table is None:
         raise NotFound("no published page here")
-    return view, table
+    return views.decoded(view, table), table
 
 
 def visible_columns(view: dict[str, Any], table: TableMeta) -> list[ColumnMeta]:

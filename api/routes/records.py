@@ -58,12 +58,14 @@ def _fields_of(body: RecordIn) -> dict[str, Any]:
     return fields
 
 
-async def _files(state: AppState, table: TableMeta, prepared: rec.PreparedRow) -> None:
-    """Resolve file-column object references (bucket of this workspace, object exists)."""
+async def _files(state: AppState, principal: Principal, table: TableMeta, prepared: rec.PreparedRow) -> None:
+    """Resolve file-column object references (bucket of this workspace, object exists, and
+    the writer may read it: the cell reads back as a signed URL)."""
     base = state.settings.public_base_url
     if objects.has_object_refs(table, prepared.values, base):
         async with state.db.connection() as conn:
-            await objects.resolve_file_refs(conn, table=table, values=prepared.values, base_url=base)
+            await objects.resolve_file_refs(conn, table=table, values=prepared.values, base_url=base,
+                                            may_read=principal.may_read_object)
 
 
 async def _write(
@@ -204,7 +206,7 @@ async def create(
     require_writable(principal)
     table = await _table(state, principal, table_id, Action.CREATE)
     prepared = rec.prepare_fields(table, _fields_of(body), creating=True)
-    await _files(state, table, prepared)
+    await _files(state, principal, table, prepared)
 
     async def write(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
         return [await rec.insert_record(conn, table=table, row=prepared)]
@@ -227,7 +229,7 @@ async def update(
     table = await _table(state, principal, table_id, Action.UPDATE)
     fields = _fields_of(body)
     prepared = rec.prepare_fields(table, fields, creating=False)
-    await _files(state, table, prepared)
+    await _files(state, principal, table, prepared)
     rid = _record_id(record_id)
 
     async def write(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
@@ -269,7 +271,7 @@ async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: S
             continue
         try:
             prepared = rec.prepare_fields(table, fields, creating=True)
-            await _files(state, table, prepared)
+            await _files(state, principal, table, prepared)
             valid.append((i, prepared))
         except ServiceError as exc:
             results[i] = {"index": i, "error": exc.message, "code": exc.code}

@@ -13,7 +13,7 @@ from api.routes.tables import ERRORS
 from api.state import AppState
 from storage.access import Principal
 from storage.plans import plan as plan_of
-from storage.sqlquery import SqlPlan, run_sql, table_resolver, translate
+from storage.sqlquery import AnalyticPlan, SqlPlan, run_sql, table_resolver, translate
 
 _PLAN_MEMO = 256  # translated queries kept per workspace schema version
 
@@ -22,12 +22,20 @@ router = APIRouter(prefix="/functions/v1/rest-api", tags=["sql"])
 
 class SqlIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    query: str = Field(description="SELECT (* | COUNT(*) | fields) FROM table [WHERE …] [ORDER BY …] [LIMIT n] [OFFSET m]")
+    query: str = Field(description="SELECT (* | COUNT(*) | fields) FROM table [WHERE …] [ORDER BY …] [LIMIT n] [OFFSET m],"
+                                   " or an analytic SELECT (aggregates, GROUP BY/HAVING, JOIN along a relation,"
+                                   " OR, functions: see docs/sql.md)")
     count: bool = Field(False, description="count every matching row for `total` (as the header `Prefer: count=exact`)")
+
+
+class SqlColumn(BaseModel):
+    name: str
+    type: str = Field(description="text, number, boolean, date, id, list (a multi-select's labels) or json")
 
 
 class SqlOut(BaseModel):
     rows: list[dict[str, Any]] | None = Field(None, description="the page, flat rows keyed by human names")
+    columns: list[SqlColumn] | None = Field(None, description="an analytic query's result columns, in order")
     total: int | None = Field(None, description="the exact number of matching rows: always when counting, otherwise"
                                                 " when this page reaches the end of the result, else null")
     table: str | None = None
@@ -45,9 +53,9 @@ async def execute_sql(
     ``count``: count every match for ``total`` (see :func:`storage.sqlquery.run_sql`)."""
     schema = await state.schema(principal.workspace_id)
     # Translation is pure given the text and this schema version; clients repeat their queries.
-    plans: dict[str, SqlPlan] = schema.derived.setdefault("sql_plans", {})
+    plans: dict[str, SqlPlan | AnalyticPlan] = schema.derived.setdefault("sql_plans", {})
     plan = plans.get(query)
-    if plan is None or not principal.can_read(plan.table.id):
+    if plan is None or not all(principal.can_read(t) for t in plan.table_ids):
         plan = translate(query, resolve_table=table_resolver(schema.tables.values()), can_read=principal.can_read)
         if len(plans) >= _PLAN_MEMO:
             plans.clear()

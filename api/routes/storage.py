@@ -1,12 +1,18 @@
 """Storage buckets and objects (DESIGN §4 "Storage").
 
-Access rule: buckets belong to the workspace, not to tables. Any REST-door credential of
-the workspace (rest_api or vibe_mcp token, or an app-user session) may list buckets and
-objects, download and sign; uploads and deletes need a workspace that is not read-only.
-Creating and deleting buckets needs a server token (rest_api or vibe_mcp). An app-user
-session may write only under ``users/<its user id>/`` of a bucket. Public buckets serve
-``/storage/v1/object/public/{bucket_id}/{path}`` without a token; objects of
-authenticated buckets are also reachable through signed, expiring URLs.
+Access rule (issue 22): a bucket is reached only through a grant. The builder token
+(vibe_mcp) has full access to every bucket, a rest_api token to the buckets it created;
+otherwise the token's access profile needs a bucket grant (``bucket_grants: [{bucket_id,
+read, write, all_paths}]`` on the admin profile endpoints, or the builder's
+``grant_bucket_access`` tool): ``read`` lists, downloads and signs, ``write`` uploads and
+deletes objects and deletes the bucket. Public buckets are readable by every credential of
+the workspace (their objects are public anyway); writing needs ``write`` there too.
+App-user sessions act through the relay profile's bucket grants and reach only
+``users/<their user id>/`` unless the grant says ``all_paths``. Uploads and deletes need
+a workspace that is not read-only; creating buckets needs a server token. Public buckets
+serve ``/storage/v1/object/public/{bucket_id}/{path}`` without a token; objects of
+authenticated buckets are also reachable through signed, expiring URLs, which only a
+credential that may read the object can make.
 """
 
 from __future__ import annotations
@@ -82,10 +88,22 @@ def _server_token(principal: Principal) -> None:
         raise Forbidden("app-user sessions cannot manage buckets")
 
 
-def _may_write(principal: Principal, path: str) -> None:
+def _may_read(principal: Principal, bucket: dict[str, Any], path: str | None = None) -> None:
+    """403 unless ``principal`` may read ``bucket`` (at ``path``, when given)."""
+    if not principal.may_read_object(bucket["id"], bool(bucket["public"]), path):
+        if bucket["public"] or principal.bucket_perms(bucket["id"]).read:
+            raise Forbidden(f"app users may use only {principal.own_prefix(bucket['id'])} of a bucket")
+        raise Forbidden(f"no read grant on bucket {bucket['name']!r}")
+
+
+def _may_write(principal: Principal, bucket: dict[str, Any], path: str | None = None) -> None:
+    """403 unless ``principal`` may write ``bucket`` (at ``path``, when given)."""
     require_writable(principal)
-    if principal.app_user_id is not None and not path.startswith(f"users/{principal.app_user_id}/"):
-        raise Forbidden(f"app users may write only under users/{principal.app_user_id}/")
+    if not principal.bucket_perms(bucket["id"]).write:
+        raise Forbidden(f"no write grant on bucket {bucket['name']!r}")
+    own = principal.own_prefix(bucket["id"])
+    if own is not None and (path is None or not path.startswith(own)):
+        raise Forbidden(f"app users may write only under {own}")
 
 
 async def _bucket(state: AppState, principal: Principal, ref: str) -> dict[str, Any]:
@@ -111,7 +129,8 @@ def _object_out(bucket: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
 async def list_buckets(principal: RestPrincipal, state: StateDep) -> JSON:
     async with state.db.connection() as conn:
         rows = await obj.list_buckets(conn, workspace_id=principal.workspace_id)
-    return JSON([obj.bucket_out(r) for r in rows])
+    # only the buckets this credential may read: the names of others do not leak
+    return JSON([obj.bucket_out(r) for r in rows if r["public"] or principal.bucket_perms(r["id"]).read])
 
 
 @router.post("/bucket", status_code=201)
@@ -120,14 +139,20 @@ async def create_bucket(body: BucketIn, principal: RestPrincipal, state: StateDe
     require_writable(principal)
     _server_token(principal)
     name = obj.clean_bucket_name(body.name)
-    async with state.db.connection() as conn:
-        row = await obj.create_bucket(conn, workspace_id=principal.workspace_id, name=name, public=body.public)
+    async with state.db.transaction() as conn:
+        row = await obj.create_bucket(conn, workspace_id=principal.workspace_id, name=name,
+                                      public=body.public, token_id=principal.token_id)
+        # the creator's cached principal (in every process) must learn of its new bucket
+        await state.caches.notify(conn, tokens=True)
+    state.caches.drop_tokens()
     return JSON(obj.bucket_out(row), status_code=201)
 
 
 @router.get("/bucket/{bucket}")
 async def get_bucket(bucket: str, principal: RestPrincipal, state: StateDep) -> JSON:
-    return JSON(obj.bucket_out(await _bucket(state, principal, bucket)))
+    row = await _bucket(state, principal, bucket)
+    _may_read(principal, row)
+    return JSON(obj.bucket_out(row))
 
 
 @router.delete("/bucket/{bucket}")
@@ -139,6 +164,7 @@ async def delete_bucket(
     require_writable(principal)
     _server_token(principal)
     row = await _bucket(state, principal, bucket)
+    _may_write(principal, row)
     async with state.db.transaction() as conn:
         if not force and await obj.list_objects(conn, bucket_id=row["id"], prefix="", limit=1, offset=0):
             raise Conflict("the bucket is not empty; delete its objects or pass force=true")
@@ -157,7 +183,13 @@ async def list_objects(
 ) -> JSON:
     """Objects of a bucket whose path starts with `prefix`, by path."""
     row = await _bucket(state, principal, bucket)
+    _may_read(principal, row)
     pre = obj.clean_prefix(prefix)
+    own = principal.own_prefix(row["id"])
+    if own is not None:  # an app user lists its own prefix (the default) or inside it
+        pre = pre or own
+        if not pre.startswith(own):
+            raise Forbidden(f"app users may list only {own} of a bucket")
     async with state.db.connection() as conn:
         rows = await obj.list_objects(conn, bucket_id=row["id"], prefix=pre, limit=limit, offset=offset)
     return JSON({"objects": [_object_out(row, r) for r in rows], "limit": limit, "offset": offset})
@@ -183,6 +215,7 @@ async def sign_object(bucket: str, path: str, body: SignIn, principal: RestPrinc
     if not 1 <= body.expires_in <= MAX_SIGN_S:
         raise ValidationError(f"expires_in must be between 1 and {MAX_SIGN_S} seconds")
     row = await _bucket(state, principal, bucket)
+    _may_read(principal, row, path)  # a URL is a read: only a credential that may read can make one
     async with state.db.connection() as conn:
         if await obj.get_object(conn, bucket_id=row["id"], path=path) is None:
             raise NotFound("object not found")
@@ -213,6 +246,7 @@ async def download_signed(bucket_id: str, path: str, state: StateDep, token: str
 async def download(bucket: str, path: str, principal: RestPrincipal, state: StateDep) -> StreamingResponse:
     path = obj.clean_path(path)
     row = await _bucket(state, principal, bucket)
+    _may_read(principal, row, path)
     return await _download(state, row, path, cache="private, no-cache")
 
 
@@ -255,8 +289,8 @@ async def _upload(
     bucket_ref: str, path: str, request: Request, principal: Principal, state: AppState, *, upsert: bool
 ) -> JSON:
     path = obj.clean_path(path)
-    _may_write(principal, path)
     bucket = await _bucket(state, principal, bucket_ref)
+    _may_write(principal, bucket, path)
     quota = plan_of(principal.plan).storage_bytes
     async with state.db.connection() as conn:
         existing = await obj.get_object(conn, bucket_id=bucket["id"], path=path)
@@ -324,8 +358,8 @@ def _check_size(size: int, max_object: int, room: int | None) -> None:
 @router.delete("/object/{bucket}/{path:path}")
 async def delete_object(bucket: str, path: str, principal: RestPrincipal, state: StateDep) -> JSON:
     path = obj.clean_path(path)
-    _may_write(principal, path)
     row = await _bucket(state, principal, bucket)
+    _may_write(principal, row, path)
     async with state.db.connection() as conn:
         found = await obj.delete_object_row(conn, bucket_id=row["id"], path=path)
     if not found:

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 from fastapi import APIRouter
 
+from activities import catalogue
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.limits import check_table_quota
 from api.responses import JSON
@@ -17,11 +18,11 @@ from api.schedules import delete_table_schedules
 from api.schemas import Deleted, ErrorOut, TableIn, TableOut, TablePatch, TableSummary
 from api.serialize import table_out, table_summary
 from api.state import AppState
-from storage import access, meta
+from storage import access, dependents, meta, secrets
 from storage.access import Action, Principal, TokenType
 from storage.columnspec import parse_new_column
-from storage.errors import Conflict, Forbidden, ValidationError
-from storage.pipelines import check_computed_columns
+from storage.errors import ColumnInUse, Conflict, Forbidden, ValidationError
+from storage.pipelines import ColumnLike, check_computed_columns
 from storage.schema import TableMeta, WorkspaceSchema
 
 router = APIRouter(prefix="/functions/v1/rest-api", tags=["tables"])
@@ -29,6 +30,16 @@ ERRORS: dict[int | str, dict[str, Any]] = {  # 413: body too large; 503: databas
     s: {"model": ErrorOut} for s in (400, 401, 402, 403, 404, 409, 413, 429, 503)
 }
 MAX_TABLE_NAME = 255
+
+
+async def check_column_hosts(state: AppState, workspace_id: int, specs: list[ColumnLike]) -> None:
+    """400 ``CREDENTIAL_HOST_MISMATCH`` early: a step whose literal URL host its named
+    credential is not bound to would fail on every record."""
+    columns = [(s.name, s.type.value, s.config or {}) for s in specs if s.type.computed]
+    if columns:
+        async with state.db.connection() as conn:
+            await secrets.check_bound_hosts(conn, workspace_id=workspace_id, columns=columns,
+                                            defaults=catalogue.param_defaults)
 
 
 @asynccontextmanager
@@ -98,7 +109,8 @@ async def create_table(body: TableIn, principal: RestPrincipal, state: StateDep)
             raise ValidationError(f"duplicate column name {spec.name!r}")
         seen.add(spec.name)
         specs.append(spec)
-    check_computed_columns(specs)
+    check_computed_columns(specs, schema=schema)
+    await check_column_hosts(state, principal.workspace_id, specs)
     semantic = _semantic(body.semantic_search, None, seen)
     if semantic is not None:  # 503 NOT_CONFIGURED before anything is created
         semantic = await semantic_search.prepare_semantic(state, semantic)
@@ -110,7 +122,11 @@ async def create_table(body: TableIn, principal: RestPrincipal, state: StateDep)
             conn, workspace_id=principal.workspace_id, name=name, icon=body.icon, token_id=principal.token_id
         )
         for spec in specs:
-            await meta.create_column(conn, workspace_id=principal.workspace_id, table_id=row["id"], spec=spec)
+            await meta.create_column(
+                conn, workspace_id=principal.workspace_id, table_id=row["id"], spec=spec, encode=False
+            )
+        # the columns may name each other in any order: store their references once all exist
+        await meta.encode_table_columns(conn, workspace_id=principal.workspace_id, table_id=row["id"])
         if semantic is not None:
             await meta.update_table(conn, table_id=row["id"], changes={"semantic": semantic})
             await semantic_search.apply_semantic(conn, principal.workspace_id, row["id"], semantic)
@@ -161,14 +177,29 @@ async def patch_table(table_id: int, body: TablePatch, principal: RestPrincipal,
 
 
 @router.delete("/tables/{table_id}", response_model=Deleted, responses=ERRORS)
-async def delete_table(table_id: int, principal: RestPrincipal, state: StateDep) -> JSON:
-    """Drop the table and all its records (irreversible)."""
+async def delete_table(table_id: int, principal: RestPrincipal, state: StateDep, force: bool = False) -> JSON:
+    """Drop the table and all its records (irreversible).
+
+    Refused with 409 `COLUMN_IN_USE` (listing `dependents`) while columns of other tables
+    point at it (relations, record steps); `?force=true` drops it anyway: those relation
+    columns go with it and those computed columns are marked broken.
+    """
     require_writable(principal)
-    table = table_or_404(await state.schema(principal.workspace_id), table_id)
+    schema = await state.schema(principal.workspace_id)
+    table = table_or_404(schema, table_id)
     require_manage(principal, table)
+    users = dependents.table_dependents(schema, table)
+    if users and not force:
+        raise ColumnInUse(
+            f"table {table.name!r} is used by {len(users)} column(s) of other tables; change them first,"
+            " or delete with ?force=true",
+            extra={"dependents": users},
+        )
     # Temporal Schedules live outside the database: remove them first (their rows cascade)
     await delete_table_schedules(state, workspace_id=principal.workspace_id, table_id=table.id)
     async with schema_change(state, principal.workspace_id) as conn:
+        if users:
+            await dependents.mark_broken_for_table(conn, table=table, dependents=users)
         await meta.delete_table(conn, workspace_id=principal.workspace_id, table_id=table.id)
         await state.caches.notify(conn, tokens=True)
     state.caches.drop_tokens()

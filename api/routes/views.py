@@ -78,7 +78,7 @@ async def list_views(table_id: int, principal: RestPrincipal, state: StateDep) -
     table = await _table(state, principal, table_id)
     async with state.db.connection() as conn:
         rows = await views.list_views(conn, workspace_id=principal.workspace_id, table_id=table.id)
-    return JSON([views.view_out(r) for r in rows])
+    return JSON([views.view_out(r, table) for r in rows])
 
 
 @router.get("/{view_id}", response_model=ViewOut, responses=ERRORS)
@@ -88,7 +88,7 @@ async def get_view(table_id: int, view_id: int, principal: RestPrincipal, state:
         row = await views.get_view(conn, workspace_id=principal.workspace_id, table_id=table.id, view_id=view_id)
     if row is None:
         raise NotFound(f"view {view_id} not found on table {table.id}")
-    return JSON(views.view_out(row))
+    return JSON(views.view_out(row, table))
 
 
 @router.post("", status_code=201, response_model=ViewOut, responses=ERRORS)
@@ -106,7 +106,7 @@ async def create_view(table_id: int, body: ViewIn, principal: RestPrincipal, sta
         )
     if row is None:
         raise NotFound(f"table {table_id} not found")
-    return JSON(views.view_out(row), status_code=201)
+    return JSON(views.view_out(row, table), status_code=201)
 
 
 @router.patch("/{view_id}", response_model=ViewOut, responses=ERRORS)
@@ -125,7 +125,7 @@ async def patch_view(table_id: int, view_id: int, body: ViewPatch, principal: Re
             changes["name"] = views.view_name(body.name)
         if "view_type" in sent or "config" in sent:
             view_type = body.view_type if body.view_type is not None else current["view_type"]
-            config = body.config if body.config is not None else current["config"]
+            config = body.config if body.config is not None else views.decoded(current, table)["config"]
             changes["view_type"] = view_type
             changes["config"] = views.validate_view(table=table, view_type=view_type, config=config)
         row = await views.update_view(
@@ -133,7 +133,7 @@ async def patch_view(table_id: int, view_id: int, body: ViewPatch, principal: Re
         )
     if row is None:
         raise NotFound(f"view {view_id} not found on table {table.id}")
-    return JSON(views.view_out(row))
+    return JSON(views.view_out(row, table))
 
 
 @router.delete("/{view_id}", response_model=Deleted, responses=ERRORS)

@@ -36,8 +36,15 @@ Behaviour the spec leaves open, decided here:
   rows), else ``None``.
 - A table of another workspace is "unknown table"; a table of the workspace the token
   cannot read is refused with its own message (both ``INVALID_SQL``).
+- Any other SELECT (aggregates, GROUP BY/HAVING, OR/NOT, BETWEEN, ILIKE, arithmetic,
+  AS, the curated functions, JOIN along a relation column, IN (SELECT …)) is an
+  analytic query: :mod:`storage.sqlquery.analytic` rebuilds it from an allow-list and
+  it answers ``{rows, columns: [{name, type}], total, limit, offset, has_more}`` (and
+  ``table`` when it reads one table without aggregating). There select columns read
+  their labels and relations the related record's id (docs/sql.md).
 """
 
+from storage.sqlquery.analytic import FUNCTIONS, AnalyticPlan
 from storage.sqlquery.parse import MAX_QUERY_CHARS
 from storage.sqlquery.plan import (
     DEFAULT_LIMIT,
@@ -50,6 +57,8 @@ from storage.sqlquery.plan import (
 from storage.sqlquery.run import run_sql
 
 __all__ = [
+    "FUNCTIONS",
+    "AnalyticPlan",
     "DEFAULT_LIMIT",
     "MAX_IN_VALUES",
     "MAX_LIMIT",

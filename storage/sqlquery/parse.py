@@ -143,6 +143,17 @@ def parse_query(query: str) -> ParsedQuery:
         InvalidSQL: the text is not one statement of the grammar.
         PayloadTooLarge: the text is longer than ``MAX_QUERY_CHARS``.
     """
+    check_text(query)
+    return _parse_cached(query)
+
+
+def check_text(query: str) -> None:
+    """The checks on the text itself, before any parsing (shared with the analytic path).
+
+    Raises:
+        InvalidSQL: empty, or not text.
+        PayloadTooLarge: longer than ``MAX_QUERY_CHARS``.
+    """
     if not isinstance(query, str) or not query.strip():
         raise InvalidSQL("query is empty")
     if len(query) > MAX_QUERY_CHARS:
@@ -152,7 +163,6 @@ def parse_query(query: str) -> ParsedQuery:
             query.encode()
         except UnicodeEncodeError as exc:  # JSON can carry "\ud800"; UTF-8 (and PostgreSQL) cannot
             raise InvalidSQL(f"the query holds a character that is not text (position {exc.start})") from None
-    return _parse_cached(query)
 
 
 @functools.lru_cache(maxsize=512)
@@ -419,3 +429,9 @@ def _int_clause(node: exp.Limit | exp.Offset | None, what: str) -> int | None:
     if n > 2**63 - 1:
         raise InvalidSQL(f"{what} is too large")
     return n
+
+
+# shared with the analytic path (storage.sqlquery.analytic)
+check_tokens = _check_tokens
+parse_error_text = _parse_error_text
+snippet = _snippet

@@ -23,6 +23,7 @@ from psycopg import sql
 from storage.errors import InvalidSQL, ServiceError, ValidationError
 from storage.plans import IN_MAX, PAGE_DEFAULT, PAGE_MAX
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
+from storage.sqlquery.analytic import AnalyticPlan, translate_analytic
 from storage.sqlquery.build import (
     KIND_COMPUTED,
     KIND_ID,
@@ -91,6 +92,10 @@ class SqlPlan:
     bound: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
     @property
+    def table_ids(self) -> tuple[int, ...]:
+        return (self.table.id,)
+
+    @property
     def rows_params(self) -> tuple[Any, ...]:
         return (*self.where_params, *self.order_params, self.limit, self.offset)
 
@@ -104,8 +109,14 @@ def translate(
     *,
     resolve_table: Callable[[str], TableMeta | None],
     can_read: Callable[[int], bool],
-) -> SqlPlan:
+) -> SqlPlan | AnalyticPlan:
     """Parse, check and translate one query of the SQL endpoint's grammar. Pure.
+
+    A query of the spec's simple grammar gives a :class:`SqlPlan` (answer ``{rows,
+    total, table, limit, offset, has_more}`` or ``{count}``); any other SELECT is
+    translated by :func:`storage.sqlquery.analytic.translate_analytic` (aggregates,
+    GROUP BY, joins along relations, OR, functions…), which refuses what is outside its
+    allow-list.
 
     Args:
         query: the client's SQL text.
@@ -120,7 +131,10 @@ def translate(
             (LIMIT above 1000), ``TOO_MANY_VALUES`` (IN with more than 200 values).
         PayloadTooLarge: the query text is longer than 10,000 characters.
     """
-    parsed = parse_query(query)
+    try:
+        parsed = parse_query(query)
+    except InvalidSQL:
+        return translate_analytic(query, resolve_table=resolve_table, can_read=can_read)
     table = resolve_table(parsed.table.text)
     if table is None:
         raise InvalidSQL(f"unknown table {parsed.table.text!r}")
@@ -181,13 +195,20 @@ def table_resolver(tables: Iterable[TableMeta]) -> Callable[[str], TableMeta | N
     Raises (from the returned callable):
         InvalidSQL: several tables match case-insensitively and none exactly.
     """
-    candidates = tuple(tables)
+    return TableResolver(tuple(tables))
 
-    def resolve(name: str) -> TableMeta | None:
-        found: TableMeta | None = _match(name, candidates, lambda t: t.name, "table")
+
+class TableResolver:
+    """:func:`table_resolver`'s callable; ``by_id`` finds the table a relation column
+    points to (``label()`` of analytic queries)."""
+
+    def __init__(self, tables: tuple[TableMeta, ...]) -> None:
+        self.tables = tables
+        self.by_id = {t.id: t for t in tables}
+
+    def __call__(self, name: str) -> TableMeta | None:
+        found: TableMeta | None = _match(name, self.tables, lambda t: t.name, "table")
         return found
-
-    return resolve
 
 
 def star_fields(table: TableMeta) -> tuple[Field, ...]:

@@ -25,6 +25,7 @@ from psycopg.rows import tuple_row
 from storage.db import bound_once
 from storage.ddl import ro_role
 from storage.errors import InvalidSQL, SQLTimeout
+from storage.sqlquery.analytic import AnalyticPlan
 from storage.sqlquery.build import KIND_TIMESTAMP, Field
 from storage.sqlquery.plan import SqlPlan
 from storage.values import decode_value, iso
@@ -34,7 +35,7 @@ _MIN_TIMEOUT_MS = 1
 
 async def run_sql(
     conn: psycopg.AsyncConnection[Any],
-    plan: SqlPlan,
+    plan: SqlPlan | AnalyticPlan,
     *,
     workspace_id: int,
     timeout_s: float,
@@ -63,12 +64,17 @@ async def run_sql(
         REST: select columns give option ids, dates and timestamps ISO strings).
         ``total`` is the exact number of matching rows when ``count`` is set or when the
         page shows it (the page reaches the end of the result), otherwise ``None``.
+        An analytic plan answers ``{"rows", "columns", "total", ["table",] "limit",
+        "offset", "has_more"}`` (see :func:`_run_analytic`).
 
     Raises:
         SQLTimeout: the query ran past ``timeout_s`` (408 ``SQL_TIMEOUT``).
         InvalidSQL: the plan belongs to another workspace, or the database rejected a
             value (e.g. a LIKE pattern ending in the escape character).
     """
+    if isinstance(plan, AnalyticPlan):
+        return await _run_analytic(conn, plan, workspace_id=workspace_id, timeout_s=timeout_s,
+                                   json_rows=json_rows, count=count)
     if plan.table.workspace_id != workspace_id:
         # Same answer as for a table that does not exist: workspaces are invisible.
         raise InvalidSQL(f"unknown table {plan.table.name!r}")
@@ -87,6 +93,62 @@ async def run_sql(
     except pg_errors.DataError as exc:
         raise InvalidSQL(f"the database rejected a value: {exc.diag.message_primary}") from exc
     return _shape(plan, work, results)
+
+
+async def _run_analytic(
+    conn: psycopg.AsyncConnection[Any],
+    plan: AnalyticPlan,
+    *,
+    workspace_id: int,
+    timeout_s: float,
+    json_rows: bool,
+    count: bool,
+) -> dict[str, Any]:
+    """An analytic plan: one statement rendering the page as JSON (PostgreSQL names each
+    row's keys after the result columns) with the rows read or the exact count, run as
+    :func:`run_sql` runs the simple plans. ``rows`` are flat objects keyed by the result
+    column names, ``columns`` their names and types, in order."""
+    if any(t.workspace_id != workspace_id for t in plan.tables) or plan.workspace_id != workspace_id:
+        raise InvalidSQL(f"unknown table {plan.tables[0].name!r}")
+    if timeout_s <= 0:
+        raise ValueError("timeout_s must be positive")
+    key = "counted" if count else "probe"
+    statement = plan.bound.get(key)
+    if statement is None:  # every value is a literal of the composed text: no parameters
+        statement = plan.bound[key] = (plan.counted if count else plan.probe).as_bytes(conn)
+    work = _Work((statement,), "json", count)
+    top_level = conn.info.transaction_status == TransactionStatus.IDLE
+    try:
+        if top_level and conn.autocommit:
+            results = await _run_pipelined(conn, work, workspace_id=workspace_id, timeout_s=timeout_s)
+        else:
+            results = await _run_in_transaction(conn, work, workspace_id=workspace_id, timeout_s=timeout_s,
+                                                top_level=top_level)
+    except pg_errors.QueryCanceled as exc:
+        raise SQLTimeout(f"the query ran longer than the plan's SQL timeout of {timeout_s:g} s") from exc
+    except pg_errors.DataError as exc:
+        raise InvalidSQL(f"the database rejected a value: {exc.diag.message_primary}") from exc
+    except (psycopg.ProgrammingError, psycopg.NotSupportedError, pg_errors.ProgramLimitExceeded) as exc:
+        # e.g. a function over a type it does not take, a statement too complex to plan
+        raise InvalidSQL(f"the database refused the query: {exc.diag.message_primary}") from exc
+    (text, number), = results[0]
+    rows: Any = orjson.Fragment(text) if json_rows else orjson.loads(text)
+    if count:
+        total: int | None = int(number)
+        more = total > plan.offset + plan.limit
+    else:
+        read = int(number)
+        more = read > plan.limit
+        total = plan.offset + read if not more and (read or not plan.offset) else None
+    out: dict[str, Any] = {
+        "rows": rows,
+        "columns": [{"name": c.name, "type": c.type} for c in plan.columns],
+        "total": total,
+    }
+    if plan.table is not None:
+        out["table"] = plan.table.name
+    out.update(limit=plan.limit, offset=plan.offset, has_more=more)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,12 +252,24 @@ async def _run_in_transaction(
 
 
 async def _abort(conn: psycopg.AsyncConnection[Any]) -> None:
-    # a failed pipeline leaves the transaction open: end it so the role and settings die with it
-    if conn.info.transaction_status != TransactionStatus.IDLE:
-        try:
-            await conn.execute("ROLLBACK")
-        except psycopg.Error:
-            pass
+    """After a failed pipeline: end the transaction it leaves open (the role and settings
+    die with it) and forget every prepared statement, on both sides. psycopg (3.3) counts
+    a statement as prepared when it sends it in a pipeline; when the pipeline fails
+    before that statement, PostgreSQL never saw its Parse, and every later use of the
+    name (``ROLLBACK`` first) failed with "prepared statement … does not exist", which
+    left the pooled connection broken for every later request (found by the analytic
+    fuzz test). Only failures pay for this: the statements are prepared again after a
+    few calls."""
+    try:
+        if conn.info.transaction_status != TransactionStatus.IDLE:
+            await conn.execute("ROLLBACK", prepare=False)
+    except psycopg.Error:
+        pass
+    prepared = getattr(conn, "_prepared", None)  # psycopg's PrepareManager (no public reset)
+    if prepared is not None:
+        prepared.clear()  # and psycopg sends DEALLOCATE ALL before the connection's next statement
+    else:  # pragma: no cover - another psycopg: leave nothing prepared at all
+        conn.prepare_threshold = None
 
 
 async def _set_timeout(cur: psycopg.AsyncCursor[Any], deadline: float) -> None:

@@ -22,7 +22,8 @@ def make_channel(ws, agent, **body):
 
 
 def make_credential(ws, name="bot-token"):
-    r = ws.admin.post(f"/workspaces/{ws.id}/credentials", json={"name": name, "type": "bearer", "secret": "123:abc"})
+    r = ws.admin.post(f"/workspaces/{ws.id}/credentials", json={"name": name, "type": "bearer", "secret": "123:abc",
+                                                                      "hosts": ["api.telegram.org"]})
     assert r.status_code == 201, r.text
     return r.json()
 
@@ -270,7 +271,9 @@ def test_patch_channel_sets_and_clears_the_credential(ws):
     a = make_agent(ws)
     make_credential(ws, "bot-1")
     make_credential(ws, "bot-2")
-    c = make_channel(ws, a, type="telegram")
+    # disabled: an enabled telegram channel with a credential registers its webhook with
+    # Telegram (tests/chat/test_telegram.py), which this API process has no stand-in for
+    c = make_channel(ws, a, type="telegram", enabled=False)
     path = f"/agents/{a['id']}/channels/{c['id']}"
     r = ws.api.patch(path, json={"config": {"credential": "bot-1"}})
     assert r.status_code == 200, r.text

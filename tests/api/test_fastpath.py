@@ -129,6 +129,13 @@ def _sql_requests(s: dict[str, Any]) -> list[tuple[str | None, bytes | Iterator[
         (tok["builder"], page, {**js, "Prefer": "count=exact"}),
         (tok["builder"], b'{"query": "SELECT * FROM Tasks ORDER BY id"}', js),  # file column: decoded rows
         (tok["builder"], b'{"query": "SELECT COUNT(*) FROM Tasks WHERE Done = true"}', js),
+        # analytic queries (issue #25)
+        (tok["builder"], b'{"query": "SELECT Score, COUNT(*) AS n FROM Tasks GROUP BY Score ORDER BY Score"}', js),
+        (tok["builder"], b'{"query": "SELECT Title, Due FROM Tasks WHERE Score > 1 OR Done LIMIT 2", "count": true}',
+         js),
+        (tok["builder"], b'{"query": "SELECT Title, COUNT(*) FROM Tasks"}', js),
+        (tok["builder"], b'{"query": "SELECT SUM(Title) FROM Tasks"}', js),
+        (tok["reader"], b'{"query": "SELECT COUNT(*) AS n FROM Tasks WHERE Title IN (SELECT Code FROM Hidden)"}', js),
         (tok["builder"], b'{"query": "SELECT Title FROM Tasks WHERE Title = \'t1\'", "count": false}', js),
         (tok["builder"], b'{"query": "SELECT Title FROM Tasks", "query": "SELECT Score FROM Tasks"}', js),
         (tok["builder"], b'{"query": "DELETE FROM Tasks"}', js),

@@ -13,7 +13,8 @@ SECRET = "s3cr3t-never-shown-4f9a"
 
 @pytest.fixture
 def tables(ws, admin):
-    r = admin.post(f"/workspaces/{ws.id}/credentials", json={"name": "api-key", "type": "bearer", "secret": SECRET})
+    r = admin.post(f"/workspaces/{ws.id}/credentials", json={"name": "api-key", "type": "bearer", "secret": SECRET,
+                                                                "hosts": ["example.com"]})
     assert r.status_code == 201, r.text
     people = ws.create_table("People", [{"name": "Email", "type": "text", "required": True}])
     tasks = ws.create_table("Tasks", [

@@ -77,7 +77,9 @@ def test_delete_table_drops_it_and_its_records(ws):
 def test_deleting_a_table_removes_relation_columns_pointing_at_it(ws):
     a = ws.create_table("A", [{"name": "Name", "type": "text"}])
     b = ws.create_table("B", [{"name": "Link", "type": "relation", "relation_table_id": a["id"]}])
-    assert ws.api.delete(f"/tables/{a['id']}").status_code == 200
+    r = ws.api.delete(f"/tables/{a['id']}")
+    assert r.status_code == 409 and r.json()["code"] == "COLUMN_IN_USE"
+    assert ws.api.delete(f"/tables/{a['id']}?force=true").status_code == 200
     cols = ws.api.get(f"/tables/{b['id']}/columns").json()
     assert cols == []
 

@@ -262,9 +262,35 @@ def test_unknown_view_param_is_404(ws, seeded, make_workspace):
         assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND", ref
 
 
-def test_view_terms_on_deleted_columns_are_skipped(ws, seeded):
+def test_view_terms_on_force_deleted_columns_are_removed(ws, seeded):
     v = create(ws, seeded, {"name": "Todo", "view_type": "grid",
                             "config": {"filters": {"Status": "eq.todo", "Score": "gte.4"}, "sort": "Score.asc"}}).json()
     score = next(c for c in seeded["columns"] if c["name"] == "Score")
-    assert ws.api.delete(f"/tables/{seeded['id']}/columns/{score['id']}").status_code == 200
+    r = ws.api.delete(f"/tables/{seeded['id']}/columns/{score['id']}")
+    assert r.status_code == 409 and r.json()["code"] == "COLUMN_IN_USE"
+    assert {"kind": "view", "id": v["id"], "name": "Todo", "table_id": seeded["id"]} in r.json()["dependents"]
+    assert ws.api.delete(f"/tables/{seeded['id']}/columns/{score['id']}?force=true").status_code == 200
+    got = ws.api.get(f"/tables/{seeded['id']}/views/{v['id']}").json()["config"]
+    assert got == {"filters": {"Status": "eq.todo"}, "sort": ""}
     assert titles(ws.api.get(records_url(seeded), params={"view": v["id"]})) == ["a", "b", "d", "e"]
+
+
+def test_list_form_filters_hold_two_conditions_on_one_column(ws, seeded):
+    body = {"name": "Mid", "view_type": "grid", "config": {
+        "filters": [{"column": "Score", "op": "gte", "value": 2}, {"column": "Score", "op": "lt", "value": 5},
+                    {"column": "Status", "op": "not.eq", "value": "done"}],
+        "sort": "Score.asc"}}
+    r = create(ws, seeded, body)
+    assert r.status_code == 201, r.text
+    assert titles(ws.api.get(records_url(seeded), params={"view": r.json()["id"]})) == ["d"]
+    assert r.json()["config"]["filters"] == body["config"]["filters"]
+    score = next(c for c in seeded["columns"] if c["name"] == "Score")
+    ws.api.patch(f"/tables/{seeded['id']}/columns/{score['id']}", json={"name": "Points"})
+    got = ws.api.get(f"/tables/{seeded['id']}/views/{r.json()['id']}").json()["config"]
+    assert [f["column"] for f in got["filters"]] == ["Points", "Points", "Status"] and got["sort"] == "Points.asc"
+    bad = create(ws, seeded, {"name": "Bad", "view_type": "grid",
+                              "config": {"filters": [{"column": "Nope", "op": "eq", "value": 1}]}})
+    assert bad.status_code == 400 and bad.json()["code"] == "UNKNOWN_COLUMN"
+    bad = create(ws, seeded, {"name": "Bad", "view_type": "grid",
+                              "config": {"filters": [{"column": "Score", "op": "nearly", "value": 1}]}})
+    assert bad.status_code == 400 and bad.json()["code"] == "UNKNOWN_OPERATOR"

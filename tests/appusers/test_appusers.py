@@ -59,6 +59,8 @@ def _refresh(base_url: str, ws_id: int, token: str) -> httpx.Response:
 def test_signup_creates_the_users_record_and_a_session(ws, admin):
     assert _signup(ws).json()["code"] == "FORBIDDEN"  # no relay profile: app users are off
     _app(ws, admin)
+    assert _signup(ws, fields={"Name": "Ada"}).json()["code"] == "SIGNUP_FIELD_NOT_ALLOWED"  # none by default
+    assert admin.patch(f"/workspaces/{ws.id}", json={"signup_fields": ["Name"]}).json()["signup_fields"] == ["Name"]
     r = _signup(ws, "Ada@Example.com", fields={"Name": "Ada"})
     assert r.status_code == 201, r.text
     body = r.json()
@@ -161,6 +163,9 @@ def test_app_users_use_storage_under_their_own_prefix_and_realtime_through_the_r
     app = _app(ws, admin)
     assert httpx.post(f"{ws.base_url}/storage/v1/bucket", json={"name": "avatars"},
                       headers={"Authorization": f"Bearer {ws.builder_token}"}).status_code == 201
+    grant = admin.put(f"/workspaces/{ws.id}/profiles/{app['profile']['id']}/bucket_grants",
+                      json=[{"bucket": "avatars", "read": True, "write": True}])
+    assert grant.status_code == 200, grant.text
     s = _signup(ws).json()
     uid, token = s["user"]["id"], s["access_token"]
     with httpx.Client(base_url=f"{ws.base_url}/storage/v1", headers={"Authorization": f"Bearer {token}"}) as st:

@@ -187,7 +187,7 @@ def test_every_issue_scenario_is_registered_and_peers_run_last() -> None:
     names = list(REGISTRY)
     for wanted in ("pipelines.create", "pipelines.batch", "pipelines.run_actions", "sql.select", "sql.schema",
                    "mcp.list_records", "limits.rate_limiter", "realtime.latency", "storage.throughput",
-                   "chat.first_token", "search.semantic", "sdk.overhead", "peers.compare"):
+                   "chat.first_token", "search.semantic", "sdk.overhead", "sql.analytics", "peers.compare"):
         assert wanted in names
     assert names[-1] == "peers.compare"
     assert names.index("records.get") < names.index("pipelines.create")

@@ -53,6 +53,7 @@ class FakeServices:
     completions: list[dict[str, Any]] = field(default_factory=list)
     embeddings: list[dict[str, Any]] = field(default_factory=list)
     telegram: list[dict[str, Any]] = field(default_factory=list)
+    webhooks: list[dict[str, Any]] = field(default_factory=list)  # setWebhook calls: {token, url, secret_token}
     streams_finished: int = 0
     streams_aborted: int = 0
     first_chunk_s: list[float] = field(default_factory=list)  # provider's own time to first token
@@ -88,6 +89,7 @@ class FakeServices:
         app.router.add_post("/chat/completions", self._chat)
         app.router.add_post("/embeddings", self._embeddings)
         app.router.add_post(r"/bot{token}/sendMessage", self._send_message)
+        app.router.add_post(r"/bot{token}/setWebhook", self._set_webhook)
         self.runner = web.AppRunner(app, access_log=None)
         self.loop.run_until_complete(self.runner.setup())
         self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
@@ -165,6 +167,19 @@ class FakeServices:
         self.telegram.append({"token": request.match_info["token"], **body})
         return web.json_response({"ok": True, "result": {"message_id": len(self.telegram),
                                                          "chat": {"id": body.get("chat_id")}, "text": body.get("text")}})
+
+
+    async def _set_webhook(self, request: web.Request) -> web.Response:
+        # as the Bot API: a token it does not know is 401 {"ok": false}
+        token = request.match_info["token"]
+        if "revoked" in token:
+            return web.json_response({"ok": False, "error_code": 401, "description": "Unauthorized"}, status=401)
+        self.webhooks.append({"token": token, **(await request.json())})
+        return web.json_response({"ok": True, "result": True, "description": "Webhook was set"})
+
+    def webhook_secret(self, channel_token: str) -> str:
+        """The secret_token last registered for the webhook of a channel (by its token in the URL)."""
+        return [w for w in self.webhooks if w["url"].endswith(f"token={channel_token}")][-1]["secret_token"]
 
 
 def _pieces(text: str) -> list[str]:

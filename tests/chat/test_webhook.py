@@ -99,6 +99,8 @@ def test_tools_read_granted_tables_and_results_go_back_as_data(
     ("list_records", {"table_id": "Secret"}),
     ("get_record", {"table_id": "Secret", "record_id": 1}),
     ("sql_query", {"query": "SELECT * FROM Secret"}),
+    ("sql_query", {"query": "SELECT Title FROM Tasks WHERE Title IN (SELECT Code FROM Secret) OR Done"}),
+    ("sql_query", {"query": "SELECT Code, COUNT(*) AS n FROM Secret GROUP BY Code"}),
     ("list_columns", {"table_id": "Secret"}),
 ])
 def test_tools_cannot_reach_tables_the_agent_was_not_granted(
@@ -129,6 +131,9 @@ def test_writes_need_the_agents_write_setting(cws: Workspace, ai_api: ApiProcess
     assert body["tool_calls"][0]["result_summary"].startswith("UNKNOWN_TOOL")
     offered = {t["function"]["name"] for t in fake.completions[-2]["tools"]}
     assert "create_record" not in offered and "list_records" in offered
+    # the SQL tool the agent is offered teaches the analytic grammar
+    sql_tool = next(t["function"] for t in fake.completions[-2]["tools"] if t["function"]["name"] == "sql_query")
+    assert "GROUP BY" in sql_tool["description"] and "JOIN" in sql_tool["description"]
 
     writer = make_agent(cws, [tasks["id"]], config={"write": True})
     body = post(ai_api.base_url, writer["token"], {"message": msg, "session_id": "w"}).json()

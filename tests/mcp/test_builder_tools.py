@@ -1,4 +1,4 @@
-"""The 42 builder tools (vibe_mcp): tables, columns, views, schedules, agents, channels,
+"""The 43 builder tools (vibe_mcp): tables, columns, views, schedules, agents, channels,
 publishing, access, batch records and credentials — happy paths and their errors."""
 
 from __future__ import annotations
@@ -25,8 +25,17 @@ async def test_table_and_column_tools(ws, mcp):
                                                      "formula": "{Value} * 2"}))
         assert error_code(await c.call_tool("create_column", {"table_id": "Crm", "name": "Bad", "type": "formula",
                                                               "formula": "{Nope} +"})) == "INVALID_FORMULA"
+        assert error_code(await c.call_tool("create_column", {"table_id": "Crm", "name": "Bad", "type": "formula",
+                                                              "formula": "{Nope} * 2"})) == "UNKNOWN_COLUMN"
         ren = data(await c.call_tool("update_column", {"table_id": "Crm", "column": "Value", "name": "Amount"}))
         assert ren["name"] == "Amount" and ren["id"] == col["id"]
+        by_name = {x["name"]: x for x in data(await c.call_tool("get_table", {"table_id": "Crm"}))["columns"]}
+        assert by_name["Twice"]["formula"] == "{Amount} * 2"
+        assert error_code(await c.call_tool("update_column", {"table_id": "Crm", "column": "Amount",
+                                                              "formula": "{Twice}", "type": "formula"})) \
+            == "CIRCULAR_REFERENCE"
+        assert error_code(await c.call_tool("delete_column", {"table_id": "Crm", "column": "Amount"})) \
+            == "COLUMN_IN_USE"
         assert error_code(await c.call_tool("update_column", {"table_id": "Crm", "column": "Nope", "name": "x"})) \
             == "NOT_FOUND"
         order = data(await c.call_tool("reorder_columns", {"table_id": "Crm", "columns": ["Twice", "Amount"]}))
@@ -37,8 +46,22 @@ async def test_table_and_column_tools(ws, mcp):
         up = data(await c.call_tool("update_table", {"table_id": "Crm", "name": "Customers", "icon": "star"}))
         assert (up["name"], up["icon"]) == ("Customers", "star")
         assert data(await c.call_tool("delete_column", {"table_id": "Customers", "column": f["id"]}))["deleted"]
+        assert data(await c.call_tool("delete_column", {"table_id": "Customers", "column": "Amount"}))["deleted"]
         assert data(await c.call_tool("delete_table", {"table_id": "Customers"})) == {"id": t["id"], "deleted": True}
         assert error_code(await c.call_tool("get_table", {"table_id": t["id"]})) == "NOT_FOUND"
+
+
+async def test_update_column_converts_and_refuses_a_lossy_change(ws, mcp):
+    t = ws.create_table("Conv", [{"name": "Amount", "type": "text"}])
+    for v in ("12", "1,234.5", "n/a"):
+        ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Amount": v}})
+    async with mcp(ws.builder_token) as c:
+        args = {"table_id": "Conv", "column": "Amount", "type": "number"}
+        assert error_code(await c.call_tool("update_column", args)) == "LOSSY_CHANGE"
+        col = data(await c.call_tool("update_column", {**args, "allow_loss": True}))
+        assert col["type"] == "number" and col["conversion"] == {"converted": 2, "lost": 1}
+    rows = ws.api.get(f"/tables/{t['id']}/records").json()["records"]
+    assert sorted((r["fields"]["Amount"] for r in rows), key=lambda v: (v is None, v)) == [12, 1234.5, None]
 
 
 async def test_view_and_publishing_tools(ws, mcp, base_url):
@@ -140,12 +163,18 @@ async def test_access_and_credential_tools(ws, mcp, base_url):
         assert {x["type"] for x in tokens} == {"vibe_mcp", "user_mcp"}
         assert all("token" not in x and "token_hash" not in x for x in tokens)
         cred = data(await c.call_tool("create_credential", {"name": "crm", "type": "header",
-                                                            "header_name": "X-Api-Key", "secret": "s3cret"}))
-        assert set(cred) == {"id", "name", "type", "header_name", "created_at"}
+                                                            "header_name": "X-Api-Key", "secret": "s3cret",
+                                                            "hosts": ["api.crm.example"]}))
+        assert set(cred) == {"id", "name", "type", "header_name", "hosts", "created_at"}
+        assert cred["hosts"] == ["api.crm.example"]
         assert error_code(await c.call_tool("create_credential", {"name": "crm", "type": "bearer",
-                                                                  "secret": "x"})) == "CONFLICT"
+                                                                  "secret": "x", "hosts": ["a.example"]})) == "CONFLICT"
         assert error_code(await c.call_tool("create_credential", {"name": "h", "type": "header",
-                                                                  "secret": "x"})) == "VALIDATION_ERROR"
+                                                                  "secret": "x", "hosts": ["a.example"]})) \
+            == "VALIDATION_ERROR"
+        assert error_code(await c.call_tool("create_credential", {"name": "h", "type": "bearer", "secret": "x",
+                                                                  "hosts": ["https://a.example/"]})) \
+            == "INVALID_HOST_PATTERN"
         creds = data(await c.call_tool("list_credentials", {}))["credentials"]
         assert [x["name"] for x in creds] == ["crm"] and "s3cret" not in str(creds)
         assert data(await c.call_tool("delete_credential", {"credential": "crm"}))["deleted"]

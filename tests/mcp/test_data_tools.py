@@ -157,6 +157,16 @@ async def test_list_views_and_sql_query(ws, mcp, table):
         assert (len(out["rows"]), out["total"], out["has_more"]) == (1, 3, True)
         assert data(await c.call_tool("sql_query", {"query": "SELECT COUNT(*) FROM Tasks"}))["count"] == 3
         assert error_code(await c.call_tool("sql_query", {"query": "DELETE FROM Tasks"})) == "INVALID_SQL"
+        # analytics (issue #25): rows with typed columns
+        out = data(await c.call_tool("sql_query", {
+            "query": "SELECT Score > 1 AS big, COUNT(*) AS n, SUM(Score) AS s FROM Tasks GROUP BY 1 ORDER BY 1",
+            "count": True}))
+        assert out["rows"] == [{"big": False, "n": 2, "s": 1}, {"big": True, "n": 1, "s": 2}]
+        assert out["columns"] == [{"name": "big", "type": "boolean"}, {"name": "n", "type": "number"},
+                                  {"name": "s", "type": "number"}]
+        assert (out["total"], out["has_more"]) == (2, False)
+        assert error_code(await c.call_tool("sql_query", {"query": "SELECT Title, COUNT(*) FROM Tasks"})) \
+            == "INVALID_SQL"
 
 
 async def test_semantic_search_on_a_table_without_it_is_a_clear_error(ws, mcp):

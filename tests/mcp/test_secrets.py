@@ -44,8 +44,8 @@ def test_no_service_key_means_credentials_are_not_configured(key):
 ])
 def test_credential_definitions_are_checked(kw, ok):
     if ok:
-        assert secrets.check_credential(**kw)[1] == kw["type"]
+        assert secrets.check_credential(**kw, hosts=["api.example.com"])[1] == kw["type"]
     else:
         with pytest.raises(ServiceError) as exc:
-            secrets.check_credential(**kw)
+            secrets.check_credential(**kw, hosts=["api.example.com"])
         assert exc.value.code == "VALIDATION_ERROR"

@@ -51,8 +51,10 @@ def prod(ws: Workspace, prod_api: ApiProcess) -> Iterator[httpx.Client]:
         yield client
 
 
-def add_credential(ws: Workspace, name: str, type: str, secret: str, header_name: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"name": name, "type": type, "secret": secret}
+def add_credential(ws: Workspace, name: str, type: str, secret: str, header_name: str | None = None,
+                   hosts: list[str] | None = None) -> dict[str, Any]:
+    """A credential bound to ``hosts`` (default: the local receivers' ``127.0.0.1``)."""
+    body: dict[str, Any] = {"name": name, "type": type, "secret": secret, "hosts": hosts or ["127.0.0.1"]}
     if header_name is not None:
         body["header_name"] = header_name
     r = ws.admin.post(f"/workspaces/{ws.id}/credentials", json=body)

@@ -11,7 +11,8 @@ from tests.outside.conftest import add_credential
 def test_a_credential_is_created_listed_and_deleted_without_its_secret(ws, services):
     secret = "tok-" + "s" * 30
     made = add_credential(ws, "crm", "bearer", secret)
-    assert set(made) == {"id", "name", "type", "header_name", "created_at"} and secret not in str(made)
+    assert set(made) == {"id", "name", "type", "header_name", "hosts", "created_at"} and secret not in str(made)
+    assert made["hosts"] == ["127.0.0.1"]
     listed = ws.admin.get(f"/workspaces/{ws.id}/credentials")
     assert listed.status_code == 200 and [c["name"] for c in listed.json()] == ["crm"]
     assert secret not in listed.text
@@ -38,9 +39,11 @@ def test_bad_credentials_are_refused(ws, body, status, code):
 
 def test_duplicate_names_conflict_and_unknown_workspaces_are_not_found(ws):
     add_credential(ws, "dup", "query", "abc", header_name="key")
-    r = ws.admin.post(f"/workspaces/{ws.id}/credentials", json={"name": "dup", "type": "bearer", "secret": "x"})
+    r = ws.admin.post(f"/workspaces/{ws.id}/credentials",
+                      json={"name": "dup", "type": "bearer", "secret": "x", "hosts": ["a.example"]})
     assert r.status_code == 409 and r.json()["code"] == "CONFLICT"
-    r = ws.admin.post("/workspaces/999999/credentials", json={"name": "a", "type": "bearer", "secret": "x"})
+    r = ws.admin.post("/workspaces/999999/credentials",
+                      json={"name": "a", "type": "bearer", "secret": "x", "hosts": ["a.example"]})
     assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND"
 
 

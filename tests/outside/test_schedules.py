@@ -121,3 +121,21 @@ def test_a_firing_past_the_automation_run_quota_is_skipped(make_workspace, servi
 async def _result(address: str, workflow_id: str) -> dict:
     client = await Client.connect(address)
     return await client.get_workflow_handle(workflow_id).result()
+
+
+def test_a_renamed_filter_column_carries_into_the_schedule(ws):
+    t = formula_table(ws)
+    a, b = t["columns"][0]["id"], t["columns"][1]["id"]
+    s = ws.api.post(f"/tables/{t['id']}/schedules", json={
+        "name": "paused", "cron": "0 0 1 1 *", "paused": True, "filters": {"A": "gte.3"}, "column_ids": [b]}).json()
+    r = ws.api.delete(f"/tables/{t['id']}/columns/{a}")
+    assert r.status_code == 409 and {"kind": "schedule", "id": s["id"], "name": "paused",
+                                     "table_id": t["id"]} in r.json()["dependents"]
+    assert ws.api.patch(f"/tables/{t['id']}/columns/{a}", json={"name": "Amount"}).status_code == 200
+    got = ws.api.get(f"/tables/{t['id']}/schedules/{s['id']}").json()
+    assert got["filters"] == [{"column": "Amount", "op": "gte", "value": "3"}]
+    assert ws.api.post(f"/tables/{t['id']}/schedules/{s['id']}/trigger").status_code == 202
+    run = wait_run(ws.api, wait_recent_run(ws, t["id"], s["id"])["recent_runs"][0]["run_id"])
+    assert run["total"] == 2 and run["done"] == 2, run
+    rows = ws.api.get(f"/tables/{t['id']}/records?order=Amount.asc").json()["records"]
+    assert [x["fields"]["B"] for x in rows] == [None, None, None, 6, 8]

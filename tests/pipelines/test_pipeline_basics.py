@@ -47,7 +47,7 @@ def test_cycles_are_refused(ws):
     t = ws.create_table("P", [{"name": "A", "type": "formula", "formula": "1"}, {"name": "B", "type": "formula", "formula": "{A}"}])
     a = t["columns"][0]["id"]
     r = ws.api.patch(f"/tables/{t['id']}/columns/{a}", json={"formula": "{B} + 1"})
-    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR" and "cycle" in r.json()["error"]
+    assert r.status_code == 400 and r.json()["code"] == "CIRCULAR_REFERENCE" and "cycle" in r.json()["error"]
 
 
 def test_batch_runs_one_pipeline_for_all_rows(ws):

@@ -163,8 +163,13 @@ def test_read_only_workspaces_and_read_tokens(ws, admin):
     st = _storage(ws)
     _bucket(st)
     st.post("/object/files/a.txt", content=b"a")
-    reader = _storage(ws, ws.token("rest_api")["token"])
+    assert _storage(ws, ws.token("rest_api")["token"]).get("/object/files/a.txt").json()["code"] == "FORBIDDEN"
+    r = admin.post(f"/workspaces/{ws.id}/profiles", json={"name": "readers", "bucket_grants": [{"bucket": "files"}]})
+    assert r.status_code == 201 and r.json()["bucket_grants"][0] | {"bucket_id": 0} == {
+        "bucket_id": 0, "bucket": "files", "read": True, "write": False, "all_paths": False}
+    reader = _storage(ws, ws.token("rest_api", profile_id=r.json()["id"])["token"])
     assert reader.get("/object/files/a.txt").content == b"a"
+    assert reader.post("/object/files/c.txt", content=b"c").json()["code"] == "FORBIDDEN"  # read grant only
     assert admin.patch(f"/workspaces/{ws.id}", json={"read_only": True}).status_code == 200
     assert st.post("/object/files/b.txt", content=b"b").json()["code"] == "PLAN_READ_ONLY"
     assert st.get("/object/files/a.txt").status_code == 200

@@ -43,7 +43,9 @@ async def list_schedules(state: AppState, principal: Principal, args: dict[str, 
         return {"schedules": await api_schedules.list_schedules(state, principal, args["table_id"])}
     async with state.db.connection() as conn:
         rows = await sched.list_schedules(conn, workspace_id=principal.workspace_id)
-    return {"schedules": [api_schedules.schedule_out(r) for r in rows if principal.can_read(r["table_id"])]}
+    schema = await state.schema(principal.workspace_id)
+    return {"schedules": [api_schedules.schedule_out(r, schema.tables.get(r["table_id"]))
+                          for r in rows if principal.can_read(r["table_id"])]}
 
 
 async def create_schedule(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:

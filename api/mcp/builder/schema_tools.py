@@ -23,7 +23,7 @@ from api.mcp.spec import (
 from api.mcp.tools_data import route_json, table_for
 from api.routes import columns as rest_columns
 from api.routes import tables as rest_tables
-from api.schemas import ColumnIn, TableIn, TablePatch
+from api.schemas import ColumnIn, ColumnPatch, TableIn, TablePatch
 from api.serialize import column_out, table_out
 from api.state import AppState
 from storage.access import Action, Principal
@@ -59,6 +59,10 @@ _COLUMN_OUT = out({"id": {"type": "integer"}, "name": {"type": "string"}, "type"
                   ("id", "name", "type"))
 
 
+_FORCE = {"type": "boolean", "default": False,
+          "description": "delete even though other columns, views or settings use it (they are loosened or marked broken)"}
+
+
 async def create_table(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     body = model(TableIn, pick(args, "name", "icon", "columns", "semantic_search"))
     return route_json(await rest_tables.create_table(body, principal, state))
@@ -74,7 +78,10 @@ async def update_table(state: AppState, principal: Principal, args: dict[str, An
 
 async def delete_table(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.READ)
-    return route_json(await rest_tables.delete_table(table.id, principal, state))
+    force = args.get("force", False)
+    if not isinstance(force, bool):
+        raise ValidationError("force must be a boolean")
+    return route_json(await rest_tables.delete_table(table.id, principal, state, force=force))
 
 
 async def get_table(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
@@ -97,14 +104,18 @@ def _column_id(table: Any, ref: Any) -> int:
 
 async def update_column(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.READ)
-    body = model(ColumnIn, pick(args, *_COLUMN_FIELDS))
+    body = model(ColumnPatch, pick(args, *_COLUMN_FIELDS, "allow_loss"))
     resp = await rest_columns.patch_column(table.id, _column_id(table, args["column"]), body, principal, state)
     return route_json(resp)
 
 
 async def delete_column(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.READ)
-    resp = await rest_columns.delete_column(table.id, _column_id(table, args["column"]), principal, state)
+    force = args.get("force", False)
+    if not isinstance(force, bool):
+        raise ValidationError("force must be a boolean")
+    resp = await rest_columns.delete_column(table.id, _column_id(table, args["column"]), principal, state,
+                                            force=force)
     return route_json(resp)
 
 
@@ -140,20 +151,29 @@ SCHEMA_TOOLS: list[ToolSpec] = [
             update_table, obj({"table_id": TABLE_ID, "name": string("new name"), "icon": string("new icon"),
                                "semantic_search": {**_SEMANTIC, "type": ["object", "null"]}}, ("table_id",)),
             _TABLE_OUT, idempotent=True),
-    builder("delete_table", "Delete a table", "Drop a table and all its records (irreversible).",
-            delete_table, obj({"table_id": TABLE_ID}, ("table_id",)), DELETED_OUT, destructive=True,
-            idempotent=True),
+    builder("delete_table", "Delete a table",
+            "Drop a table and all its records (irreversible). Refused with COLUMN_IN_USE (listing `dependents`)"
+            " while relation or record-step columns of other tables point at it; force: true drops it anyway"
+            " (those computed columns are marked broken).",
+            delete_table, obj({"table_id": TABLE_ID, "force": _FORCE},
+                              ("table_id",)), DELETED_OUT, destructive=True, idempotent=True),
     builder("get_table", "Get a table", "A table with all its columns and settings.",
             get_table, obj({"table_id": TABLE_ID}, ("table_id",)), _TABLE_OUT, read_only=True, idempotent=True),
     builder("create_column", "Create a column", "Add a data or computed column to a table.",
             create_column, obj({"table_id": TABLE_ID, **column_props()}, ("table_id", "name", "type")), _COLUMN_OUT),
     builder("update_column", "Update a column",
-            "Rename a column or change its type, options, formula, config or required flag.",
-            update_column, obj({"table_id": TABLE_ID, "column": _COLUMN, **column_props(True)},
+            "Rename a column or change its type, options, formula, config or required flag. A type"
+            " change converts the values (see docs/type-conversions.md).",
+            update_column, obj({"table_id": TABLE_ID, "column": _COLUMN, **column_props(True),
+                               "allow_loss": boolean("go ahead with a change that drops values it cannot"
+                                                     " convert (refused with LOSSY_CHANGE otherwise)")},
                                ("table_id", "column")), _COLUMN_OUT, idempotent=True),
-    builder("delete_column", "Delete a column", "Remove a column and its values.",
-            delete_column, obj({"table_id": TABLE_ID, "column": _COLUMN}, ("table_id", "column")), DELETED_OUT,
-            destructive=True, idempotent=True),
+    builder("delete_column", "Delete a column",
+            "Remove a column and its values. Refused with COLUMN_IN_USE (listing `dependents`: computed columns,"
+            " views, relation labels, semantic search, schedules) while anything uses it; force: true deletes it"
+            " anyway (views lose those terms, dependent computed columns are marked broken until edited).",
+            delete_column, obj({"table_id": TABLE_ID, "column": _COLUMN, "force": _FORCE},
+                               ("table_id", "column")), DELETED_OUT, destructive=True, idempotent=True),
     builder("reorder_columns", "Reorder columns",
             "Put the listed columns first, in this order; unlisted columns follow in their current order.",
             reorder_columns, obj({"table_id": TABLE_ID,

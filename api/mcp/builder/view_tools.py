@@ -22,7 +22,7 @@ from storage.views import VIEW_TYPES
 
 _VIEW_ID = integer("the view's id")
 _CONFIG = any_object(
-    "per view type: grid/kanban/gallery/calendar/timeline take filters {Col: \"op.value\"}, sort \"Col.desc\","
+    "per view type: grid/kanban/gallery/calendar/timeline take filters {Col: \"op.value\"} or [{column, op, value}, ...] (several conditions on one column), sort \"Col.desc\","
     " hidden_columns [names], column_order [names]; kanban needs group_by (single_select), calendar"
     " date_column, timeline start_column (end_column optional), gallery cover_column (file); form needs"
     " fields [data column names incl. every required one] and may set title, description, submit_label;"

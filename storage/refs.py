@@ -1,0 +1,593 @@
+"""Column references stored by id, shown by name (issue #21, DESIGN §5).
+
+Clients write formulas, templates and configs with column *names*; the metadata tables
+keep column *ids*, and every read renders today's names. A rename therefore changes one
+row and carries everywhere at once; a delete knows exactly who uses the column.
+
+Stored (encoded) forms, never shown to clients:
+
+- Excel-like formulas: ``{Price}`` → ``{@12}`` (only column-reference tokens; strings are
+  left alone; the grammar's own scanner decides what is a reference).
+- JavaScript formulas: ``{Price}`` → ``{@12}``, ``fields["Price"]`` → ``fields[@12]``,
+  ``fields.Price`` → ``fields.@12``.
+- Jinja2 templates: a variable ``Price`` → ``__ref_12``; ``fields["Due Date"]`` →
+  ``fields["__ref_12"]`` (rewritten token by token with Jinja's own lexer; references are
+  the template's undeclared variables as Jinja's parser finds them, so
+  ``{% if Status %}`` counts and ``{{ Price * 2 }}`` reads ``Price``).
+- Config values naming columns (``source_column``, ``depends_on``): ``"@12"``.
+- Record steps into other tables (``create_record``/``update_record`` ``fields`` keys,
+  ``fetch_records`` ``filters`` keys): ``"@<column id of the target table>"``; the target
+  ``table_id`` is stored as the table's id.
+
+Everything here is pure: :class:`Names` is the workspace's id ↔ name index.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from jinja2 import TemplateSyntaxError, nodes
+from jinja2 import meta as jinja_meta
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from storage.errors import InvalidFormula, UnknownColumn, ValidationError
+from storage.formula import compile_formula
+
+# Config keys whose string values are Jinja2 templates over the record.
+TEMPLATE_KEYS = ("url", "method", "body", "headers", "prompt", "system", "params", "fields",
+                 "record_id", "filters")
+# Config keys naming columns of the same table.
+NAME_KEYS = ("source_column", "depends_on")
+RECORD_KINDS = ("create_record", "update_record", "delete_record", "fetch_records")
+# Names a template may use that are not columns.
+TEMPLATE_CONTEXT = frozenset({"fields", "record_id", "item", "index", "loop", "now"})
+
+_FORMULA_TOKENS = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|\{((?:[^}\\]|\\.)*)\}", re.DOTALL)
+_FIELD_UNESCAPE = re.compile(r"\\([\\}])")
+_STORED_FIELD = re.compile(r"^@(\d+)$")
+_JS_SKIP = re.compile(
+    r"//[^\n]*|/\*.*?\*/|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|`(?:[^`\\]|\\.)*`", re.DOTALL
+)
+_JS_FIELD_ACCESS = re.compile(
+    r"\bfields\s*(?:\[\s*(\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*')\s*\]|\.\s*([A-Za-z_$][\w$]*))"
+)
+_JS_PLACEHOLDER = re.compile(r"\{([^{}\s:;,()'\"`=\[\]+*/<>!?|&^%~.\n\\-][^{}:;,()'\"`=\[\]\n\\]*?)\}")
+_JS_KEYWORD = re.compile(
+    r"(?:return|throw|break|continue|var|let|const|if|for|while|do|switch|try|new|delete|typeof|void"
+    r"|yield|await|function|class)\b"
+)
+_JS_BLOCK_BEFORE = re.compile(r"(?:\)|=>|\belse|\bdo|\btry|\bfinally)\s*$")
+_JS_STORED_ACCESS = re.compile(r"\bfields\s*(?:\[@(\d+)\]|\.@(\d+))")
+_JS_STORED_PLACEHOLDER = re.compile(r"\{@(\d+)\}")
+_JS_IDENT = re.compile(r"^[A-Za-z_$][\w$]*$")
+_TPL_REF = re.compile(r"^__ref_(\d+)$")
+_JINJA_KEYWORDS = frozenset({
+    "and", "or", "not", "in", "is", "if", "else", "elif", "endif", "for", "endfor", "true", "false",
+    "none", "True", "False", "None", "set", "endset", "block", "endblock", "macro", "endmacro", "call",
+    "endcall", "filter", "endfilter", "with", "endwith", "import", "from", "include", "extends",
+    "recursive", "as", "ignore", "missing", "context", "without", "scoped", "required", "raw", "endraw",
+})
+
+
+@dataclass(frozen=True)
+class Names:
+    """The workspace's column index: ids ↔ (table id, name), and table names."""
+
+    columns: Mapping[int, tuple[int, str]]
+    tables: Mapping[int, str]
+    _by_name: dict[tuple[int, str], int] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for cid, (tid, name) in self.columns.items():
+            self._by_name[(tid, name)] = cid
+
+    def column_id(self, table_id: int, name: str) -> int | None:
+        return self._by_name.get((table_id, name))
+
+    def name(self, column_id: int) -> str | None:
+        entry = self.columns.get(column_id)
+        return entry[1] if entry else None
+
+    def table_id(self, ref: Any) -> int | None:
+        """A table named by id (int or digits) or by exact name."""
+        if isinstance(ref, bool):
+            return None
+        if isinstance(ref, int) or (isinstance(ref, str) and ref.isascii() and ref.isdigit()):
+            return int(ref) if int(ref) in self.tables else None
+        if isinstance(ref, str):
+            for tid, name in self.tables.items():
+                if name == ref:
+                    return tid
+        return None
+
+
+@dataclass
+class Refs:
+    """What a computed column reads: column ids of its own table and of other tables."""
+
+    own: set[int] = field(default_factory=set)
+    other: set[int] = field(default_factory=set)
+    missing: set[int] = field(default_factory=set)  # ids that no longer exist (forced deletes)
+    tables: set[int] = field(default_factory=set)  # tables its record steps write or read
+
+
+# --------------------------------------------------------------------------- name extraction
+
+
+def formula_names(source: str, language: str) -> set[str]:
+    """Column names a formula reads (raises InvalidFormula on bad text)."""
+    return set(compile_formula(source, language=language).references)
+
+
+@lru_cache(maxsize=1)
+def _jinja() -> ImmutableSandboxedEnvironment:
+    return ImmutableSandboxedEnvironment()
+
+
+@lru_cache(maxsize=4096)
+def template_names(text: str) -> frozenset[str]:
+    """Column names a Jinja2 template reads: its free variables and ``fields["…"]`` keys.
+
+    >>> sorted(template_names('{% if Status %}{{ Price * 2 }}{% endif %} {{ fields["Due Date"] }}'))
+    ['Due Date', 'Price', 'Status']
+
+    Raises:
+        InvalidFormula: the template does not parse (``INVALID_FORMULA`` is the code
+            clients already get for unparsable computed-column text).
+    """
+    if "{" not in text:
+        return frozenset()
+    try:
+        tree = _jinja().parse(text)
+    except TemplateSyntaxError as exc:
+        raise InvalidFormula(f"template error: {exc}") from None
+    names = set(jinja_meta.find_undeclared_variables(tree)) - TEMPLATE_CONTEXT
+    names -= set(_jinja().globals)
+    for item in tree.find_all(nodes.Getitem):
+        if (isinstance(item.node, nodes.Name) and item.node.name == "fields"
+                and isinstance(item.arg, nodes.Const) and isinstance(item.arg.value, str)):
+            names.add(item.arg.value)
+    return frozenset(names)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def config_names(kind: str, config: Mapping[str, Any]) -> set[str]:
+    """Names of same-table columns a computed column's config reads (templates and keys)."""
+    out: set[str] = set()
+    for key in TEMPLATE_KEYS:
+        for text in _strings(config.get(key)):
+            out |= template_names(text)
+    for key in NAME_KEYS:
+        value = config.get(key)
+        if isinstance(value, str):
+            out.add(value)
+        elif isinstance(value, list):
+            out |= {v for v in value if isinstance(v, str)}
+    step = config.get("step")
+    if kind == "loop" and isinstance(step, dict) and isinstance(step.get("config"), dict):
+        sub = step["config"]
+        out |= config_names(str(step.get("type") or ""), sub)
+        if step.get("type") == "formula" and isinstance(sub.get("formula"), str):
+            out |= formula_names(sub["formula"], sub.get("language", "excel")) - TEMPLATE_CONTEXT
+    return out
+
+
+def names_read(kind: str, formula: str | None, config: Mapping[str, Any]) -> set[str]:
+    """Every same-table column name a computed column reads."""
+    out = config_names(kind, config)
+    if kind == "formula":
+        out |= formula_names(formula or config.get("formula") or "", config.get("language", "excel"))
+    return out
+
+
+def target_names(kind: str, config: Mapping[str, Any]) -> set[str]:
+    """Names of the target table's columns a record step names (``fields``/``filters`` keys)."""
+    out: set[str] = set()
+    if kind in ("create_record", "update_record") and isinstance(config.get("fields"), dict):
+        out |= {k for k in config["fields"] if isinstance(k, str)}
+    if kind == "fetch_records" and isinstance(config.get("filters"), dict):
+        out |= {k for k in config["filters"] if isinstance(k, str) and k not in ("or", "and")}
+    return out
+
+
+# --------------------------------------------------------------------------- rewriting
+
+
+def _escape_field(name: str) -> str:
+    return "{" + name.replace("\\", "\\\\").replace("}", "\\}") + "}"
+
+
+def _rewrite_formula(source: str, swap: Any) -> str:
+    """Replace each ``{…}`` reference token (outside strings) by ``swap(name)``."""
+    out: list[str] = []
+    last = 0
+    for m in _FORMULA_TOKENS.finditer(source):
+        if m.group(1) is None:
+            continue
+        out.append(source[last:m.start()])
+        out.append(swap(_FIELD_UNESCAPE.sub(r"\1", m.group(1))))
+        last = m.end()
+    out.append(source[last:])
+    return "".join(out)
+
+
+def _js_chunks(source: str) -> Iterator[tuple[bool, str]]:
+    """Split JavaScript into (is_code, text) runs; strings and comments are not code."""
+    last = 0
+    for m in _JS_SKIP.finditer(source):
+        yield True, source[last:m.start()]
+        yield False, m.group(0)
+        last = m.end()
+    yield True, source[last:]
+
+
+def _js_literal_name(literal: str) -> str:
+    body = literal[1:-1]
+    if literal[0] == "'":
+        body = body.replace("\\'", "'").replace('"', '\\"')
+    try:
+        return str(json.loads(f'"{body}"'))
+    except ValueError:
+        return body
+
+
+def _encode_js(source: str, ref: Any) -> str:
+    def access(m: re.Match[str]) -> str:
+        cid = ref(_js_literal_name(m.group(1)) if m.group(1) is not None else m.group(2))
+        if not isinstance(cid, int):  # lenient encoding of an unknown name: left as written
+            return m.group(0)
+        return f"fields[@{cid}]" if m.group(1) is not None else f"fields.@{cid}"
+
+    source = _JS_FIELD_ACCESS.sub(access, source)
+    out: list[str] = []
+    for is_code, chunk in _js_chunks(source):
+        if not is_code:
+            out.append(chunk)
+            continue
+
+        def placeholder(m: re.Match[str], chunk: str = chunk) -> str:
+            name = m.group(1)
+            if name != name.strip() or _JS_KEYWORD.match(name) or _JS_BLOCK_BEFORE.search(chunk, 0, m.start()):
+                return m.group(0)
+            cid = ref(name)
+            return "{@" + str(cid) + "}" if isinstance(cid, int) else m.group(0)
+
+        out.append(_JS_PLACEHOLDER.sub(placeholder, chunk))
+    return "".join(out)
+
+
+def _decode_js(source: str, name_of: Any) -> str:
+    def access(m: re.Match[str]) -> str:
+        cid = int(m.group(1) or m.group(2))
+        name = name_of(cid)
+        if name is None:
+            return m.group(0)
+        if m.group(2) is not None and _JS_IDENT.match(name):
+            return f"fields.{name}"
+        return f"fields[{json.dumps(name, ensure_ascii=False)}]"
+
+    source = _JS_STORED_ACCESS.sub(access, source)
+    out: list[str] = []
+    for is_code, chunk in _js_chunks(source):
+        if not is_code:
+            out.append(chunk)
+            continue
+
+        def placeholder(m: re.Match[str]) -> str:
+            name = name_of(int(m.group(1)))
+            if name is None:
+                return m.group(0)
+            if _JS_PLACEHOLDER.fullmatch("{" + name + "}") and not _JS_KEYWORD.match(name) and name == name.strip():
+                return "{" + name + "}"
+            return f"fields[{json.dumps(name, ensure_ascii=False)}]"
+
+        out.append(_JS_STORED_PLACEHOLDER.sub(placeholder, chunk))
+    return "".join(out)
+
+
+def _template_tokens(text: str) -> list[tuple[str, str]]:
+    return [(tok, value) for _, tok, value in _jinja().lexer.tokeniter(text, None)]
+
+
+def _rewrite_template(text: str, name_swap: Any, key_swap: Any) -> str:
+    """Rewrite variable names and ``fields["…"]`` keys token by token (Jinja's lexer)."""
+    if "{" not in text:
+        return text
+    tokens = _template_tokens(text)
+    out: list[str] = []
+    significant: list[tuple[str, str]] = []  # previous non-whitespace tokens
+    for tok, value in tokens:
+        new = value
+        if tok == "name":
+            prev = significant[-1] if significant else ("", "")
+            if not (prev[0] == "operator" and prev[1] in (".", "|")) and not (prev == ("name", "is")):
+                new = name_swap(value)
+        elif tok == "string" and len(significant) >= 2 and significant[-1] == ("operator", "[") \
+                and significant[-2] == ("name", "fields"):
+            swapped = key_swap(_js_literal_name(value))
+            if swapped is not None:
+                new = json.dumps(swapped, ensure_ascii=False)
+        out.append(new)
+        if tok != "whitespace":
+            significant.append((tok, value))
+    return "".join(out)
+
+
+def _map_config_strings(value: Any, fn: Any) -> Any:
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: _map_config_strings(v, fn) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_config_strings(v, fn) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------- encode / decode
+
+
+class _Encoder:
+    def __init__(self, table_id: int, names: Names, *, strict: bool = True) -> None:
+        self.table_id = table_id
+        self.names = names
+        self.strict = strict
+
+    def ref(self, name: str, table_id: int | None = None) -> int | str:
+        tid = self.table_id if table_id is None else table_id
+        cid = self.names.column_id(tid, name)
+        if cid is None:
+            dangling = _STORED_FIELD.match(name)
+            if dangling and not self.strict:  # a reference left by a forced delete
+                return int(dangling.group(1))
+            if self.strict:
+                where = "" if tid == self.table_id else f" of table {self.names.tables.get(tid, tid)!r}"
+                raise UnknownColumn(f"unknown column {name!r}{where}", extra={"column": name})
+            return name
+        return cid
+
+    def template(self, text: str) -> str:
+        used = template_names(text)
+        for name in used:
+            self.ref(name)  # refuse unknown names first
+
+        def swap_name(name: str) -> str:
+            if name not in used:
+                return name
+            cid = self.names.column_id(self.table_id, name)
+            return f"__ref_{cid}" if cid is not None else name
+
+        def swap_key(name: str) -> str | None:
+            cid = self.names.column_id(self.table_id, name)
+            return f"__ref_{cid}" if cid is not None else None
+
+        return _rewrite_template(text, swap_name, swap_key)
+
+
+def encode(kind: str, formula: str | None, config: Mapping[str, Any], *, table_id: int,
+           names: Names, strict: bool = True) -> tuple[str | None, dict[str, Any]]:
+    """Names → ids in a computed column's formula and config.
+
+    Raises:
+        UnknownColumn: a name is not a column of the table (or of a record step's target).
+        InvalidFormula: the formula or a template does not parse.
+    """
+    enc = _Encoder(table_id, names, strict=strict)
+    cfg = dict(config)
+    out_formula = formula
+    if kind == "formula":
+        source = formula or cfg.get("formula") or ""
+        cfg.pop("formula", None)
+        out_formula = _encode_formula(source, cfg.get("language", "excel"), enc)
+    return out_formula, _encode_config(kind, cfg, enc)
+
+
+def _encode_formula(source: str, language: str, enc: _Encoder, context: frozenset[str] = frozenset()) -> str:
+    """``context``: names that are not columns (a loop sub-step's ``item``)."""
+    for name in formula_names(source, language) - context:
+        enc.ref(name)
+
+    def ref(name: str) -> int | str:
+        return name if name in context else enc.ref(name)
+
+    if language == "javascript":
+        return _encode_js(source, ref)
+
+    def swap(name: str) -> str:
+        cid = ref(name)
+        return "{@" + str(cid) + "}" if isinstance(cid, int) else _escape_field(name)
+
+    return _rewrite_formula(source, swap)
+
+
+def _encode_config(kind: str, cfg: dict[str, Any], enc: _Encoder) -> dict[str, Any]:
+    target: int | None = None
+    if kind in RECORD_KINDS and "table_id" in cfg:
+        target = enc.names.table_id(cfg["table_id"])
+        if target is None:
+            if enc.strict:
+                raise ValidationError(f"config.table_id {cfg['table_id']!r} is not a table of this workspace")
+        else:
+            cfg["table_id"] = target
+    for key in TEMPLATE_KEYS:
+        if key not in cfg:
+            continue
+        value = _map_config_strings(cfg[key], enc.template)
+        if target is not None and isinstance(value, dict) and (
+            (key == "fields" and kind in ("create_record", "update_record"))
+            or (key == "filters" and kind == "fetch_records")
+        ):
+            value = {(_stored(enc.ref(k, target)) if k not in ("or", "and") else k): v for k, v in value.items()}
+        cfg[key] = value
+    for key in NAME_KEYS:
+        value = cfg.get(key)
+        if isinstance(value, str):
+            cfg[key] = _stored(enc.ref(value))
+        elif isinstance(value, list):
+            cfg[key] = [_stored(enc.ref(v)) if isinstance(v, str) else v for v in value]
+    step = cfg.get("step")
+    if kind == "loop" and isinstance(step, dict) and isinstance(step.get("config"), dict):
+        sub_kind = str(step.get("type") or "")
+        sub = _encode_config(sub_kind, dict(step["config"]), enc)
+        if sub_kind == "formula" and isinstance(sub.get("formula"), str):
+            sub["formula"] = _encode_formula(sub["formula"], sub.get("language", "excel"), enc, TEMPLATE_CONTEXT)
+        cfg["step"] = {**step, "config": sub}
+    return cfg
+
+
+def _stored(ref: int | str) -> str:
+    return f"@{ref}" if isinstance(ref, int) else ref
+
+
+class _Decoder:
+    def __init__(self, table_id: int, names: Names) -> None:
+        self.table_id = table_id
+        self.names = names
+        self.refs = Refs()
+
+    def name_of(self, cid: int, *, table_id: int | None = None) -> str | None:
+        entry = self.names.columns.get(cid)
+        tid = self.table_id if table_id is None else table_id
+        if entry is None or entry[0] != tid:
+            self.refs.missing.add(cid)
+            return None
+        (self.refs.own if tid == self.table_id else self.refs.other).add(cid)
+        return entry[1]
+
+    def stored(self, value: str, *, table_id: int | None = None) -> str:
+        m = _STORED_FIELD.match(value)
+        if not m:
+            return value
+        name = self.name_of(int(m.group(1)), table_id=table_id)
+        return name if name is not None else value
+
+    def template(self, text: str) -> str:
+        if "__ref_" not in text:
+            return text
+
+        def swap_name(token: str) -> str:
+            m = _TPL_REF.match(token)
+            if not m:
+                return token
+            name = self.name_of(int(m.group(1)))
+            if name is None:
+                return token
+            if name.isidentifier() and name not in _JINJA_KEYWORDS and name not in TEMPLATE_CONTEXT:
+                return name
+            return f"fields[{json.dumps(name, ensure_ascii=False)}]"
+
+        def swap_key(key: str) -> str | None:
+            m = _TPL_REF.match(key)
+            return self.name_of(int(m.group(1))) if m else None
+
+        return _rewrite_template(text, swap_name, swap_key)
+
+
+def decode(kind: str, formula: str | None, config: Mapping[str, Any], *, table_id: int,
+           names: Names) -> tuple[str | None, dict[str, Any], Refs]:
+    """Ids → today's names; also returns what the column reads (by id)."""
+    dec = _Decoder(table_id, names)
+    cfg = dict(config)
+    out_formula = formula
+    if kind == "formula" and formula is not None:
+        out_formula = _decode_formula(formula, cfg.get("language", "excel"), dec)
+    return out_formula, _decode_config(kind, cfg, dec), dec.refs
+
+
+def _decode_formula(source: str, language: str, dec: _Decoder) -> str:
+    if language == "javascript":
+        return _decode_js(source, dec.name_of)
+
+    def swap(ref: str) -> str:
+        m = _STORED_FIELD.match(ref)
+        name = dec.name_of(int(m.group(1))) if m else None
+        return _escape_field(name if name is not None else ref)
+
+    return _rewrite_formula(source, swap)
+
+
+def _decode_config(kind: str, cfg: dict[str, Any], dec: _Decoder) -> dict[str, Any]:
+    target = cfg.get("table_id") if kind in RECORD_KINDS else None
+    if isinstance(target, int) and not isinstance(target, bool):
+        dec.refs.tables.add(target)
+    for key in TEMPLATE_KEYS:
+        if key not in cfg:
+            continue
+        value = _map_config_strings(cfg[key], dec.template)
+        if isinstance(target, int) and isinstance(value, dict) and (
+            (key == "fields" and kind in ("create_record", "update_record"))
+            or (key == "filters" and kind == "fetch_records")
+        ):
+            value = {dec.stored(k, table_id=target): v for k, v in value.items()}
+        cfg[key] = value
+    for key in NAME_KEYS:
+        value = cfg.get(key)
+        if isinstance(value, str):
+            cfg[key] = dec.stored(value)
+        elif isinstance(value, list):
+            cfg[key] = [dec.stored(v) if isinstance(v, str) else v for v in value]
+    step = cfg.get("step")
+    if kind == "loop" and isinstance(step, dict) and isinstance(step.get("config"), dict):
+        sub_kind = str(step.get("type") or "")
+        sub = _decode_config(sub_kind, dict(step["config"]), dec)
+        if sub_kind == "formula" and isinstance(sub.get("formula"), str):
+            sub["formula"] = _decode_formula(sub["formula"], sub.get("language", "excel"), dec)
+        cfg["step"] = {**step, "config": sub}
+    return cfg
+
+
+# --------------------------------------------------------------------------- filter lists, column lists
+
+
+def encode_filter_list(filters: list[dict[str, Any]], column_id: Any) -> list[dict[str, Any]]:
+    """``[{column, op, value}]`` with each column name replaced by ``"@<id>"``
+    (``column_id(name) -> int | None``; system and unknown names stay as they are)."""
+    out = []
+    for f in filters:
+        name = f.get("column") if isinstance(f, dict) else None
+        cid = column_id(name) if isinstance(name, str) else None
+        out.append({**f, "column": f"@{cid}"} if cid is not None else f)
+    return out
+
+
+def decode_filter_list(filters: list[dict[str, Any]], name_of: Any) -> list[dict[str, Any]]:
+    """The inverse of :func:`encode_filter_list` (``name_of(id) -> str | None``); a term
+    whose column is gone keeps its ``"@<id>"``, which the planner then refuses by name."""
+    out = []
+    for f in filters:
+        ref = f.get("column") if isinstance(f, dict) else None
+        m = _STORED_FIELD.match(ref) if isinstance(ref, str) else None
+        name = name_of(int(m.group(1))) if m else None
+        out.append({**f, "column": name} if name is not None else f)
+    return out
+
+
+def encode_names(names: list[str], column_id: Any) -> list[str]:
+    """Column names → ``"@<id>"`` (unknown names kept)."""
+    return [f"@{cid}" if (cid := column_id(n)) is not None else n for n in names]
+
+
+def decode_names(refs: list[str], name_of: Any) -> list[str]:
+    """``"@<id>"`` → today's names; ids of deleted columns are dropped."""
+    out = []
+    for r in refs:
+        m = _STORED_FIELD.match(r) if isinstance(r, str) else None
+        if m is None:
+            out.append(r)
+        elif (name := name_of(int(m.group(1)))) is not None:
+            out.append(name)
+    return out
