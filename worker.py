@@ -90,7 +90,7 @@ async def run_worker(settings: Settings | None = None) -> None:
     start_worker_exporter(settings.worker_metrics_port, settings.worker_metrics_addr)
     await asyncio.to_thread(migrate, settings.database_url)
     db = Database(settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max,
-                  timeout_s=settings.db_timeout_s)
+                  timeout_s=settings.db_timeout_s, statement_timeout_ms=settings.statement_timeout_ms)
     await db.open()
     client = await connect_temporal(settings)
     worker = build_worker(client, settings, db)

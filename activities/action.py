@@ -39,7 +39,8 @@ from activities.proxy import (
     step_error,
 )
 from activities.steps import column_for_step
-from activities.templates import TemplateFailure, check_template, render, render_value
+from activities.sandbox import sandbox
+from activities.templates import TemplateFailure, check_template, render, render_many
 from activities.types import StepInput, StepResult
 from storage import jsontext
 from storage.db import Database
@@ -91,21 +92,23 @@ def coerce_param(spec: dict[str, Any], value: Any) -> Any:
         raise RequestInvalid(f"param {name!r}: {str(value)[:60]!r} is not a valid {kind}") from None
 
 
-def render_params(
-    request: dict[str, Any], config: dict[str, Any], fields: dict[str, Any], extra: dict[str, Any]
-) -> dict[str, Any]:
-    """The request's parameters for one record: rendered, defaulted and typed.
+def raw_params(request: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """The request's parameters as configured (templates), defaults filled in."""
+    given = config.get("params") or {}
+    return {spec["name"]: given.get(spec["name"], spec.get("default")) for spec in request.get("params", [])}
+
+
+def render_params(request: dict[str, Any], rendered: dict[str, Any]) -> dict[str, Any]:
+    """The request's parameters for one record from :func:`raw_params` rendered over it:
+    defaulted and typed.
 
     Raises:
-        TemplateFailure, RequestInvalid: a template failed, a value does not convert or a
-            required parameter is empty.
+        RequestInvalid: a value does not convert or a required parameter is empty.
     """
-    given = config.get("params") or {}
     out: dict[str, Any] = {}
     for spec in request.get("params", []):
         name = spec["name"]
-        raw = given.get(name, spec.get("default"))
-        value = render_value(raw, fields, **extra) if raw is not None else None
+        value = rendered.get(name)
         if value is None or value == "":
             if spec["required"]:
                 raise RequestInvalid(f"param {name!r} is required and rendered empty")
@@ -221,10 +224,20 @@ class ActionStep:
         deadline = activity_deadline()
         timeout_s = timeout_of(config)
 
+        rids = list(inp.records)
+        # every record's parameters in one go, off the event loop unless simple (activities/templates.py)
+        part = raw_params(request, config)
+        rendered = dict(zip(rids, await render_many(
+            [(part, inp.records[rid], record_extra(inp, rid)) for rid in rids], sandbox(),
+            workspace=inp.table.workspace_id), strict=True))
+
         def job(rid: str, fields: dict[str, Any]) -> Any:
             async def run() -> Outcome:
+                ok, values = rendered[rid]
+                if not ok:
+                    return Outcome(error=values)
                 try:
-                    params = render_params(request, config, fields, record_extra(inp, rid))
+                    params = render_params(request, values)
                     req = build_action_request(request, params, key=idempotency_key(inp.step_key, rid),
                                                credential=credential, timeout_s=timeout_s)
                 except (TemplateFailure, RequestInvalid) as exc:
@@ -232,5 +245,4 @@ class ActionStep:
                 return await send(self.client, req, deadline=deadline)
             return run
 
-        rids = list(inp.records)
         return to_result(rids, await bounded([job(r, inp.records[r]) for r in rids]))

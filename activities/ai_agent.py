@@ -38,7 +38,8 @@ from activities.proxy import (
     step_error,
 )
 from activities.steps import column_for_step
-from activities.templates import TemplateFailure, check_template, render
+from activities.sandbox import sandbox
+from activities.templates import TemplateFailure, check_template, render_many
 from activities.types import StepInput, StepResult
 from storage import jsontext, quotas
 from storage.db import Database
@@ -230,17 +231,25 @@ class AiStep:
             raise step_error(f"{exc.code}: {exc.message}") from None
         tokens = credits = 0
 
+        # every record's prompts in one go, off the event loop unless simple (activities/templates.py)
+        part: dict[str, Any] = {"prompt": str(config.get("prompt") or "")}
+        if isinstance(config.get("system"), str) and config["system"].strip():
+            part["system"] = config["system"]
+        rids = list(inp.records)
+        rendered = dict(zip(rids, await render_many(
+            [(part, inp.records[rid], record_extra(inp, rid)) for rid in rids], sandbox(),
+            workspace=inp.table.workspace_id), strict=True))
+
         def job(rid: str, fields: dict[str, Any]) -> Any:
             async def run() -> Outcome:
                 nonlocal tokens, credits
-                extra = record_extra(inp, rid)
-                try:
-                    messages = []
-                    if isinstance(config.get("system"), str) and config["system"].strip():
-                        messages.append({"role": "system", "content": render(config["system"], fields, **extra)})
-                    messages.append({"role": "user", "content": render(str(config.get("prompt") or ""), fields, **extra)})
-                except TemplateFailure as exc:
-                    return Outcome(error=str(exc))
+                ok, texts = rendered[rid]
+                if not ok:
+                    return Outcome(error=texts)
+                messages = []
+                if "system" in texts:
+                    messages.append({"role": "system", "content": texts["system"]})
+                messages.append({"role": "user", "content": texts["prompt"]})
                 req = OutboundRequest(
                     method="POST", url=f"{base_url}/chat/completions", headers={"Content-Type": "application/json"},
                     content=jsontext.dumps(chat_body(messages, model=model, json_mode=json_mode)),

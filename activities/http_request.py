@@ -32,7 +32,8 @@ from activities.proxy import (
     send,
 )
 from activities.steps import column_for_step
-from activities.templates import TemplateFailure, check_template, render, render_value
+from activities.sandbox import sandbox
+from activities.templates import TemplateFailure, check_template, render_many
 from activities.types import StepInput, StepResult
 from storage import jsontext
 from storage.db import Database
@@ -70,23 +71,28 @@ def timeout_of(config: dict[str, Any]) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else DEFAULT_TIMEOUT_S
 
 
+def templated(config: dict[str, Any]) -> dict[str, Any]:
+    """The parts of an http_request config that are templates, to render per record."""
+    return {"method": str(config.get("method") or "GET"), "url": str(config.get("url") or ""),
+            "headers": config.get("headers") or {}, "body": config.get("body")}
+
+
 def build_request(
-    config: dict[str, Any], fields: dict[str, Any], extra: dict[str, Any], *, key: str,
-    credential: Credential | None,
+    config: dict[str, Any], rendered: dict[str, Any], *, key: str, credential: Credential | None,
 ) -> OutboundRequest:
-    """Render an http_request config over one record.
+    """An http_request from its config and its :func:`templated` parts rendered over one
+    record.
 
     Raises:
-        TemplateFailure: a template failed or was refused by the sandbox.
         RequestInvalid: the rendered method, URL or headers are not valid HTTP.
     """
-    method = render(str(config.get("method") or "GET"), fields, **extra).strip().upper()
+    method = str(rendered["method"]).strip().upper()
     if method not in METHODS:
         raise RequestInvalid(f"method {method!r} is not one of {', '.join(METHODS)}")
-    url = render(str(config.get("url") or ""), fields, **extra)
+    url = str(rendered["url"])
     check_url(url)
-    headers = clean_headers(render_value(config.get("headers") or {}, fields, **extra))
-    body = render_value(config.get("body"), fields, **extra)
+    headers = clean_headers(rendered["headers"])
+    body = rendered["body"]
     content = None if method in ("GET", "HEAD") and body in (None, "") else encode_body(body, headers)
     return OutboundRequest(method=method, url=url, headers=headers, content=content, idempotency_key=key,
                            credential=credential, timeout_s=timeout_of(config))
@@ -193,16 +199,24 @@ class HttpStep:
         credential = creds.get(name) if isinstance(name, str) else None
         deadline = activity_deadline()
 
+        rids = list(inp.records)
+        # every record's templates in one go, off the event loop unless simple (activities/templates.py)
+        part = templated(config)
+        rendered = dict(zip(rids, await render_many(
+            [(part, inp.records[rid], record_extra(inp, rid)) for rid in rids], sandbox(),
+            workspace=inp.table.workspace_id), strict=True))
+
         def job(rid: str, fields: dict[str, Any]) -> Any:
             async def run() -> Outcome:
+                ok, parts = rendered[rid]
+                if not ok:
+                    return Outcome(error=parts)
                 try:
-                    req = build_request(config, fields, record_extra(inp, rid),
-                                        key=idempotency_key(inp.step_key, rid), credential=credential)
-                except (TemplateFailure, RequestInvalid) as exc:
+                    req = build_request(config, parts, key=idempotency_key(inp.step_key, rid), credential=credential)
+                except RequestInvalid as exc:
                     return Outcome(error=str(exc))
                 return await send(self.client, req, deadline=deadline)
             return run
 
-        rids = list(inp.records)
         outcomes = await bounded([job(rid, inp.records[rid]) for rid in rids])
         return to_result(rids, outcomes)

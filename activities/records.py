@@ -15,7 +15,8 @@ from activities.bulkplan import dependants_map
 from activities.metrics import timed_step
 from activities.snap import caller_can, table_snap
 from activities.steps import column_for_step
-from activities.templates import TemplateFailure, render, render_value
+from activities.sandbox import sandbox
+from activities.templates import render_many
 from activities.types import StepInput, StepResult
 from storage import meta
 from storage import records as rec
@@ -27,6 +28,7 @@ from storage.query import Query, list_records, parse_filter_object, plan_query
 from storage.schema import TableMeta, WorkspaceSchema
 
 MAX_FETCH = 100
+_TEMPLATED = ("table_id", "record_id", "fields", "filters")  # the config keys holding templates
 
 
 class StepFailure(Exception):
@@ -61,13 +63,20 @@ class RecordSteps:
         col = column_for_step(inp)
         schema = await self._schema(inp.table.workspace_id)
         result = StepResult()
-        for rid, fields in inp.records.items():
-            extra = {"record_id": int(rid)}
-            if inp.items is not None:
-                extra["item"] = inp.items.get(rid)
+        rids = list(inp.records)
+        extras = {rid: {"record_id": int(rid), **({"item": inp.items.get(rid)} if inp.items is not None else {})}
+                  for rid in rids}
+        # every record's templates in one go, off the event loop unless simple (activities/templates.py)
+        part = {k: col.config[k] for k in _TEMPLATED if k in col.config}
+        rendered = await render_many([(part, inp.records[rid], extras[rid]) for rid in rids], sandbox(),
+                                     workspace=inp.table.workspace_id)
+        for rid, (ok, config) in zip(rids, rendered, strict=True):
+            if not ok:
+                result.errors[rid] = config
+                continue
             try:
-                value, child = await self._one(col.type, col.config, schema, inp, fields, extra)
-            except (StepFailure, TemplateFailure) as exc:
+                value, child = await self._one(col.type, {**col.config, **config}, schema, inp, extras[rid])
+            except StepFailure as exc:
                 result.errors[rid] = str(exc)
                 continue
             except ServiceError as exc:
@@ -78,11 +87,8 @@ class RecordSteps:
                 result.children.append(child)
         return result
 
-    def _target(self, schema: WorkspaceSchema, config: dict[str, Any], fields: dict[str, Any],
-                extra: dict[str, Any], inp: StepInput, action: Action) -> TableMeta:
+    def _target(self, schema: WorkspaceSchema, config: dict[str, Any], inp: StepInput, action: Action) -> TableMeta:
         ref = config.get("table_id")
-        if isinstance(ref, str):
-            ref = render(ref, fields, **extra)
         table = schema.table(ref) if ref is not None else None
         if table is None:
             raise StepFailure(f"table {ref!r} not found in this workspace")
@@ -90,9 +96,8 @@ class RecordSteps:
             raise StepFailure(f"the writing token has no {action.value} permission on table {table.name!r}")
         return table
 
-    def _record_id(self, config: dict[str, Any], fields: dict[str, Any], extra: dict[str, Any]) -> int:
-        raw = config.get("record_id")
-        text = render(raw, fields, **extra) if isinstance(raw, str) else raw
+    def _record_id(self, config: dict[str, Any]) -> int:
+        text = config.get("record_id")
         try:
             rid = int(str(text).strip())
         except (TypeError, ValueError):
@@ -102,20 +107,20 @@ class RecordSteps:
         return rid
 
     async def _one(
-        self, kind: str, config: dict[str, Any], schema: WorkspaceSchema, inp: StepInput,
-        fields: dict[str, Any], extra: dict[str, Any],
+        self, kind: str, config: dict[str, Any], schema: WorkspaceSchema, inp: StepInput, extra: dict[str, Any],
     ) -> tuple[Any, dict[str, Any] | None]:
+        """One record's step; ``config`` has its templates rendered already."""
         if kind == "create_record":
-            table = self._target(schema, config, fields, extra, inp, Action.CREATE)
-            values = render_value(config.get("fields") or {}, fields, **extra)
+            table = self._target(schema, config, inp, Action.CREATE)
+            values = config.get("fields") or {}
             prepared = rec.prepare_fields(table, values, creating=True)
             async with self.db.transaction() as conn:
                 row = await rec.insert_record(conn, table=table, row=prepared)
             return row["id"], _child(table, [row["id"]], "create", [])
         if kind == "update_record":
-            table = self._target(schema, config, fields, extra, inp, Action.UPDATE)
-            record_id = self._record_id(config, fields, extra)
-            values = render_value(config.get("fields") or {}, fields, **extra)
+            table = self._target(schema, config, inp, Action.UPDATE)
+            record_id = self._record_id(config)
+            values = config.get("fields") or {}
             prepared = rec.prepare_fields(table, values, creating=False)
             async with self.db.transaction() as conn:
                 row = await rec.update_record(conn, table=table, record_id=record_id, row=prepared)
@@ -125,16 +130,16 @@ class RecordSteps:
             same = table.id == inp.table.id and record_id == extra["record_id"]
             return row["id"], None if same else _child(table, [row["id"]], "edit", list(values))
         if kind == "delete_record":
-            table = self._target(schema, config, fields, extra, inp, Action.DELETE)
-            record_id = self._record_id(config, fields, extra)
+            table = self._target(schema, config, inp, Action.DELETE)
+            record_id = self._record_id(config)
             async with self.db.transaction() as conn:
                 row = await rec.delete_record(conn, table=table, record_id=record_id)
             if row is None:
                 raise StepFailure(f"record {record_id} not found in table {table.name!r}")
             return row["id"], None
         if kind == "fetch_records":
-            table = self._target(schema, config, fields, extra, inp, Action.READ)
-            filters_cfg = render_value(config.get("filters") or {}, fields, **extra)
+            table = self._target(schema, config, inp, Action.READ)
+            filters_cfg = config.get("filters") or {}
             if not isinstance(filters_cfg, dict):
                 raise StepFailure("fetch_records filters must be an object {column: 'op.value'}")
             limit = config.get("limit", 10)

@@ -13,6 +13,7 @@ from temporalio import activity
 from activities import formula, json_parser, written
 from activities.ledger import Ledger
 from activities.metrics import observe_step
+from activities.sandbox import sandbox
 from activities.snap import step_decoder, table_meta
 from activities.types import FusedInput, LoadInput, PipelineResult, RecordOutcome, TableSnap, WriteInput
 from storage import records as rec
@@ -55,7 +56,7 @@ class RecordIO:
         if p.precompute:
             return await self._precomputed(inp)
         fields, loaded = await self._load(LoadInput(table=p.table, record_ids=p.record_ids), inp.run_id)
-        ledger = _evaluate(inp, fields)
+        ledger = await _evaluate(inp, fields)
         result, updates = ledger.result(inp.run_id, json_keys=False)
         if p.write and updates:
             await self._write(p.table, [(u["id"], u["values"], u["outcome"]) for u in updates], loaded)
@@ -80,7 +81,7 @@ class RecordIO:
             return PipelineResult(run_id=inp.run_id, status="error", records={
                 ALL_RECORDS: RecordOutcome(status="error", errors={"_pipeline": NOT_STAGED})})
         fields = _decode(table_meta(p.table), rows)
-        result, updates = _evaluate(inp, fields).result(inp.run_id, json_keys=False)
+        result, updates = (await _evaluate(inp, fields)).result(inp.run_id, json_keys=False)
         staged.hand(result, updates)
         try:
             stored = await asyncio.wait_for(asyncio.shield(staged.stored), timeout=STORE_WAIT_S)
@@ -134,12 +135,14 @@ def _decode(table: TableMeta, rows: list[dict[str, Any]]) -> dict[str, dict[str,
     return out
 
 
-def _evaluate(inp: FusedInput, fields: dict[str, dict[str, Any]]) -> Ledger:
-    """Every level of formula/parser columns over ``fields``, in order."""
+async def _evaluate(inp: FusedInput, fields: dict[str, dict[str, Any]]) -> Ledger:
+    """Every level of formula/parser columns over ``fields``, in order, under the batch's
+    budgets (activities/formula.py); formulas run off the event loop unless cheap."""
     p = inp.pipeline
     ledger = Ledger(p, list(fields))
     cols = {c.id: c for c in p.table.columns}
     now = datetime.fromisoformat(inp.now)
+    budget = formula.Budget.for_run(p.time_budget_s)
     for level in p.levels:
         for cid in level:
             col = cols.get(cid)
@@ -156,7 +159,8 @@ def _evaluate(inp: FusedInput, fields: dict[str, dict[str, Any]]) -> Ledger:
             batch = {r: fields[r] for r in rids}
             started = time.perf_counter()
             if col.type == "formula":
-                values, errors = formula.evaluate_batch(col, batch, now)
+                values, errors = await formula.evaluate_column(col, batch, now, budget, sandbox(),
+                                                               workspace=p.table.workspace_id)
             else:
                 values, errors = json_parser.evaluate_batch(col, batch)
             observe_step(col.type, "error" if errors else "ok", time.perf_counter() - started, len(batch))

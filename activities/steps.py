@@ -8,6 +8,7 @@ from temporalio import activity
 
 from activities import formula, json_parser
 from activities.metrics import timed_step
+from activities.sandbox import sandbox
 from activities.types import ColumnSnap, StepInput, StepResult
 
 
@@ -28,7 +29,12 @@ async def pure_step(inp: StepInput) -> StepResult:
     if inp.items is not None:
         records = {rid: {**f, "item": inp.items.get(rid)} for rid, f in records.items()}
     if col.type == "formula":
-        values, errors = formula.evaluate_batch(col, records, datetime.fromisoformat(inp.now))
+        # one column of a workflow step: its batch budget starts now (the workflow keeps
+        # the plan's time budget per row across steps)
+        budget = formula.Budget.for_run(activity.info().start_to_close_timeout.total_seconds()
+                                        if activity.info().start_to_close_timeout else 10.0)
+        values, errors = await formula.evaluate_column(col, records, datetime.fromisoformat(inp.now), budget,
+                                                       sandbox(), workspace=inp.table.workspace_id)
     elif col.type == "json_parser":
         values, errors = json_parser.evaluate_batch(col, records)
     else:

@@ -116,6 +116,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         min_size=settings.db_pool_min,
         max_size=settings.db_pool_max,
         timeout_s=settings.db_timeout_s,
+        statement_timeout_ms=settings.statement_timeout_ms,
+        per_workspace=settings.db_connections_per_workspace,
     )
     state = AppState(settings=settings, db=db)
     set_file_base_url(settings.public_base_url)

@@ -61,6 +61,7 @@ from api.state import AppState
 from storage import appusers as au
 from storage import records as rec
 from storage.access import Perms, Principal, TokenType, bucket_grants_of
+from storage.db import current_workspace
 from storage.errors import Conflict, Forbidden, RateLimited, ServiceError, Unauthorized, Unavailable
 from storage.values import iso_text
 
@@ -150,6 +151,7 @@ async def app_user_principal(state: AppState, token: str) -> Principal:
         raise Unauthorized("invalid, expired or revoked token")
     if principal.profile_id is None:
         raise Forbidden("this workspace has no relay access profile for app users")
+    current_workspace.set(principal.workspace_id)  # its queries count against its cap (storage/db.py)
     return principal
 
 

@@ -15,6 +15,7 @@ from api import appusers
 from api.state import AppState
 from storage import access
 from storage.access import Action, Principal, TokenType
+from storage.db import current_workspace
 from storage.errors import Forbidden, NotFound, Unauthorized
 from storage.schema import TableMeta, WorkspaceSchema
 
@@ -54,6 +55,8 @@ async def resolve_principal(state: AppState, secret: str) -> Principal:
         if principal.expires_at <= datetime.now(timezone.utc):
             raise Unauthorized("invalid, expired or revoked token")
     state.extras.setdefault("touched_tokens", set()).add(principal.token_id)
+    # the rest of this request's queries count against its workspace's cap (storage/db.py)
+    current_workspace.set(principal.workspace_id)
     return principal
 
 

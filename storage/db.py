@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import re
 from collections import deque
@@ -18,9 +19,17 @@ from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from storage.errors import Unavailable
+from storage.errors import QueryTimeout, Unavailable
 
 META = "wds"  # schema of our own metadata tables
+STATEMENT_TIMEOUT_MS = 5_000  # default deadline of every statement (the smallest plan's SQL timeout)
+CONNECTIONS_PER_WORKSPACE = 8  # default cap of one workspace's concurrent checkouts
+
+# The workspace a request acts for (set once its principal is known): its connection
+# checkouts count against its cap. ``_holding`` marks a task that holds a slot already, so
+# a nested checkout (a query inside a transaction's scope) never waits on its own workspace.
+current_workspace: contextvars.ContextVar[int | None] = contextvars.ContextVar("wds_workspace", default=None)
+_holding: contextvars.ContextVar[bool] = contextvars.ContextVar("wds_holding_slot", default=False)
 
 
 _LONG_DIGITS = re.compile(rb"\d{16}")
@@ -89,9 +98,19 @@ class Database:
     as :class:`Unavailable` (503) after ``timeout_s`` instead of a hang.
     """
 
-    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 20, timeout_s: float = 5.0) -> None:
+    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 20, timeout_s: float = 5.0,
+                 statement_timeout_ms: int = STATEMENT_TIMEOUT_MS,
+                 per_workspace: int = CONNECTIONS_PER_WORKSPACE) -> None:
         self.dsn = dsn
         self.timeout_s = timeout_s
+        self.statement_timeout_ms = statement_timeout_ms
+        # at most this many connections per workspace (never all of the pool: 0 or more
+        # than max_size - 1 means max_size - 1)
+        self.per_workspace = min(per_workspace, max_size - 1) if per_workspace > 0 else max_size - 1
+        self._slots: dict[int, asyncio.Semaphore] = {}
+        options = "-c timezone=UTC"
+        if statement_timeout_ms > 0:
+            options += f" -c statement_timeout={int(statement_timeout_ms)}"
         self._checking: asyncio.Task[None] | None = None
         self.pool = LifoPool(
             dsn,
@@ -103,8 +122,9 @@ class Database:
                 "autocommit": True,
                 "row_factory": dict_row,
                 "connect_timeout": max(1, int(timeout_s)),
-                # timestamps render in UTC whatever the server's default
-                "options": "-c timezone=UTC",
+                # timestamps render in UTC whatever the server's default; every statement
+                # has a deadline (a transaction may lower or raise it with SET LOCAL)
+                "options": options,
             },
             # no per-checkout health check: it would double the round trips of every
             # request; a broken connection surfaces as Unavailable and is discarded
@@ -127,10 +147,39 @@ class Database:
         await self.pool.close()
 
     @asynccontextmanager
+    async def _workspace_slot(self) -> AsyncIterator[None]:
+        """Hold one of the current workspace's connection slots (none outside a request,
+        or when this task holds one already)."""
+        ws = current_workspace.get()
+        if ws is None or _holding.get() or self.per_workspace <= 0:
+            yield
+            return
+        slots = self._slots.get(ws)
+        if slots is None:
+            slots = self._slots[ws] = asyncio.Semaphore(self.per_workspace)
+        try:
+            await asyncio.wait_for(slots.acquire(), timeout=self.timeout_s)
+        except TimeoutError:
+            raise Unavailable(
+                f"this workspace already has {self.per_workspace} database queries running; retry shortly",
+                code="WORKSPACE_BUSY", headers={"Retry-After": "1"}) from None
+        token = _holding.set(True)
+        try:
+            yield
+        finally:
+            _holding.reset(token)
+            slots.release()
+
+    @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
         try:
-            async with self.pool.connection() as conn:
+            async with self._workspace_slot(), self.pool.connection() as conn:
                 yield conn
+        except psycopg.errors.QueryCanceled as exc:
+            # statement_timeout (a client's cancel arrives as CancelledError instead)
+            raise QueryTimeout(
+                f"the query ran longer than its {self.statement_timeout_ms / 1000:g} s statement timeout;"
+                " narrow it with a filter or a smaller page") from exc
         except PoolTimeout as exc:
             raise Unavailable("the database is not reachable right now") from exc
         except psycopg.OperationalError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncConnection, pq, sql
 
 from storage.schema import (
     COMPUTED_PG_TYPE,
@@ -20,6 +20,8 @@ from storage.schema import (
     schema_name,
     table_name,
 )
+
+DDL_TIMEOUT_MS = 300_000  # an index over a large table may take minutes; every other statement has seconds
 
 
 def ro_role(workspace_id: int) -> str:
@@ -204,6 +206,9 @@ async def add_column(conn: AsyncConnection[Any], workspace_id: int, col: ColumnM
     await conn.execute(ddl)
     method = _index_method(col)
     if method:
+        if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            # indexing a large table outlives the per-statement deadline (storage/db.py)
+            await conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(DDL_TIMEOUT_MS)))
         await conn.execute(
             sql.SQL("CREATE INDEX {} ON {} USING {} ({})").format(
                 sql.Identifier(f"t_{col.table_id}_{column_name(col.id)}"), target, sql.SQL(method), name

@@ -23,7 +23,8 @@ Hierarchy::
     │   └── LossyChange     409 LOSSY_CHANGE           (adds "count", "record_ids")
     ├── PlanLimit           402 PLAN_LIMIT_*           (adds "upgrade": true)
     ├── RateLimited         429 PLAN_RATE_LIMIT_API / TOKEN_RATE_LIMIT / AUTH_RATE_LIMIT / SIGNUP_RATE_LIMIT
-    └── Unavailable         503 UNAVAILABLE
+    ├── Unavailable         503 UNAVAILABLE / WORKSPACE_BUSY
+    └── QueryTimeout        503 QUERY_TIMEOUT
 """
 
 from __future__ import annotations
@@ -145,3 +146,10 @@ class RateLimited(ServiceError):
 class Unavailable(ServiceError):
     status = 503
     code = "UNAVAILABLE"
+
+
+class QueryTimeout(ServiceError):
+    """A statement ran past the database's ``statement_timeout`` (every request has one)."""
+
+    status = 503
+    code = "QUERY_TIMEOUT"

@@ -9,6 +9,7 @@ from bench.scenarios import realtime  # noqa: F401
 from bench.scenarios import sdk  # noqa: F401
 from bench.scenarios import batch  # noqa: F401
 from bench.scenarios import pipelines  # noqa: F401
+from bench.scenarios import sandbox  # noqa: F401
 from bench.scenarios import outside  # noqa: F401
 from bench.scenarios import chat  # noqa: F401
 from bench.scenarios import schema  # noqa: F401

@@ -46,6 +46,8 @@ from storage.query.targets import (
 )
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
 
+MAX_SORTED_OFFSET = 10_000  # deeper offsets need an order by id alone (OFFSET_TOO_DEEP)
+
 # Operators each storage kind supports; anything else is UNKNOWN_OPERATOR.
 _ORDERED = {Op.EQ, Op.NEQ, Op.GT, Op.GTE, Op.LT, Op.LTE, Op.IN, Op.IS}
 _OPS_BY_KIND: dict[Kind, frozenset[Op]] = {
@@ -143,7 +145,8 @@ def plan_query(
     Raises:
         UnknownColumn, UnknownOperator, InvalidValue: as for :func:`plan_filters`, and
             for unknown names in ``order``, ``select`` and ``expand``.
-        ServiceError: ``LIMIT_TOO_LARGE`` above 1000, ``VALIDATION_ERROR`` for negative
+        ServiceError: ``LIMIT_TOO_LARGE`` above 1000, ``OFFSET_TOO_DEEP`` for an offset
+            past ``MAX_SORTED_OFFSET`` with an order on anything but id, ``VALIDATION_ERROR`` for negative
             paging or embedding a non-relation column, ``TOO_MANY_VALUES``,
             ``INVALID_OPTION``.
         Forbidden: embedding a table the caller may not read.
@@ -154,6 +157,15 @@ def plan_query(
         raise ServiceError("limit and offset must be non-negative integers")
     filters = plan_filters(query.filters, table)
     order = _plan_order(query, table)
+    if query.offset > MAX_SORTED_OFFSET:
+        sorted_by = [o.target.name for o in order if o.target.physical != "id"]
+        if sorted_by:
+            # PostgreSQL must sort and skip every row before the page: refused before it runs
+            raise ServiceError(
+                f"offset {query.offset} is deeper than {MAX_SORTED_OFFSET:,} with an order on {sorted_by[0]!r}:"
+                f" page by a filter on the sort column instead (keyset paging: keep the last row's value v and"
+                f" ask for {sorted_by[0]}=lt.v / gt.v with offset=0), narrow the rows with a filter, or order by id",
+                code="OFFSET_TOO_DEEP")
     fields, embeds, output = _plan_select(query, table, can_read=can_read, get_table=get_table)
     return QueryPlan(table, filters, order, fields, embeds, output, query.limit, query.offset)
 

@@ -1,0 +1,253 @@
+"""The evaluation sandbox: a few child processes that run formulas and templates off the
+API's event loop, each value under a CPU budget and a memory cap (issue #22).
+
+Why processes: formula and template evaluation is CPU-bound Python; in a thread it would
+still hold the GIL and stall the event loop (and with it every tenant's requests and
+``/healthz``). Each child (:mod:`activities.sandbox_worker`) evaluates a whole batch per
+round trip (one column over every record of a batch, or every template of a step), so
+the inter-process cost is paid per batch, not per value. A child runs at a lower CPU
+priority, without the service's environment (no database URL, no secrets), and is killed
+when a batch outlives its wall-clock deadline (plus ``KILL_GRACE_S``), or retired after a
+batch that left it holding more than ``RETIRE_RSS`` resident memory; a replacement is
+started on the next call, in a thread.
+
+The parent's side never blocks the loop: a call waits for a child in a small thread pool
+(one thread per child: each blocks on its pipe with the GIL released).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from multiprocessing.connection import Connection
+from typing import Any
+
+from activities.formula import Budget, over
+
+log = logging.getLogger("wds.sandbox")
+
+SIZE = max(1, min(2, os.cpu_count() or 1))
+MEMORY_BYTES = 256 * 1024 * 1024  # memory cap per value (on top of the child's baseline)
+RETIRE_RSS = 384 * 1024 * 1024  # a child holding more after a batch is replaced
+NICE = 10  # the children yield the CPU to the API process (19 starved them on a busy machine)
+PER_WORKSPACE = 1  # batches of one workspace in the children at once: a tenant takes at most one
+KILL_GRACE_S = 1.0  # beyond a batch's deadline before its child is killed
+START_TIMEOUT_S = 30.0
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class SandboxLost(Exception):
+    """The child died or missed its deadline (and was killed)."""
+
+
+class SandboxDown(SandboxLost):
+    """No child could be started: not a budget matter, the records get a plain error."""
+
+
+class _Child:
+    def __init__(self) -> None:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        keep = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TMPDIR", "HOME")
+        env = {k: v for k, v in os.environ.items() if k in keep}
+        env["PYTHONPATH"] = _ROOT
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "activities.sandbox_worker", str(to_child_r), str(from_child_w),
+                 str(MEMORY_BYTES), str(NICE)],
+                pass_fds=(to_child_r, from_child_w), env=env, cwd=_ROOT,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+        self.send_conn = Connection(to_child_w, readable=False)
+        self.recv_conn = Connection(from_child_r, writable=False)
+        self.rss = 0
+        reply = self._receive(time.monotonic() + START_TIMEOUT_S)
+        if reply is None or reply[0] != "ready":
+            self.kill()
+            raise SandboxDown("the evaluation sandbox failed to start")
+
+    def _receive(self, deadline: float) -> tuple[Any, ...] | None:
+        try:
+            if not self.recv_conn.poll(max(0.0, deadline - time.monotonic())):
+                return None
+            reply = self.recv_conn.recv()
+        except (EOFError, OSError):
+            return None
+        self.rss = int(reply[-1] or 0)
+        return reply  # type: ignore[no-any-return]
+
+    def call(self, kind: str, args: tuple[Any, ...], deadline: float) -> tuple[Any, ...] | None:
+        try:
+            self.send_conn.send((kind, args))
+        except (OSError, ValueError):
+            return None
+        return self._receive(deadline)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        for conn in (self.send_conn, self.recv_conn):
+            try:
+                conn.close()
+            except (OSError, AttributeError):
+                pass
+
+
+class Sandbox:
+    """At most ``size`` children, each serving one batch at a time."""
+
+    def __init__(self, size: int = SIZE) -> None:
+        self.size = size
+        self._idle: queue.LifoQueue[_Child] = queue.LifoQueue()
+        self._all: set[_Child] = set()
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="wds-sandbox")
+        self._closed = False
+        self._tenants: dict[int, asyncio.Semaphore] = {}
+
+    # ------------------------------------------------------------------ blocking side (threads)
+    def _take(self) -> _Child:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            child = _Child()
+            with self._lock:
+                if self._closed:
+                    child.kill()
+                    raise SandboxDown("the evaluation sandbox is closed") from None
+                self._all.add(child)
+            return child
+
+    def _call(self, kind: str, args: tuple[Any, ...], deadline: float) -> Any:
+        child = self._take()
+        reply = child.call(kind, args, deadline + KILL_GRACE_S)
+        if reply is None or reply[0] not in ("ok", "error") or child.rss > RETIRE_RSS:
+            child.kill()
+            with self._lock:
+                self._all.discard(child)
+            if reply is None:
+                raise SandboxLost("the evaluation ran past its deadline and was stopped")
+        else:
+            self._idle.put(child)
+        if reply[0] == "error":
+            raise SandboxLost(f"the evaluation failed: {reply[1]}")
+        return reply[1]
+
+    def warm(self) -> None:
+        """Start the children in the background (so the first heavy batch need not wait)."""
+
+        def start() -> None:
+            for _ in range(self.size - self._idle.qsize()):
+                try:
+                    child = _Child()
+                except Exception as exc:  # noqa: BLE001 - the next call tries (and reports) again
+                    log.warning("sandbox child not started: %s", exc)
+                    return
+                with self._lock:
+                    if self._closed:
+                        child.kill()
+                        return
+                    self._all.add(child)
+                self._idle.put(child)
+
+        threading.Thread(target=start, name="wds-sandbox-warm", daemon=True).start()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            children, self._all = list(self._all), set()
+        for child in children:
+            child.kill()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ async side (the loop)
+    async def _run(self, kind: str, args: tuple[Any, ...], deadline: float, workspace: int | None) -> Any:
+        loop = asyncio.get_running_loop()
+        if workspace is None:
+            return await loop.run_in_executor(self._executor, self._call, kind, args, deadline)
+        # one workspace's batches queue behind each other (on the loop, not in a thread), so
+        # a tenant flooding the service with hostile rows holds at most PER_WORKSPACE children
+        slots = self._tenants.get(workspace)
+        if slots is None:
+            slots = self._tenants[workspace] = asyncio.Semaphore(PER_WORKSPACE)
+        try:
+            await asyncio.wait_for(slots.acquire(), timeout=max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            raise SandboxLost("the batch ran out of its wall-clock budget waiting for the sandbox") from None
+        try:
+            return await loop.run_in_executor(self._executor, self._call, kind, args, deadline)
+        finally:
+            slots.release()
+
+    async def formula(self, source: str, language: str, records: dict[str, dict[str, Any]], now: datetime,
+                      budget: Budget, *, workspace: int | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+        """One formula column over ``records`` in a child: (values, errors); ``budget.used``
+        is updated. A lost child fails every record of the call with ``BUDGET_EXCEEDED``."""
+        if not records:
+            return {}, {}
+        if time.monotonic() >= budget.deadline:
+            return {}, {rid: over("the batch ran out of its wall-clock budget") for rid in records}
+        sub = budget.subset(list(records))
+        try:
+            values, errors, used = await self._run("formula", (source, language, records, now.isoformat(), sub),
+                                                   budget.deadline, workspace)
+        except SandboxLost as exc:
+            message = str(exc) if isinstance(exc, SandboxDown) else over(str(exc))
+            return {}, {rid: message for rid in records}
+        budget.used.update(used)
+        return values, errors
+
+    async def render(self, items: list[tuple[Any, dict[str, Any], dict[str, Any]]], value_s: float,
+                     deadline: float, *, workspace: int | None = None) -> list[tuple[bool, Any]]:
+        """Render each (JSON value holding templates, fields, extra) in a child:
+        ``(True, rendered)`` or ``(False, error message)``, in order."""
+        if not items:
+            return []
+        try:
+            return await self._run("render", (items, value_s, deadline), deadline, workspace)  # type: ignore[no-any-return]
+        except SandboxLost as exc:
+            return [(False, str(exc) if isinstance(exc, SandboxDown) else over(str(exc)))] * len(items)
+
+
+_sandbox: Sandbox | None = None
+_sandbox_lock = threading.Lock()
+
+
+def sandbox() -> Sandbox:
+    """The process's sandbox (created on first use; children start on first call)."""
+    global _sandbox
+    with _sandbox_lock:
+        if _sandbox is None:
+            _sandbox = Sandbox()
+        return _sandbox
+
+
+def _close() -> None:
+    if _sandbox is not None:
+        _sandbox.close()
+
+
+def _forget_after_fork() -> None:
+    # a forked process (a server worker) must not share the parent's pipes
+    global _sandbox
+    _sandbox = None
+
+
+atexit.register(_close)
+os.register_at_fork(after_in_child=_forget_after_fork)

@@ -1,0 +1,138 @@
+"""What the sandbox child (:mod:`activities.sandbox_worker`) runs, and its per-value meter.
+
+Each value runs under a CPU-time budget (``ITIMER_PROF``: the signal raises
+:class:`OverBudget` at the next bytecode; C code that does not come back to the
+interpreter is bounded by its own limits, the ``regex`` timeout and V8's) and a memory
+cap (``RLIMIT_DATA``, the process's data segment now plus the cap: an allocation past it
+raises ``MemoryError``). Whatever escapes both is ended by the parent's wall-clock kill.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, TypeVar
+
+from activities import formula, templates
+
+T = TypeVar("T")
+
+
+class OverBudget(BaseException):
+    """A value ran out of its CPU budget. A BaseException, so that code catching
+    ``Exception`` (the formula evaluator turns every Exception into a formula error) lets
+    it through."""
+
+
+def _on_timer(signum: int, frame: Any) -> None:
+    raise OverBudget()
+
+
+def _data_bytes() -> int:
+    """This process's data segment now (what RLIMIT_DATA counts), from /proc."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class Meter:
+    """Runs one value at a time under a CPU budget (main thread only), inside a batch whose
+    data segment is capped at its size when the batch began plus ``memory_bytes``.
+
+    Unarmed (``armed=False``, anywhere but the sandbox child) it just calls the function:
+    the parent never installs signal handlers or limits on itself."""
+
+    def __init__(self, memory_bytes: int, *, armed: bool = False) -> None:
+        self.memory_bytes = memory_bytes
+        self.armed = armed and hasattr(signal, "setitimer")
+        if self.armed:
+            signal.signal(signal.SIGPROF, _on_timer)
+
+    @contextmanager
+    def capped(self, enabled: bool = True) -> Iterator[None]:
+        """Cap the data segment for the duration of a batch (one /proc read and two
+        setrlimit calls per batch: per value they cost more than the cheap formulas)."""
+        if not (self.armed and enabled):
+            yield
+            return
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        cap = _data_bytes() + self.memory_bytes
+        if hard != resource.RLIM_INFINITY:
+            cap = min(cap, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+        try:
+            yield
+        finally:
+            resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+    def run(self, fn: Callable[[], T], cpu_s: float) -> T:
+        """``fn()`` within ``cpu_s`` seconds of CPU.
+
+        Raises:
+            OverBudget: the CPU budget ran out.
+            MemoryError: the batch's memory cap was reached.
+        """
+        if not self.armed:
+            return fn()
+        signal.setitimer(signal.ITIMER_PROF, max(0.001, cpu_s))
+        try:
+            return fn()
+        finally:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+
+
+def formula_job(meter: Meter, source: str, language: str, records: dict[str, dict[str, Any]], now: str,
+                budget: formula.Budget) -> tuple[dict[str, Any], dict[str, str], dict[str, float]]:
+    """One formula column over a batch: (values, errors, seconds used per record)."""
+    # JavaScript runs in V8 worker processes started from here: they must not inherit the cap
+    with meter.capped(language != "javascript"):
+        values, errors, _ = formula.run_budgeted(source, language, records, datetime.fromisoformat(now), budget,
+                                                 meter=meter, over_budget=OverBudget)
+    return values, errors, budget.used
+
+
+def render_job(meter: Meter, items: list[tuple[Any, dict[str, Any], dict[str, Any]]], value_s: float,
+               deadline: float) -> list[tuple[bool, Any]]:
+    """Render each (JSON value of templates, fields, extra): (True, rendered) or (False, error)."""
+    out: list[tuple[bool, Any]] = []
+    with meter.capped():
+        _render_all(meter, items, value_s, deadline, out)
+    return out
+
+
+def _render_all(meter: Meter, items: list[tuple[Any, dict[str, Any], dict[str, Any]]], value_s: float,
+                deadline: float, out: list[tuple[bool, Any]]) -> None:
+    for value, fields, extra in items:
+        if time.monotonic() >= deadline:
+            out.append((False, templates.over_budget("the batch ran out of its wall-clock budget")))
+            continue
+        try:
+            out.append((True, meter.run(lambda: templates.render_value(value, fields, **extra), value_s)))
+        except OverBudget:
+            out.append((False, templates.over_budget(f"rendering used more than its {value_s * 1000:.0f} ms CPU budget")))
+        except MemoryError:
+            out.append((False, templates.over_budget("rendering exceeded its memory cap")))
+        except templates.TemplateFailure as exc:
+            out.append((False, str(exc)))
+
+
+JOBS: dict[str, Callable[..., Any]] = {"formula": formula_job, "render": render_job}

@@ -1,0 +1,83 @@
+"""Helpers of the hostile-tenant probes (issue #22): a bystander that polls ``/healthz``
+and another workspace's record while an attack runs, and the API process's memory."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+@dataclass
+class Bystander:
+    """Polls ``GET /healthz`` and a record of another workspace every ``every_s`` from a
+    thread, keeping every status and latency, until stopped."""
+
+    base_url: str
+    token: str
+    record_path: str
+    every_s: float = 0.05
+    statuses: list[tuple[str, int]] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=60) as client:
+            while not self._stop.is_set():
+                for name, url, headers in (
+                    ("healthz", f"{self.base_url}/healthz", {}),
+                    ("record", f"{self.base_url}/functions/v1/rest-api{self.record_path}",
+                     {"Authorization": f"Bearer {self.token}"}),
+                ):
+                    started = time.perf_counter()
+                    try:
+                        status = client.get(url, headers=headers).status_code
+                    except httpx.HTTPError:
+                        status = 0
+                    self.statuses.append((name, status))
+                    if name == "record":
+                        self.latencies.append(time.perf_counter() - started)
+                self._stop.wait(self.every_s)
+
+    def __enter__(self) -> Bystander:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
+
+    def failures(self) -> list[tuple[str, int]]:
+        return [(name, status) for name, status in self.statuses if status != 200]
+
+
+def bystander_record(make_workspace: Any) -> tuple[Any, str]:
+    """Another workspace with one record: (workspace, path of the record)."""
+    other = make_workspace()
+    t = other.create_table("Quiet", [{"name": "Note", "type": "text"}])
+    r = other.api.post(f"/tables/{t['id']}/records", json={"fields": {"Note": "still here"}})
+    assert r.status_code == 201, r.text
+    return other, f"/tables/{t['id']}/records/{r.json()['id']}"
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of process ``pid`` (Linux)."""
+    with open(f"/proc/{pid}/status", "rb") as fh:
+        for line in fh:
+            if line.startswith(b"VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

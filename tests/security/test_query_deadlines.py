@@ -1,0 +1,116 @@
+"""Every query has a deadline (issue #22, item 4). Before: no statement timeout outside
+``/sql``; 24 parallel ``order=Title.desc&offset=10000000`` on 50k rows from one token took
+the pool (4 x 503, another workspace's GET up to 10 s, /healthz 503 x 14). Now every
+pooled connection has a ``statement_timeout`` (503 ``QUERY_TIMEOUT`` naming it), one
+workspace holds at most a few of the pool's connections, and deep offsets under a sort are
+refused before they run (400 ``OFFSET_TOO_DEEP``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import httpx
+import psycopg
+import pytest
+from psycopg import sql
+
+from storage.db import Database, current_workspace
+from storage.ddl import qualified
+from storage.errors import QueryTimeout, Unavailable
+from storage.schema import column_name
+from tests.conftest import ApiProcess, running_api
+
+
+def test_a_statement_past_its_deadline_answers_query_timeout_and_the_connection_survives(services):
+    async def run() -> None:
+        db = Database(services.pg.dsn, min_size=1, max_size=2, statement_timeout_ms=100)
+        await db.open()
+        try:
+            with pytest.raises(QueryTimeout) as info:
+                await db.fetch("SELECT pg_sleep(2)")
+            assert info.value.status == 503 and info.value.code == "QUERY_TIMEOUT"
+            assert "0.1 s statement timeout" in info.value.message
+            assert (await db.fetchrow("SELECT 1 AS one")) == {"one": 1}
+        finally:
+            await db.close()
+
+    asyncio.run(run())
+
+
+def test_one_workspace_cannot_take_every_connection_of_the_pool(services):
+    async def run() -> None:
+        db = Database(services.pg.dsn, min_size=1, max_size=4, timeout_s=1.0, per_workspace=2,
+                      statement_timeout_ms=10_000)
+        await db.open()
+
+        async def as_workspace(ws: int, query: str) -> object:
+            current_workspace.set(ws)  # this task's context only, as a request's
+            return await db.fetchrow(query)
+
+        hogs = [asyncio.create_task(as_workspace(1, "SELECT pg_sleep(5) AS hog")) for _ in range(6)]
+        try:
+            async with asyncio.timeout(20), await psycopg.AsyncConnection.connect(services.pg.dsn, autocommit=True) as watch:
+                while True:  # until the hogs' sleeps run (bounded by the timeout above)
+                    cur = await watch.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(5)%'")
+                    row = await cur.fetchone()
+                    if row and row[0] >= 2:
+                        break
+                    assert not all(h.done() for h in hogs), [h.exception() for h in hogs]
+                    await asyncio.sleep(0.02)
+            # another workspace still gets a connection (before: the pool's 1 s wait, then 503)
+            assert await as_workspace(2, "SELECT 1 AS one") == {"one": 1}
+            results = await asyncio.gather(*hogs, return_exceptions=True)
+        finally:
+            for h in hogs:
+                h.cancel()
+            await db.close()
+        busy = [r for r in results if isinstance(r, Unavailable)]
+        assert busy and all(r.code == "WORKSPACE_BUSY" for r in busy)
+        assert sum(r == {"hog": ""} for r in results) >= 2
+
+    asyncio.run(run())
+
+
+def _table_with_rows(ws, services, n: int) -> dict:
+    t = ws.create_table("Big", [{"name": "Title", "type": "text"}])
+    col = t["columns"][0]["id"]
+    with psycopg.connect(services.pg.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT md5(i::text) FROM generate_series(1, %s) i").format(
+            qualified(ws.id, t["id"]), sql.Identifier(column_name(col))), (n,))
+        conn.execute(sql.SQL("ANALYZE {}").format(qualified(ws.id, t["id"])))
+    return t
+
+
+def test_a_deep_offset_under_a_sort_is_refused_before_it_runs(ws, services):
+    t = _table_with_rows(ws, services, 20_000)
+    base = f"/tables/{t['id']}/records"
+    r = ws.api.get(base, params={"order": "Title.desc", "offset": 10_000_000})
+    assert r.status_code == 400 and r.json()["code"] == "OFFSET_TOO_DEEP", r.text
+    assert "keyset" in r.json()["error"]
+    # by id (the primary key) a deep offset stays allowed, and so does a shallow one under a sort
+    assert ws.api.get(base, params={"order": "id.desc", "offset": 15_000, "limit": 5}).status_code == 200
+    r = ws.api.get(base, params={"order": "Title.desc", "offset": 10_000, "limit": 1})
+    assert r.status_code == 200 and len(r.json()["records"]) == 1
+    # the same rule through the MCP tools' and views' planner: keyset paging works
+    last = r.json()["records"][0]["fields"]["Title"]
+    r = ws.api.get(base, params={"order": "Title.desc", "Title": f"lt.{last}", "limit": 1})
+    assert r.status_code == 200 and r.json()["records"][0]["fields"]["Title"] < last
+
+
+@pytest.fixture(scope="module")
+def strict_api(services) -> Iterator[ApiProcess]:
+    """An API whose statements may run 100 ms."""
+    yield from running_api(services, name="api-deadline", WDS_STATEMENT_TIMEOUT_MS="100")
+
+
+def test_a_slow_list_answers_query_timeout_naming_the_limit(make_workspace, services, strict_api):
+    ws = make_workspace()
+    t = _table_with_rows(ws, services, 600_000)
+    with httpx.Client(base_url=f"{strict_api.base_url}/functions/v1/rest-api",
+                      headers={"Authorization": f"Bearer {ws.builder_token}"}, timeout=60) as api:
+        r = api.get(f"/tables/{t['id']}/records", params={"Title": "ilike.*zzzzzz*", "limit": 1},
+                    headers={"Prefer": "count=exact"})
+        assert r.status_code == 503 and r.json()["code"] == "QUERY_TIMEOUT", r.text
+        assert "0.1 s statement timeout" in r.json()["error"]
+        assert api.get(f"/tables/{t['id']}/records", params={"limit": 1}).status_code == 200
