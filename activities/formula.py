@@ -1,6 +1,6 @@
 """The formula kind: Excel/Airtable-like or JavaScript formulas over a record.
 
-Budgets (issue #22; docs/security-budgets.md): every value has a CPU budget
+Budgets (issue #22; docs/security.md): every value has a CPU budget
 (``VALUE_CPU_S``) and a memory cap, every record a total over the run's formula values
 (``ROW_CPU_S``, within the plan's time budget per row), every batch a wall-clock deadline.
 A value past one fails with ``BUDGET_EXCEEDED`` (its write still answers); after

@@ -4,7 +4,7 @@
 reads any column; ``{{ record_id }}`` and, inside a loop, ``{{ item }}`` are also defined.
 The sandbox refuses attribute tricks (``__class__`` and friends) with SecurityError.
 
-Budgets (issue #22, docs/security-budgets.md): a template is at most ``MAX_SOURCE``
+Budgets (issue #22, docs/security.md): a template is at most ``MAX_SOURCE``
 characters and is only *compiled* when a column is created, with constant folding off
 (Jinja2 folds constant expressions at compile time: ``{{ 'a' * 10**9 }}`` or
 ``{{ 'a'|center(10**9) }}`` would be built then, on the API's event loop). At render

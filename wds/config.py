@@ -39,7 +39,7 @@ class Settings(BaseSettings):
     db_timeout_s: float = 5.0
     # every statement's deadline (503 QUERY_TIMEOUT past it; /sql uses the plan's own) and
     # how many pooled connections one workspace may hold at once (503 WORKSPACE_BUSY after
-    # waiting db_timeout_s); docs/security-budgets.md
+    # waiting db_timeout_s); docs/security.md
     statement_timeout_ms: int = 5_000
     db_connections_per_workspace: int = 8
     # run a Temporal worker inside each API process (lowest pipeline latency; eager start)
