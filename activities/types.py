@@ -133,6 +133,7 @@ class BulkInput:
     step_budget: int = 25
     chunk: int = 200
     concurrency: int = 4
+    retries: int = 1  # passes over the rows that failed, before they count as failed
 
 
 @dataclass

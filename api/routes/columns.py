@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from api.backfill import backfill_after_change
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.responses import JSON
 from api.routes.tables import ERRORS, require_manage, schema_change
@@ -46,11 +47,12 @@ async def create_column(table_id: int, body: ColumnIn, principal: RestPrincipal,
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, table_id)
     require_manage(principal, table)
-    spec = parse_new_column(body.model_dump(exclude_unset=True), schema, table)
+    spec = parse_new_column(body.model_dump(exclude_unset=True, exclude={"backfill"}), schema, table)
     check_computed_columns([spec], table)
     async with schema_change(state, principal.workspace_id) as conn:
         col = await meta.create_column(conn, workspace_id=principal.workspace_id, table_id=table.id, spec=spec)
-    return JSON(column_out(col), status_code=201)
+    backfill = await backfill_after_change(state, principal, table.id, col.id, before=None, requested=body.backfill)
+    return JSON(column_out(col) | {"backfill": backfill}, status_code=201)
 
 
 @router.patch("/{column_id}", response_model=ColumnOut, responses=ERRORS)
@@ -62,14 +64,15 @@ async def patch_column(
     table = table_or_404(schema, table_id)
     require_manage(principal, table)
     current = column_or_404(table, column_id)
-    data = body.model_dump(exclude_unset=True)
+    data = body.model_dump(exclude_unset=True, exclude={"backfill"})
     if not data:
         raise ValidationError("nothing to change: send name, type, required, options, formula or config")
     spec = parse_column_patch(data, meta.spec_of(current), schema, table)
     check_computed_columns([spec], table, replacing=current.id)
     async with schema_change(state, principal.workspace_id) as conn:
         col = await meta.update_column(conn, workspace_id=principal.workspace_id, current=current, spec=spec)
-    return JSON(column_out(col))
+    backfill = await backfill_after_change(state, principal, table.id, col.id, before=current, requested=body.backfill)
+    return JSON(column_out(col) | {"backfill": backfill})
 
 
 @router.delete("/{column_id}", response_model=Deleted, responses=ERRORS)
