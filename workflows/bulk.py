@@ -44,6 +44,11 @@ ALL = "*"  # a retry group's key: every column of the run (the failure named non
 
 @workflow.defn(name="BulkRunWorkflow")
 class BulkRunWorkflow:
+    def __init__(self) -> None:
+        self.done = 0
+        self.failed = 0
+        self.pending: dict[tuple[str, ...], list[int]] = {}
+
     @workflow.run
     async def run(self, inp: BulkInput) -> dict[str, int]:
         self.inp = inp
@@ -142,6 +147,18 @@ class BulkRunWorkflow:
                     "run_progress", ProgressInput(run_id=inp.run_id, done=self.done, failed=self.failed),
                     start_to_close_timeout=LOCAL, retry_policy=RETRY,
                 )
+                workflow.set_current_details(self._details())
+
+    def _details(self) -> str:
+        """The Temporal UI's "current details" of the run (also ``GET {rest}/runs/{id}``)."""
+        retrying = sum(len(ids) for ids in self.pending.values())
+        return f"run {self.inp.run_id}: {self.done} row(s) done, {self.failed} failed, {retrying} to retry"
+
+    @workflow.query(name="progress")
+    def progress(self) -> dict[str, int]:
+        """``temporal workflow query --name progress``: rows done, failed and waiting for a retry."""
+        return {"done": self.done, "failed": self.failed,
+                "retrying": sum(len(ids) for ids in self.pending.values())}
 
     async def _run_chunk(self, child: PipelineInput, wid: str) -> PipelineResult:
         if _all_pure(child, {c.id: c for c in child.table.columns}):
