@@ -63,6 +63,9 @@ class PipelineInput:
     # staged rows' columns and hands the values back for the write's one INSERT; it writes
     # nothing itself (and does nothing when the rows are not staged in its process)
     precompute: bool = False
+    # the bulk run (run-actions, schedule, backfill) this chunk belongs to: its writes stop
+    # once that run is superseded by a newer backfill (storage.records.write_computed)
+    bulk_run_id: str | None = None
 
 
 @dataclass
@@ -115,6 +118,7 @@ class StepResult:
 class WriteInput:
     table: TableSnap
     updates: list[dict[str, Any]]  # {id, values: {column id: value}, outcome}
+    bulk_run_id: str | None = None  # as PipelineInput.bulk_run_id
 
 
 @dataclass

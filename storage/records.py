@@ -474,6 +474,7 @@ async def write_computed(
     updates: Sequence[tuple[int, dict[int, Any], dict[str, Any] | None]],
     returning: bool = False,
     loaded: Mapping[int, Mapping[str, Any]] | None = None,
+    unless_superseded: str | None = None,
 ) -> tuple[int, list[dict[str, Any]]]:
     """Write pipeline results for many records in one statement: (rows written, the
     written rows when ``returning``, else ``[]``).
@@ -488,6 +489,10 @@ async def write_computed(
     as read before the run, by id) the written rows are those rows with the new values,
     ``_pipeline`` and ``updated_at`` (the only columns this statement changes), so the
     statement returns just ids and timestamps instead of every column to decode.
+
+    ``unless_superseded``: a bulk run's id; nothing is written once that run is
+    ``superseded`` (``wds.runs``): a chunk of a backfill still in flight when a newer
+    backfill of the table took over must not write its older values after the new ones.
     """
     if not updates:
         return 0, []
@@ -517,11 +522,13 @@ async def write_computed(
     sets.append(sql.SQL("updated_at = clock_timestamp()"))
     merge = returning and echoes is not None and loaded is not None and all(rid in loaded for rid, _, _ in updates)
     tail = " RETURNING t.id, t.updated_at" if merge else f" RETURNING {_layout(table).row_list_t}" if returning else ""
+    guard = (sql.SQL(" AND NOT EXISTS (SELECT 1 FROM wds.runs r WHERE r.id = %s AND r.status = 'superseded')")
+             if unless_superseded is not None else sql.SQL(""))
     query = sql.SQL(
         "UPDATE {} AS t SET {} FROM jsonb_to_recordset(%s::jsonb) AS u(id bigint, v jsonb, p jsonb)"
-        " WHERE t.id = u.id{}"
-    ).format(_target(table), sql.SQL(", ").join(sets), sql.SQL(tail))
-    cur = await conn.execute(query, [payload])
+        " WHERE t.id = u.id{}{}"
+    ).format(_target(table), sql.SQL(", ").join(sets), guard, sql.SQL(tail))
+    cur = await conn.execute(query, [payload] if unless_superseded is None else [payload, unless_superseded])
     rows = await cur.fetchall() if returning else []
     if merge and loaded is not None and echoes is not None:
         stamps = {r["id"]: r["updated_at"] for r in rows}

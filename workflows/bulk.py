@@ -61,7 +61,11 @@ class BulkRunWorkflow:
         self.lock = asyncio.Lock()
         self.names = {c.name: c.id for c in inp.table.columns}
         self.n = 0
-        last = inp.retries <= 0
+        # runs started before these changes replay as they ran: no retry pass, child
+        # workflows for every chunk (workflow.patched records the choice in new histories)
+        self.retries = inp.retries if workflow.patched("bulk-retry-failed-rows") else 0
+        self.fused = workflow.patched("bulk-fused-pure-chunks")
+        last = self.retries <= 0
         tasks = []
         if inp.record_ids is not None:
             for i in range(0, len(inp.record_ids), inp.chunk):
@@ -80,11 +84,11 @@ class BulkRunWorkflow:
                 if len(ids) < inp.chunk:
                     break
         await asyncio.gather(*tasks)
-        for attempt in range(inp.retries):
+        for attempt in range(self.retries):
             groups, self.pending = self.pending, {}
             if not groups:
                 break
-            last = attempt == inp.retries - 1
+            last = attempt == self.retries - 1
             tasks = []
             for key in sorted(groups):
                 ids = sorted(groups[key])
@@ -119,7 +123,7 @@ class BulkRunWorkflow:
             child = PipelineInput(
                 table=inp.table, record_ids=ids, mode=inp.mode, levels=levels, caller=inp.caller,
                 time_budget_s=inp.time_budget_s, step_budget=inp.step_budget,
-                dependants=inp.dependants,
+                dependants=inp.dependants, bulk_run_id=inp.run_id,
             )
             failed: dict[str, dict[str, str]] = {}
             ok = 0
@@ -161,7 +165,7 @@ class BulkRunWorkflow:
                 "retrying": sum(len(ids) for ids in self.pending.values())}
 
     async def _run_chunk(self, child: PipelineInput, wid: str) -> PipelineResult:
-        if _all_pure(child, {c.id: c for c in child.table.columns}):
+        if self.fused and _all_pure(child, {c.id: c for c in child.table.columns}):
             # formulas and parsers only: one local activity loads the chunk with one
             # SELECT, evaluates every level and writes with one UPDATE (no child workflow)
             return await workflow.execute_local_activity(
