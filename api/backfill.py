@@ -42,6 +42,7 @@ PURE_KINDS = frozenset({ColumnType.FORMULA, ColumnType.JSON_PARSER, ColumnType.F
 # workflow-level pure kinds (formula/parser chunks run as one local activity): larger chunks
 FUSED_KINDS = frozenset({ColumnType.FORMULA, ColumnType.JSON_PARSER})
 PURE_CHUNK = 1000
+UNREACHABLE = "the pipeline engine (Temporal) is not reachable; recompute later with run-actions"
 _LOCK = 0x42_46_49_4C  # "BFIL": pg_advisory_lock(_LOCK, table id) serialises a table's backfill starts
 
 
@@ -77,7 +78,8 @@ async def backfill_after_change(
     """
     if requested is False:
         return None
-    table = (await state.schema(principal.workspace_id)).tables.get(table_id)  # fresh: the change dropped the cache
+    # a fresh schema: the schema change dropped the cache
+    table = (await state.schema(principal.workspace_id)).tables.get(table_id)
     col = table.column_by_id(column_id) if table is not None else None
     if table is None or col is None:
         return None
@@ -98,8 +100,7 @@ async def start_backfill(state: AppState, principal: Principal, table: TableMeta
     if total == 0:
         return None
     if state.temporal is None:
-        return _not_started(total, "the pipeline engine (Temporal) is not reachable; run run-actions later",
-                            "UNAVAILABLE")
+        return _not_started(total, UNREACHABLE, "UNAVAILABLE")
     if charge:
         try:
             await charge_automation_runs(state, principal, total)
@@ -136,8 +137,7 @@ async def start_backfill(state: AppState, principal: Principal, table: TableMeta
             except Exception as exc:  # Temporal refused or is unreachable: the previous run goes on
                 await runs.abandon(conn, run_id=run_id, previous=prev["id"] if prev else None,
                                    error=f"could not start: {type(exc).__name__}")
-                return _not_started(total, "the pipeline engine (Temporal) is not reachable; run run-actions later",
-                                    "UNAVAILABLE")
+                return _not_started(total, UNREACHABLE, "UNAVAILABLE")
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_LOCK, table.id))
     return {"run_id": run_id, "total": total, "status": "running", "workflow_id": wid}

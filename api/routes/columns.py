@@ -51,7 +51,9 @@ async def create_column(table_id: int, body: ColumnIn, principal: RestPrincipal,
     check_computed_columns([spec], table)
     async with schema_change(state, principal.workspace_id) as conn:
         col = await meta.create_column(conn, workspace_id=principal.workspace_id, table_id=table.id, spec=spec)
-    backfill = await backfill_after_change(state, principal, table.id, col.id, before=None, requested=body.backfill)
+    # existing rows get the new column's values (docs/backfills.md)
+    backfill = await backfill_after_change(state, principal, table.id, col.id, before=None,
+                                           requested=body.backfill)
     return JSON(column_out(col) | {"backfill": backfill}, status_code=201)
 
 
@@ -71,7 +73,8 @@ async def patch_column(
     check_computed_columns([spec], table, replacing=current.id)
     async with schema_change(state, principal.workspace_id) as conn:
         col = await meta.update_column(conn, workspace_id=principal.workspace_id, current=current, spec=spec)
-    backfill = await backfill_after_change(state, principal, table.id, col.id, before=current, requested=body.backfill)
+    backfill = await backfill_after_change(state, principal, table.id, col.id, before=current,
+                                           requested=body.backfill)
     return JSON(column_out(col) | {"backfill": backfill})
 
 

@@ -259,3 +259,18 @@ def test_a_transient_failure_is_retried_within_the_run(ws, flaky):
     done = wait_run(ws, run["run_id"])
     assert done["status"] == "completed" and done["done"] == 6 and done["failed"] == 0, done
     assert values(ws, t["id"], "Got") == {i: {"n": i} for i in range(6)}
+
+
+def test_an_explicit_backfill_over_the_automation_quota_does_not_start(make_workspace, flaky):
+    ws = make_workspace(plan="free")  # 1,000 automation runs a month
+    t = ws.create_table("Quota", [{"name": "A", "type": "number"}])
+    fill(ws, t["id"], 1001)
+    r = ws.api.post(f"/tables/{t['id']}/columns", json={
+        "name": "Got", "type": "http_request", "backfill": True,
+        "config": {"method": "GET", "url": flaky + "/ok/{{ A }}"}})
+    assert r.status_code == 201, r.text  # the column stands
+    assert r.json()["backfill"] == {"run_id": None, "total": 1001, "status": "not_started",
+                                    "error": r.json()["backfill"]["error"], "code": "PLAN_LIMIT_AUTOMATION_RUNS"}
+    # a formula is not charged: it backfills
+    r = ws.api.post(f"/tables/{t['id']}/columns", json={"name": "F", "type": "formula", "formula": "{A} + 1"})
+    assert wait_run(ws, r.json()["backfill"]["run_id"])["status"] == "completed"
