@@ -39,9 +39,6 @@ from workflows.bulk import BulkRunWorkflow
 
 # computed kinds without side effects: recomputing them is always safe
 PURE_KINDS = frozenset({ColumnType.FORMULA, ColumnType.JSON_PARSER, ColumnType.FETCH_RECORDS})
-# workflow-level pure kinds (formula/parser chunks run as one local activity): larger chunks
-FUSED_KINDS = frozenset({ColumnType.FORMULA, ColumnType.JSON_PARSER})
-PURE_CHUNK = 1000
 UNREACHABLE = "the pipeline engine (Temporal) is not reachable; recompute later with run-actions"
 _LOCK = 0x42_46_49_4C  # "BFIL": pg_advisory_lock(_LOCK, table id) serialises a table's backfill starts
 
@@ -124,8 +121,6 @@ async def start_backfill(state: AppState, principal: Principal, table: TableMeta
                                       total=total, workflow_id=wid, kind="backfill", column_ids=ids)
             inp = build_bulk_input(table, caller_of(principal), principal.plan, run_id=run_id, record_ids=None,
                                    filters=[], column_ids=ids)
-            if all(table.column_by_id(cid).type in FUSED_KINDS for cid in ids):  # type: ignore[union-attr]
-                inp.chunk = PURE_CHUNK
             try:
                 await state.temporal.start_workflow(
                     BulkRunWorkflow.run, inp, id=wid, task_queue=state.settings.task_queue,
