@@ -26,4 +26,5 @@ class BulkSteps:
     @activity.defn(name="run_progress")
     async def run_progress(self, inp: ProgressInput) -> None:
         async with self.db.connection() as conn:
-            await runs.set_progress(conn, run_id=inp.run_id, done=inp.done, failed=inp.failed, status=inp.status)
+            await runs.set_progress(conn, run_id=inp.run_id, done=inp.done, failed=inp.failed, status=inp.status,
+                                    errors=inp.errors or None)

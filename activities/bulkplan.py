@@ -13,7 +13,12 @@ from activities.snap import table_snap
 from activities.types import BulkInput, Caller
 from storage.pipelines import graph, plan_steps
 from storage.plans import plan as plan_of
-from storage.schema import TableMeta
+from storage.schema import ColumnType, TableMeta
+
+# formula/parser chunks run as one local activity each (workflows/bulk.py): larger chunks
+# cost less per row; other kinds keep 200 (a chunk's pipeline shares the per-row budget)
+FUSED_KINDS = frozenset({ColumnType.FORMULA, ColumnType.JSON_PARSER})
+FUSED_CHUNK = 1000
 
 
 def dependants_map(table: TableMeta) -> dict[str, list[int]]:
@@ -41,9 +46,11 @@ def build_bulk_input(
     """The BulkRunWorkflow input for ``record_ids`` (or every record matching ``filters``)."""
     levels = plan_steps(table, mode="edit", only=column_ids) if column_ids else plan_steps(table, mode="create")
     p = plan_of(plan_name)
+    fused = bool(levels) and all(c.type in FUSED_KINDS for lvl in levels for c in lvl)
     return BulkInput(
         run_id=run_id, table=table_snap(table), caller=caller,
         levels=[[c.id for c in lvl] for lvl in levels], dependants=dependants_map(table),
         record_ids=record_ids, filters=filters, mode="edit" if column_ids else "create",
         time_budget_s=float(p.pipeline_seconds_per_row), step_budget=p.pipeline_steps_per_row,
+        chunk=FUSED_CHUNK if fused else 200,
     )

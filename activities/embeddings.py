@@ -72,15 +72,15 @@ async def backfill(db: Database, embedder: Embedder, table: TableMeta, *, run_id
     """Embed every record of ``table``, reporting progress on run ``run_id``.
 
     A page the provider fails on counts as failed and the run goes on (a later backfill
-    retries it); the run ends ``completed``, or ``failed`` when nothing could be embedded.
+    retries it); the run ends ``completed``, ``completed_with_errors`` when some page failed,
+    or ``failed`` when nothing could be embedded.
     """
     done = failed = 0
     after = 0
     last_error = ""
     while True:
         async with db.connection() as conn:
-            rows = await sem.rows_after(conn, workspace_id=table.workspace_id, table_id=table.id,
-                                        after_id=after, limit=page)
+            rows = await sem.rows_after(conn, table=table, after_id=after, limit=page)
         if not rows:
             break
         try:
@@ -95,7 +95,7 @@ async def backfill(db: Database, embedder: Embedder, table: TableMeta, *, run_id
             await runs.set_progress(conn, run_id=run_id, done=done, failed=failed, status=None)
         if len(rows) < page:
             break
-    status = "failed" if failed and not done else "completed"
+    status = "failed" if failed and not done else "completed_with_errors" if failed else "completed"
     async with db.connection() as conn:
         await runs.set_progress(conn, run_id=run_id, done=done, failed=failed, status=status)
         if last_error:

@@ -59,7 +59,8 @@ class RecordIO:
         ledger = await _evaluate(inp, fields)
         result, updates = ledger.result(inp.run_id, json_keys=False)
         if p.write and updates:
-            await self._write(p.table, [(u["id"], u["values"], u["outcome"]) for u in updates], loaded)
+            await self._write(p.table, [(u["id"], u["values"], u["outcome"]) for u in updates], loaded,
+                              bulk_run_id=p.bulk_run_id)
         return result
 
     async def _precomputed(self, inp: FusedInput) -> PipelineResult:
@@ -100,10 +101,10 @@ class RecordIO:
     async def write_results(self, inp: WriteInput) -> int:
         """Write every record's computed values and outcome in one statement."""
         updates = [(u["id"], {int(k): v for k, v in u["values"].items()}, u["outcome"]) for u in inp.updates]
-        return await self._write(inp.table, updates)
+        return await self._write(inp.table, updates, bulk_run_id=inp.bulk_run_id)
 
     async def _write(self, snap: TableSnap, updates: list[tuple[int, dict[int, Any], dict[str, Any]]],
-                     loaded: dict[int, dict[str, Any]] | None = None) -> int:
+                     loaded: dict[int, dict[str, Any]] | None = None, *, bulk_run_id: str | None = None) -> int:
         table = table_meta(snap)
         # an API process of ours waiting for this run gets the written rows straight away
         # (activities/written.py), instead of reading them again after the run completes;
@@ -112,7 +113,7 @@ class RecordIO:
         waited = written.waiting(run_id)
         async with self.db.connection() as conn:  # one autocommit statement
             count, rows = await rec.write_computed(conn, table=table, updates=updates, returning=waited,
-                                                   loaded=loaded)
+                                                   loaded=loaded, unless_superseded=bulk_run_id)
         if waited:  # committed
             written.notify(run_id, rows)
         return count

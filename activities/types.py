@@ -66,6 +66,9 @@ class PipelineInput:
     # staged rows' columns and hands the values back for the write's one INSERT; it writes
     # nothing itself (and does nothing when the rows are not staged in its process)
     precompute: bool = False
+    # the bulk run (run-actions, schedule, backfill) this chunk belongs to: its writes stop
+    # once that run is superseded by a newer backfill (storage.records.write_computed)
+    bulk_run_id: str | None = None
 
 
 @dataclass
@@ -118,6 +121,7 @@ class StepResult:
 class WriteInput:
     table: TableSnap
     updates: list[dict[str, Any]]  # {id, values: {column id: value}, outcome}
+    bulk_run_id: str | None = None  # as PipelineInput.bulk_run_id
 
 
 @dataclass
@@ -136,6 +140,7 @@ class BulkInput:
     step_budget: int = 25
     chunk: int = 200
     concurrency: int = 4
+    retries: int = 1  # passes over the rows that failed, before they count as failed
 
 
 @dataclass

@@ -46,6 +46,23 @@ class ColumnIn(BaseModel):
     relation_table_id: int | None = None
     relation_source_column_id: int | None = None
     position: int | None = None
+    backfill: bool | None = Field(
+        default=None,
+        description="POST/PATCH of a column: recompute existing rows. Formula, json_parser and fetch_records"
+        " columns (and their dependants) are recomputed by default; kinds with side effects (http_request,"
+        " action, ai_agent, record steps, loop, delay) only with true; false recomputes nothing.",
+    )
+
+
+class BackfillOut(BaseModel):
+    """The bulk run recomputing existing rows after a column change (``GET {rest}/runs/{run_id}``)."""
+
+    run_id: str | None
+    total: int
+    status: str  # running | not_started
+    workflow_id: str | None = None
+    error: str | None = None
+    code: str | None = None
 
 
 class ColumnOut(BaseModel):
@@ -65,6 +82,7 @@ class ColumnOut(BaseModel):
         default=None, description='computed columns: "ok", or "error" when a column it read was deleted with force'
     )
     status_reason: str | None = None
+    backfill: BackfillOut | None = None  # column create/update only
 
 
 class ColumnPatch(ColumnIn):

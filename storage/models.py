@@ -260,7 +260,7 @@ class Schedule(SQLModel, table=True):
 
 
 class Run(SQLModel, table=True):
-    """A bulk run (run-actions, schedules) and its progress."""
+    """A bulk run (run-actions, schedules, backfills) and its progress."""
 
     __tablename__ = "runs"
     __table_args__ = {"schema": SCHEMA}
@@ -276,6 +276,8 @@ class Run(SQLModel, table=True):
     errors: dict[str, Any] | None = _json()
     created_at: datetime | None = _ts()
     updated_at: datetime | None = _ts()
+    # a backfill's computed columns (ids), so a newer backfill can take them over (m0012)
+    column_ids: list[int] | None = Field(default=None, sa_column=Column(JSONB, nullable=True))
 
 
 class Bucket(SQLModel, table=True):

@@ -5,7 +5,8 @@ PostgreSQL round trip; on a small machine the round trips themselves (two contex
 and a socket write each way) cost more than the lookup. :class:`RecordReader` sends a read
 at once when no other read of the same table is in flight; reads that arrive while one is
 in flight wait for it to finish and then go together as one
-``SELECT * FROM … WHERE id = ANY(…)``. Nobody waits for a timer: a lone read costs exactly
+``SELECT <columns> FROM … WHERE id = ANY(…)`` (the columns listed from the table's current
+schema, never ``*``: :func:`storage.records.row_list`). Nobody waits for a timer: a lone read costs exactly
 what it did, and under load each read waits at most for the one query ahead of it.
 
 Every read still sees every write that committed before it was asked for: a waiting read is
@@ -22,6 +23,7 @@ from psycopg import sql
 
 from storage import ddl
 from storage.db import Database
+from storage.records import row_list
 from storage.schema import TableMeta
 
 Row = dict[str, Any]
@@ -40,16 +42,19 @@ class RecordReader:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._tables: dict[tuple[int, int], _Table] = {}
-        self._sql: dict[tuple[int, int], tuple[str, str]] = {}
+        self._sql: dict[tuple[int, int], tuple[str, str]] = {}  # (one, many)
+        self._lists: dict[tuple[int, int], str] = {}  # the row list ``_sql`` was composed with
+        self._meta: dict[tuple[int, int], TableMeta] = {}  # the latest schema each table was read with
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def get(self, table: TableMeta, record_id: int) -> Row | None:
-        """The physical row of ``record_id`` (``SELECT *``), ``None`` if there is none.
+        """The physical row of ``record_id`` (every column of ``table``), ``None`` if there is none.
 
         Raises:
             Unavailable: the database cannot be reached (as :meth:`Database.connection`).
         """
         key = (table.workspace_id, table.id)
+        self._meta[key] = table
         state = self._tables.get(key)
         if state is None:
             state = self._tables[key] = _Table()
@@ -71,6 +76,7 @@ class RecordReader:
         state.waiting = []
         if not batch:
             del self._tables[key]  # idle: the next read goes at once
+            self._meta.pop(key, None)
             return
         task = asyncio.get_running_loop().create_task(self._run(key, batch))
         self._tasks.add(task)
@@ -105,13 +111,18 @@ class RecordReader:
             return await cur.fetchall()
 
     def _statements(self, key: tuple[int, int]) -> tuple[str, str]:
+        # a batch reads with the schema of its latest reader (a column added since an
+        # earlier reader asked only adds a field)
+        columns = row_list(self._meta[key])
         found = self._sql.get(key)
-        if found is None:
+        if found is None or self._lists.get(key) != columns.as_string(None):
             target = ddl.qualified(*key)
             if len(self._sql) >= 4096:
                 self._sql.clear()
+                self._lists.clear()
+            self._lists[key] = columns.as_string(None)
             found = self._sql[key] = (
-                sql.SQL("SELECT * FROM {} WHERE id = %s").format(target).as_string(None),
-                sql.SQL("SELECT * FROM {} WHERE id = ANY(%s::bigint[])").format(target).as_string(None),
+                sql.SQL("SELECT {} FROM {} WHERE id = %s").format(columns, target).as_string(None),
+                sql.SQL("SELECT {} FROM {} WHERE id = ANY(%s::bigint[])").format(columns, target).as_string(None),
             )
         return found

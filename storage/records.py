@@ -57,6 +57,8 @@ class _Layout:
     columns: tuple[ColumnMeta, ...]  # identity check: the schema cache replaces it on change
     decoders: tuple[tuple[str, str, ColumnMeta | None], ...]
     by_name: dict[str, ColumnMeta]
+    row_list: str  # the stored row's columns, listed (see row_list)
+    row_list_t: str  # the same, qualified by the alias ``t``
 
 
 _LAYOUTS: dict[int, _Layout] = {}
@@ -71,8 +73,39 @@ def _layout(table: TableMeta) -> _Layout:
             by_name.setdefault(col.name, col)  # first wins, as TableMeta.column does
         if len(_LAYOUTS) >= 4096:
             _LAYOUTS.clear()
-        layout = _LAYOUTS[id(table.columns)] = _Layout(table.columns, _decoders(table.columns), by_name)
+        layout = _LAYOUTS[id(table.columns)] = _Layout(
+            table.columns, _decoders(table.columns), by_name,
+            _row_list(table.columns, None), _row_list(table.columns, "t"))
     return layout
+
+
+_SYSTEM = ("id", "created_at", "updated_at", "_pipeline")
+
+
+def _row_list(columns: Sequence[ColumnMeta], alias: str | None) -> str:
+    def ref(name: str) -> sql.Composable:
+        return sql.Identifier(alias, name) if alias else sql.Identifier(name)
+
+    items = [ref(name) for name in _SYSTEM]
+    items += [sql.SQL("{}::{} AS {}").format(ref(c.physical), sql.SQL(ddl.pg_type(c.type)), sql.Identifier(c.physical))
+              for c in columns]
+    return sql.SQL(", ").join(items).as_string(None)
+
+
+def row_list(table: TableMeta, alias: str | None = None) -> sql.SQL:
+    """The columns of a stored row (system columns, then every column of ``table``),
+    each cast to the type ``table`` gives it, for ``SELECT``/``RETURNING`` in place of ``*``.
+
+    psycopg prepares a statement on a connection after a few executions, and PostgreSQL
+    refuses to run a prepared statement whose result shape changed ("cached plan must not
+    change result type"): a ``SELECT *`` prepared before a column was added, dropped or
+    retyped failed from then on, on every pooled connection that had prepared it
+    (issue #21). Listed and cast, the statement's text changes with the schema (a new
+    statement, prepared anew) and its result shape never changes under it.
+    """
+    layout = _layout(table)
+    return sql.SQL(layout.row_list if alias is None else layout.row_list_t if alias == "t" else
+                   _row_list(table.columns, alias))
 
 
 def pipeline_of(row: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -132,15 +165,15 @@ def _fk_error(table: TableMeta, exc: psycopg.errors.ForeignKeyViolation) -> Inva
     return InvalidValue("a relation points at a record that does not exist")
 
 
-_GET_SQL: dict[tuple[int, int], str] = {}
+_GET_SQL: dict[tuple[Any, ...], str] = {}
 
 
 async def get_record_row(conn: Conn, *, table: TableMeta, record_id: int) -> dict[str, Any] | None:
-    key = (table.workspace_id, table.id)
+    key = ("one", table.workspace_id, table.id, _layout(table).row_list)
     query = _GET_SQL.get(key)
     if query is None:
-        # composed and rendered once per table: identifiers never change (names are c_<id>)
-        query = _GET_SQL[key] = sql.SQL("SELECT * FROM {} WHERE id = %s").format(_target(table)).as_string(None)
+        # composed and rendered once per table layout (the listed columns: see row_list)
+        query = _remember(_GET_SQL, key, sql.SQL("SELECT {} FROM {} WHERE id = %s").format(row_list(table), _target(table)))
     cur = await conn.execute(query, (record_id,))
     return await cur.fetchone()
 
@@ -303,7 +336,8 @@ async def insert_computed_json(
 def _insert_statement(table: TableMeta, rows: Sequence[PreparedRow]) -> tuple[str, list[Any]]:
     col_ids = sorted({cid for r in rows for cid in r.values})
     if not col_ids:
-        query = _target(table).as_string(None).join(["INSERT INTO ", " SELECT FROM generate_series(1, %s) RETURNING *"])
+        query = sql.SQL("INSERT INTO {} SELECT FROM generate_series(1, %s) RETURNING {}").format(
+            _target(table), row_list(table)).as_string(None)
         return query, [len(rows)]
     # ONE parameter whatever the row count: the rows travel as a JSON array that
     # jsonb_to_recordset types column by column. The statement text depends only on the
@@ -341,13 +375,13 @@ def _remember(cache: dict[tuple[Any, ...], str], key: tuple[Any, ...], query: sq
 
 def _insert_sql(table: TableMeta, col_ids: list[int]) -> str:
     columns = _data_columns(table, col_ids)
-    key = (table.workspace_id, table.id, columns)
+    key = (table.workspace_id, table.id, columns, _layout(table).row_list)
     query = _INSERT_SQL.get(key)
     if query is None:
         names, source = _typed_rows(columns)
         query = _remember(_INSERT_SQL, key, sql.SQL(
-            "INSERT INTO {t} ({names}) SELECT {names} FROM {source} ORDER BY x.ordinality RETURNING *"
-        ).format(t=_target(table), names=names, source=source))
+            "INSERT INTO {t} ({names}) SELECT {names} FROM {source} ORDER BY x.ordinality RETURNING {row}"
+        ).format(t=_target(table), names=names, source=source, row=row_list(table)))
     return query
 
 
@@ -371,8 +405,8 @@ async def update_record(
     sets = [
         sql.SQL("{} = %s").format(sql.Identifier(f"c_{cid}")) for cid in row.values
     ] + [sql.SQL("updated_at = clock_timestamp()")]
-    query = sql.SQL("UPDATE {} SET {} WHERE id = %s RETURNING *").format(
-        _target(table), sql.SQL(", ").join(sets)
+    query = sql.SQL("UPDATE {} SET {} WHERE id = %s RETURNING {}").format(
+        _target(table), sql.SQL(", ").join(sets), row_list(table)
     )
     try:
         cur = await conn.execute(query, [*row.values.values(), record_id])
@@ -440,6 +474,7 @@ async def write_computed(
     updates: Sequence[tuple[int, dict[int, Any], dict[str, Any] | None]],
     returning: bool = False,
     loaded: Mapping[int, Mapping[str, Any]] | None = None,
+    unless_superseded: str | None = None,
 ) -> tuple[int, list[dict[str, Any]]]:
     """Write pipeline results for many records in one statement: (rows written, the
     written rows when ``returning``, else ``[]``).
@@ -454,6 +489,10 @@ async def write_computed(
     as read before the run, by id) the written rows are those rows with the new values,
     ``_pipeline`` and ``updated_at`` (the only columns this statement changes), so the
     statement returns just ids and timestamps instead of every column to decode.
+
+    ``unless_superseded``: a bulk run's id; nothing is written once that run is
+    ``superseded`` (``wds.runs``): a chunk of a backfill still in flight when a newer
+    backfill of the table took over must not write its older values after the new ones.
     """
     if not updates:
         return 0, []
@@ -482,12 +521,14 @@ async def write_computed(
     sets.append(sql.SQL("_pipeline = coalesce(u.p, t._pipeline)"))
     sets.append(sql.SQL("updated_at = clock_timestamp()"))
     merge = returning and echoes is not None and loaded is not None and all(rid in loaded for rid, _, _ in updates)
-    tail = " RETURNING t.id, t.updated_at" if merge else " RETURNING t.*" if returning else ""
+    tail = " RETURNING t.id, t.updated_at" if merge else f" RETURNING {_layout(table).row_list_t}" if returning else ""
+    guard = (sql.SQL(" AND NOT EXISTS (SELECT 1 FROM wds.runs r WHERE r.id = %s AND r.status = 'superseded')")
+             if unless_superseded is not None else sql.SQL(""))
     query = sql.SQL(
         "UPDATE {} AS t SET {} FROM jsonb_to_recordset(%s::jsonb) AS u(id bigint, v jsonb, p jsonb)"
-        " WHERE t.id = u.id{}"
-    ).format(_target(table), sql.SQL(", ").join(sets), sql.SQL(tail))
-    cur = await conn.execute(query, [payload])
+        " WHERE t.id = u.id{}{}"
+    ).format(_target(table), sql.SQL(", ").join(sets), guard, sql.SQL(tail))
+    cur = await conn.execute(query, [payload] if unless_superseded is None else [payload, unless_superseded])
     rows = await cur.fetchall() if returning else []
     if merge and loaded is not None and echoes is not None:
         stamps = {r["id"]: r["updated_at"] for r in rows}
@@ -507,7 +548,7 @@ async def write_computed(
 
 async def delete_record(conn: Conn, *, table: TableMeta, record_id: int) -> dict[str, Any] | None:
     cur = await conn.execute(
-        sql.SQL("DELETE FROM {} WHERE id = %s RETURNING *").format(_target(table)), (record_id,)
+        sql.SQL("DELETE FROM {} WHERE id = %s RETURNING {}").format(_target(table), row_list(table)), (record_id,)
     )
     return await cur.fetchone()
 
@@ -522,7 +563,7 @@ async def existing_ids(conn: Conn, *, table: TableMeta, ids: Sequence[int]) -> s
 async def get_record_rows(conn: Conn, *, table: TableMeta, record_ids: Sequence[int]) -> list[dict[str, Any]]:
     """Rows by id, in the order of ``record_ids`` (missing ids are left out)."""
     cur = await conn.execute(
-        sql.SQL("SELECT * FROM {} WHERE id = ANY(%s)").format(_target(table)), (list(record_ids),)
+        sql.SQL("SELECT {} FROM {} WHERE id = ANY(%s)").format(row_list(table), _target(table)), (list(record_ids),)
     )
     by_id = {r["id"]: r for r in await cur.fetchall()}
     return [by_id[i] for i in record_ids if i in by_id]

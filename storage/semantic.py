@@ -17,6 +17,8 @@ from psycopg.rows import tuple_row
 
 from storage.ddl import embedding_table, qualified
 from storage.query import QueryPlan, build_where, decode_row
+from storage.records import row_list
+from storage.schema import TableMeta
 
 Conn = AsyncConnection[Any]
 SEARCH_MAX_LIMIT = 100
@@ -71,10 +73,12 @@ async def delete_embeddings(conn: Conn, *, workspace_id: int, table_id: int, ids
         )
 
 
-async def rows_after(conn: Conn, *, workspace_id: int, table_id: int, after_id: int, limit: int) -> list[dict[str, Any]]:
-    """Whole stored rows with ``id > after_id``, ascending (the backfill pages with this)."""
+async def rows_after(conn: Conn, *, table: TableMeta, after_id: int, limit: int) -> list[dict[str, Any]]:
+    """Whole stored rows with ``id > after_id``, ascending (the backfill pages with this);
+    the columns listed from ``table`` (never ``*``: see :func:`storage.records.row_list`)."""
     cur = await conn.execute(
-        sql.SQL("SELECT * FROM {} WHERE id > %s ORDER BY id LIMIT %s").format(qualified(workspace_id, table_id)),
+        sql.SQL("SELECT {} FROM {} WHERE id > %s ORDER BY id LIMIT %s").format(
+            row_list(table), qualified(table.workspace_id, table.id)),
         (after_id, limit),
     )
     return await cur.fetchall()

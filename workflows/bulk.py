@@ -1,66 +1,75 @@
-"""Bulk runs (run-actions, schedules): a table's pipeline over many records, in chunks.
+"""Bulk runs (run-actions, schedules, backfills): a table's pipeline over many records, in chunks.
 
-Never one workflow per record: each chunk of records is one PipelineWorkflow child run,
-a bounded number at a time; progress is written after each chunk so ``GET /runs/{id}``
-can report it. Records are paged by id, so a run over a filter sees a stable set.
+Never one workflow per record: each chunk of records is one PipelineWorkflow child run
+(or, when every column of the run is a formula/parser, one ``pure_pipeline`` local
+activity: load, evaluate and write the chunk set-wise), a bounded number at a time;
+progress is written after each chunk so ``GET /runs/{id}`` can report it. Records are
+paged by id, so a run over a filter sees a stable set.
+
+Rows that fail are run again (``BulkInput.retries`` more times, only the columns that
+failed for them) once every chunk has run: a transient failure (a service down for a
+moment, a statement refused mid-schema-change) does not leave the row empty. Rows still
+failing after that are counted in ``failed``, the first ``FAILURES_KEPT`` listed with
+their errors by column, and the run ends ``completed_with_errors`` — ``completed`` means
+every row succeeded.
 """
 
 from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.types import BulkInput, PageInput, PipelineInput, PipelineResult, ProgressInput
+    from activities.types import (
+        BulkInput,
+        FusedInput,
+        PageInput,
+        PipelineInput,
+        PipelineResult,
+        ProgressInput,
+    )
 
-    from workflows.pipeline import PipelineWorkflow
+    from workflows.pipeline import LOCAL_RETRY as PURE_RETRY
+    from workflows.pipeline import PipelineWorkflow, _all_pure, _failure_message
 
 LOCAL = timedelta(seconds=60)
 RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(milliseconds=200))
+FAILURES_KEPT = 100  # failed rows listed with their errors (the count covers them all)
+ALL = "*"  # a retry group's key: every column of the run (the failure named none)
 
 
 @workflow.defn(name="BulkRunWorkflow")
 class BulkRunWorkflow:
+    def __init__(self) -> None:
+        self.done = 0
+        self.failed = 0
+        self.pending: dict[tuple[str, ...], list[int]] = {}
+
     @workflow.run
     async def run(self, inp: BulkInput) -> dict[str, int]:
-        done = failed = 0
-        sem = asyncio.Semaphore(max(1, inp.concurrency))
-        lock = asyncio.Lock()
+        self.inp = inp
+        self.done = 0
+        self.failed = 0
+        self.failures: list[dict[str, Any]] = []
+        # failed columns (sorted names, or ALL) → record ids to run again
+        self.pending: dict[tuple[str, ...], list[int]] = {}
+        self.sem = asyncio.Semaphore(max(1, inp.concurrency))
+        self.lock = asyncio.Lock()
+        self.names = {c.name: c.id for c in inp.table.columns}
+        self.n = 0
+        # runs started before these changes replay as they ran: no retry pass, child
+        # workflows for every chunk (workflow.patched records the choice in new histories)
+        self.retries = inp.retries if workflow.patched("bulk-retry-failed-rows") else 0
+        self.fused = workflow.patched("bulk-fused-pure-chunks")
+        last = self.retries <= 0
         tasks = []
-        index = 0
-
-        async def one(ids: list[int], n: int) -> None:
-            nonlocal done, failed
-            async with sem:
-                child = PipelineInput(
-                    table=inp.table, record_ids=ids, mode=inp.mode, levels=inp.levels, caller=inp.caller,
-                    time_budget_s=inp.time_budget_s, step_budget=inp.step_budget,
-                    dependants=inp.dependants,
-                )
-                try:
-                    res: PipelineResult = await workflow.execute_child_workflow(
-                        PipelineWorkflow.run, child, id=f"{inp.run_id}/chunk-{n}",
-                        execution_timeout=timedelta(seconds=inp.time_budget_s * 2 + 60),
-                    )
-                    bad = sum(1 for o in res.records.values() if o.status == "error")
-                    ok = len(res.ok)
-                except Exception:
-                    bad, ok = len(ids), 0
-                async with lock:
-                    done += ok
-                    failed += bad
-                    await workflow.execute_local_activity(
-                        "run_progress", ProgressInput(run_id=inp.run_id, done=done, failed=failed),
-                        start_to_close_timeout=LOCAL, retry_policy=RETRY,
-                    )
-
         if inp.record_ids is not None:
             for i in range(0, len(inp.record_ids), inp.chunk):
-                tasks.append(asyncio.create_task(one(inp.record_ids[i:i + inp.chunk], index)))
-                index += 1
+                tasks.append(asyncio.create_task(self._chunk(inp.record_ids[i:i + inp.chunk], inp.levels, last)))
         else:
             after = 0
             while True:
@@ -70,15 +79,102 @@ class BulkRunWorkflow:
                 )
                 if not ids:
                     break
-                tasks.append(asyncio.create_task(one(ids, index)))
-                index += 1
+                tasks.append(asyncio.create_task(self._chunk(ids, inp.levels, last)))
                 after = ids[-1]
                 if len(ids) < inp.chunk:
                     break
         await asyncio.gather(*tasks)
+        for attempt in range(self.retries):
+            groups, self.pending = self.pending, {}
+            if not groups:
+                break
+            last = attempt == self.retries - 1
+            tasks = []
+            for key in sorted(groups):
+                ids = sorted(groups[key])
+                levels = self._levels(key)
+                for i in range(0, len(ids), inp.chunk):
+                    tasks.append(asyncio.create_task(self._chunk(ids[i:i + inp.chunk], levels, last)))
+            await asyncio.gather(*tasks)
+        status = "completed_with_errors" if self.failed else "completed"
+        errors = {"rows": self.failures, "count": self.failed} if self.failed else {}
         await workflow.execute_local_activity(
             "run_progress",
-            ProgressInput(run_id=inp.run_id, done=done, failed=failed, status="completed"),
+            ProgressInput(run_id=inp.run_id, done=self.done, failed=self.failed, status=status, errors=errors),
             start_to_close_timeout=LOCAL, retry_policy=RETRY,
         )
-        return {"done": done, "failed": failed}
+        return {"done": self.done, "failed": self.failed}
+
+    def _levels(self, key: tuple[str, ...]) -> list[list[int]]:
+        """The run's levels restricted to the columns named by a retry group."""
+        if ALL in key:
+            return self.inp.levels
+        wanted = {self.names[n] for n in key if n in self.names}
+        levels = [[cid for cid in level if cid in wanted] for level in self.inp.levels]
+        return [level for level in levels if level] or self.inp.levels
+
+    async def _chunk(self, ids: list[int], levels: list[list[int]], last: bool) -> None:
+        """Run ``levels`` over ``ids``; count the rows that succeeded, and those that
+        failed as failed (``last``) or to run again."""
+        inp = self.inp
+        async with self.sem:
+            n = self.n
+            self.n += 1
+            child = PipelineInput(
+                table=inp.table, record_ids=ids, mode=inp.mode, levels=levels, caller=inp.caller,
+                time_budget_s=inp.time_budget_s, step_budget=inp.step_budget,
+                dependants=inp.dependants, bulk_run_id=inp.run_id,
+            )
+            failed: dict[str, dict[str, str]] = {}
+            ok = 0
+            try:
+                res = await self._run_chunk(child, f"{inp.run_id}/chunk-{n}")
+                failed = {rid: dict(o.errors) for rid, o in res.records.items() if o.status == "error"}
+                ok = len(res.ok)
+            except Exception as exc:
+                message = _failure_message(exc)
+                failed = {str(rid): {"_pipeline": message} for rid in ids}
+            async with self.lock:
+                self.done += ok
+                for rid, errors in failed.items():
+                    if not rid.isdigit():
+                        continue
+                    if last:
+                        self.failed += 1
+                        if len(self.failures) < FAILURES_KEPT:
+                            self.failures.append({"id": int(rid), "errors": errors})
+                    else:
+                        known = [name for name in errors if name in self.names]
+                        key = tuple(sorted(known)) if len(known) == len(errors) else (ALL,)
+                        self.pending.setdefault(key, []).append(int(rid))
+                await workflow.execute_local_activity(
+                    "run_progress", ProgressInput(run_id=inp.run_id, done=self.done, failed=self.failed),
+                    start_to_close_timeout=LOCAL, retry_policy=RETRY,
+                )
+                workflow.set_current_details(self._details())
+
+    def _details(self) -> str:
+        """The Temporal UI's "current details" of the run (also ``GET {rest}/runs/{id}``)."""
+        retrying = sum(len(ids) for ids in self.pending.values())
+        return f"run {self.inp.run_id}: {self.done} row(s) done, {self.failed} failed, {retrying} to retry"
+
+    @workflow.query(name="progress")
+    def progress(self) -> dict[str, int]:
+        """``temporal workflow query --name progress``: rows done, failed and waiting for a retry."""
+        return {"done": self.done, "failed": self.failed,
+                "retrying": sum(len(ids) for ids in self.pending.values())}
+
+    async def _run_chunk(self, child: PipelineInput, wid: str) -> PipelineResult:
+        if self.fused and _all_pure(child, {c.id: c for c in child.table.columns}):
+            # formulas and parsers only: one local activity loads the chunk with one
+            # SELECT, evaluates every level and writes with one UPDATE (no child workflow)
+            return await workflow.execute_local_activity(
+                "pure_pipeline", FusedInput(pipeline=child, run_id=wid, now=workflow.now().isoformat()),
+                start_to_close_timeout=timedelta(seconds=max(10.0, min(60.0, child.time_budget_s * 2))),
+                retry_policy=PURE_RETRY, result_type=PipelineResult,
+                summary=f"{len(child.record_ids)} record(s)",
+            )
+        return await workflow.execute_child_workflow(
+            PipelineWorkflow.run, child, id=wid,
+            execution_timeout=timedelta(seconds=child.time_budget_s * 2 + 60),
+        )

@@ -86,7 +86,7 @@ class PipelineWorkflow:
         if inp.write and updates:
             await workflow.execute_local_activity(
                 "write_results",
-                WriteInput(table=inp.table, updates=updates),
+                WriteInput(table=inp.table, updates=updates, bulk_run_id=inp.bulk_run_id),
                 start_to_close_timeout=LOCAL_TIMEOUT,
                 retry_policy=LOCAL_RETRY,
             )

@@ -1,7 +1,7 @@
 """The tool catalogue: which tools a token gets, argument validation and error capture.
 
 Protocol-free on purpose: the MCP server and the agent chat both call :func:`run_tool`.
-Every token gets the 12 data tools; the builder credential (vibe_mcp) also gets the 43
+Every token gets the 12 data tools; the builder credential (vibe_mcp) also gets the 44
 builder tools. A failure is returned as ``{error, code}`` (never raised), so a model
 sees what went wrong and can correct itself.
 """
@@ -32,7 +32,7 @@ _VALIDATORS = {t.name: Draft202012Validator(t.input_schema) for t in ALL_TOOLS}
 # of the two, and an agent (or a client paging) sends the same arguments again and again
 VALID_MEMO = 2048
 _VALID: set[bytes] = set()
-assert len(DATA_TOOLS) == 12 and len(BUILDER_TOOLS) == 43 and len(BY_NAME) == 55, "tool catalogue drifted"
+assert len(DATA_TOOLS) == 12 and len(BUILDER_TOOLS) == 44 and len(BY_NAME) == 56, "tool catalogue drifted"
 
 
 class UnknownTool(NotFound):
@@ -44,7 +44,7 @@ def has_builder_tools(principal: Principal) -> bool:
 
 
 def tools_for(principal: Principal) -> list[ToolSpec]:
-    """The tools this token may call: 12 data tools, or all 54 for the builder."""
+    """The tools this token may call: 12 data tools, or all 56 for the builder."""
     return ALL_TOOLS if has_builder_tools(principal) else DATA_TOOLS
 
 

@@ -1,7 +1,7 @@
 """The MCP door: ``{base_url}/functions/v1/mcp-server`` over Streamable HTTP (JSON-RPC 2.0).
 
 Built on the official SDK's low-level ``Server`` because the tool list depends on the
-caller (12 data tools, or 54 for the builder credential). The transport is stateless
+caller (12 data tools, or 56 for the builder credential). The transport is stateless
 with plain JSON responses, so any API process can answer any request and nothing is
 kept between requests. Every request carries ``Authorization: Bearer``; the token is
 resolved here, before the SDK sees the request, and put on the ASGI scope for the

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from api.backfill import backfill_after_change
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.responses import JSON
 from api.routes.tables import ERRORS, check_column_hosts, require_manage, schema_change
@@ -48,12 +49,15 @@ async def create_column(table_id: int, body: ColumnIn, principal: RestPrincipal,
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, table_id)
     require_manage(principal, table)
-    spec = parse_new_column(body.model_dump(exclude_unset=True), schema, table)
+    spec = parse_new_column(body.model_dump(exclude_unset=True, exclude={"backfill"}), schema, table)
     check_computed_columns([spec], table, schema=schema)
     await check_column_hosts(state, principal.workspace_id, [spec])
     async with schema_change(state, principal.workspace_id) as conn:
         col = await meta.create_column(conn, workspace_id=principal.workspace_id, table_id=table.id, spec=spec)
-    return JSON(column_out(col), status_code=201)
+    # existing rows get the new column's values (docs/backfills.md)
+    backfill = await backfill_after_change(state, principal, table.id, col.id, before=None,
+                                           requested=body.backfill)
+    return JSON(column_out(col) | {"backfill": backfill}, status_code=201)
 
 
 @router.patch("/{column_id}", response_model=ColumnPatchOut, responses={**ERRORS, 409: {"model": LossyChangeOut}})
@@ -65,7 +69,7 @@ async def patch_column(
     table = table_or_404(schema, table_id)
     require_manage(principal, table)
     current = column_or_404(table, column_id)
-    data = body.model_dump(exclude_unset=True)
+    data = body.model_dump(exclude_unset=True, exclude={"backfill"})
     allow_loss = bool(data.pop("allow_loss", False))
     if not data:
         raise ValidationError("nothing to change: send name, type, required, options, formula or config")
@@ -78,7 +82,9 @@ async def patch_column(
     async with schema_change(state, principal.workspace_id) as conn:
         col = await meta.update_column(conn, workspace_id=principal.workspace_id, current=current, spec=spec,
                                        allow_loss=allow_loss, report=report)
-    return JSON({**column_out(col), **({"conversion": report} if report else {})})
+    backfill = await backfill_after_change(state, principal, table.id, col.id, before=current,
+                                           requested=body.backfill)
+    return JSON({**column_out(col), **({"conversion": report} if report else {}), "backfill": backfill})
 
 
 @router.delete("/{column_id}", response_model=Deleted, responses=ERRORS)

@@ -44,13 +44,26 @@ class RunActionsIn(BaseModel):
     column_ids: list[int] | None = None
 
 
+class FailedRow(BaseModel):
+    id: int
+    errors: dict[str, str]  # column name → error
+
+
 class RunOut(BaseModel):
+    """A bulk run's progress. ``status``: running, completed (every row succeeded),
+    completed_with_errors (``failed`` rows failed after a retry; the first
+    100 are in ``failed_rows``), failed, cancelled or superseded (a newer backfill of the
+    table took over: ``superseded_by``)."""
+
     run_id: str
     status: str
     total: int
     done: int = 0
     failed: int = 0
     workflow_id: str | None = None
+    kind: str | None = None  # run_actions | schedule | backfill | embeddings
+    failed_rows: list[FailedRow] = Field(default_factory=list)
+    superseded_by: str | None = None
 
 
 async def _row(state: AppState, principal: Principal, table_id: int, record_id: str) -> tuple[TableMeta, dict[str, Any]]:
@@ -158,9 +171,15 @@ async def run_actions(table_id: int, body: RunActionsIn, principal: RestPrincipa
 
 @router.get("/runs/{run_id}", response_model=RunOut, responses=ERRORS)
 async def get_run(run_id: str, principal: RestPrincipal, state: StateDep) -> JSON:
-    """Progress of a bulk run: total, done, failed, status and the Temporal workflow id."""
+    """Progress of a bulk run: total, done, failed, status, the Temporal workflow id, and
+    the rows that failed (the first 100, with their errors by column)."""
     async with state.db.connection() as conn:
         row = await runs.get_run(conn, workspace_id=principal.workspace_id, run_id=run_id)
     if row is None:
         raise NotFound(f"run {run_id} not found")
-    return JSON({k: row[k] for k in ("total", "done", "failed", "status", "workflow_id")} | {"run_id": row["id"]})
+    errors = row.get("errors") or {}
+    out = {k: row[k] for k in ("total", "done", "failed", "status", "workflow_id", "kind")} | {"run_id": row["id"]}
+    out["failed_rows"] = errors.get("rows") or []
+    if errors.get("superseded_by"):
+        out["superseded_by"] = errors["superseded_by"]
+    return JSON(out)

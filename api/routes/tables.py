@@ -104,7 +104,7 @@ async def create_table(body: TableIn, principal: RestPrincipal, state: StateDep)
     specs = []
     seen: set[str] = set()
     for raw in body.columns:
-        spec = parse_new_column(raw.model_dump(exclude_unset=True), schema, None)
+        spec = parse_new_column(raw.model_dump(exclude_unset=True, exclude={"backfill"}), schema, None)
         if spec.name in seen:
             raise ValidationError(f"duplicate column name {spec.name!r}")
         seen.add(spec.name)

@@ -15,6 +15,11 @@ Every table here has ``A`` (number) and three chained formulas ``B = {A}+1``,
   The baseline's rows/s is the sample's (throughput per record does not depend on how
   many records there are once the 16 clients keep the server busy), so the ratio is
   bulk rows/s ÷ per-record rows/s — target ≥ 30×.
+* ``pipelines.backfill``: a new formula column ``{A} * {B} + 1`` on a table of ``--rows``
+  rows (10,000 by default; 1,000,000 with ``--rows 1000000``): from the column's POST to
+  its backfill run ``completed`` (``GET /runs/{id}``), beside a plain SQL ``UPDATE`` of
+  the same physical column computing the same expression over the same table through
+  psycopg, once before and once after the backfill — target ≥ 25 % of the UPDATE's rows/s.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import math
 import secrets
 import time
 from typing import Any
+
+from psycopg import sql
 
 from bench.context import BenchContext, BenchError, latency_figure, not_measured
 from bench.floor import running_floor
@@ -42,6 +49,7 @@ CREATE_MAX_RATIO = 1.3
 BATCH = 500
 BATCH_TARGET = Target(0.5, "≥ 50 % of run_pipeline=false")
 RUN_TARGET = Target(30.0, "≥ 30× one workflow per record")
+BACKFILL_TARGET = Target(0.25, "≥ 25 % of a plain SQL UPDATE")
 SAMPLE_FULL, SAMPLE_QUICK = 300, 100
 RUN_TIMEOUT_S = 600
 
@@ -212,3 +220,65 @@ async def run_actions(ctx: BenchContext) -> list[Figure]:
     return [fig]
 
 
+
+
+async def _wait_run(ctx: BenchContext, run_id: str, what: str) -> dict[str, Any]:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        state = await ctx.call("GET", f"{ctx.rest}/runs/{run_id}", expect=(200,))
+        if state["status"] != "running":
+            return state
+        if time.monotonic() > deadline:
+            raise BenchError(f"{what} did not finish within {RUN_TIMEOUT_S}s: {state}")
+        await asyncio.sleep(0.05)
+
+
+@scenario("pipelines.backfill", title="formula backfill of a new column vs a plain SQL UPDATE of the same expression",
+          target=BACKFILL_TARGET.text)
+async def backfill(ctx: BenchContext) -> list[Figure]:
+    name = f"backfill of a new formula column {{A}} * {{B}} + 1, {ctx.config.rows:,} rows"
+    body = {"name": f"bench-backfill-{secrets.token_hex(3)}", "icon": "table",
+            "columns": [{"name": "A", "type": "number"}, {"name": "B", "type": "number"}]}
+    table = await ctx.call("POST", f"{ctx.rest}/tables", body, expect=(201,))
+    table_id = int(table["id"])
+    phys = {c["name"]: f"c_{c['id']}" for c in table["columns"]}
+    total = ctx.config.rows
+    for start in range(0, total, BATCH):
+        rows = [{"fields": {"A": i, "B": i % 7}} for i in range(start, min(total, start + BATCH))]
+        await ctx.call("POST", f"{ctx.rest}/tables/{table_id}/records/batch",
+                       {"rows": rows, "run_pipeline": False}, expect=(200,))
+    t0 = time.perf_counter()
+    column = await ctx.call("POST", f"{ctx.rest}/tables/{table_id}/columns",
+                            {"name": "P", "type": "formula", "formula": "{A} * {B} + 1"}, expect=(201,))
+    backfill = column.get("backfill") or {}
+    if not backfill.get("run_id"):
+        raise BenchError(f"the new column started no backfill: {column}")
+    state = await _wait_run(ctx, backfill["run_id"], "the backfill")
+    elapsed = time.perf_counter() - t0
+    if state["status"] != "completed" or state["done"] != total:
+        raise BenchError(f"the backfill ended {state['status']} with {state['done']}/{total} rows done")
+    api = PhaseResult(1, total, int(state["failed"]), elapsed)
+    last = total - 1
+    got = await ctx.call("GET", f"{ctx.rest}/tables/{table_id}/records?A=eq.{last}", expect=(200,))
+    if got["records"][0]["fields"]["P"] != last * (last % 7) + 1:
+        raise BenchError(f"the backfill computed a wrong value: {got['records'][0]}")
+    base: PhaseResult | None = None
+    pool = await ctx.pool()
+    if pool is not None:
+        target = sql.SQL("{}.{}").format(sql.Identifier(await ctx._schema_of(table_id)), sql.Identifier(f"t_{table_id}"))
+        update = sql.SQL("UPDATE {} SET {} = to_jsonb({} * {} + 1)").format(
+            target, sql.Identifier(f"c_{column['id']}"), sql.Identifier(phys["A"]), sql.Identifier(phys["B"]))
+        elapsed_sql = 0.0
+        for _ in range(2):  # after the backfill (the column exists only then), twice
+            async with pool.connection() as conn:
+                t1 = time.perf_counter()
+                cur = await conn.execute(update)
+                elapsed_sql += time.perf_counter() - t1
+                if cur.rowcount != total:
+                    raise BenchError(f"the UPDATE touched {cur.rowcount} rows, not {total}")
+        base = PhaseResult(1, 2 * total, 0, elapsed_sql)
+    fig = ctx.figure("pipelines.backfill", name, api, base, unit="rows/s", target=BACKFILL_TARGET,
+                     note="from the column POST to the run completed; baseline: UPDATE … SET c = to_jsonb(a * b + 1)"
+                          " of the same table through psycopg, twice, averaged")
+    fig.baseline_label = "SQL UPDATE"
+    return [fig]

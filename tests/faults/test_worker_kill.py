@@ -110,3 +110,49 @@ def test_run_actions_survives_a_killed_worker(services, admin):
         receiver.shutdown()
         worker.kill()
         api.stop()
+
+
+def test_a_backfill_survives_a_killed_worker(services, admin):
+    """A formula column's backfill (chunks as local activities) caught mid-run by SIGKILL:
+    another worker resumes it and every row ends computed, the run ``completed``."""
+    queue = f"kill-bf-{uuid.uuid4().hex[:8]}"
+    worker = start_worker(services, queue, "worker-bf-a.log")
+    api = start_api(services, name="api-bf-noworker", WDS_INPROCESS_WORKER="false", WDS_TASK_QUEUE=queue)
+    try:
+        ws = admin.post("/workspaces", json={"name": "kill-bf", "plan": "pro"}).json()
+        token = admin.post(f"/workspaces/{ws['id']}/tokens", json={"type": "vibe_mcp", "name": "b"}).json()["token"]
+        c = httpx.Client(base_url=f"{api.base_url}/functions/v1/rest-api", headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        t = c.post("/tables", json={"name": "KB", "columns": [{"name": "A", "type": "number"}]}).json()
+        total = 60_000
+        for start in range(0, total, 500):
+            r = c.post(f"/tables/{t['id']}/records/batch",
+                       json={"rows": [{"A": i} for i in range(start, start + 500)], "run_pipeline": False})
+            assert r.status_code == 200, r.text
+        col = c.post(f"/tables/{t['id']}/columns", json={"name": "B", "type": "formula", "formula": "{A} * 2 + 1"})
+        assert col.status_code == 201, col.text
+        run = col.json()["backfill"]
+        assert run["total"] == total
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            prog = c.get(f"/runs/{run['run_id']}").json()
+            if prog["done"] > 0:
+                break
+            time.sleep(0.02)
+        assert 0 < prog["done"] < total, prog  # caught it mid-run
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        worker = start_worker(services, queue, "worker-bf-b.log")
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            prog = c.get(f"/runs/{run['run_id']}").json()
+            if prog["status"] != "running":
+                break
+            time.sleep(0.5)
+        assert prog["status"] == "completed" and prog["done"] == total and prog["failed"] == 0, prog
+        r = c.get(f"/tables/{t['id']}/records", params={"B": "is.null"}, headers={"Prefer": "count=exact"})
+        assert r.headers["X-Total-Count"] == "0"
+        r = c.get(f"/tables/{t['id']}/records", params={"A": f"eq.{total - 1}"})
+        assert r.json()["records"][0]["fields"]["B"] == (total - 1) * 2 + 1
+    finally:
+        worker.kill()
+        api.stop()

@@ -3,6 +3,8 @@ publishing, access, batch records and credentials — happy paths and their erro
 
 from __future__ import annotations
 
+import asyncio
+
 import anyio
 import httpx
 import pytest
@@ -208,6 +210,28 @@ async def test_batch_record_tools(ws, mcp):
         assert one["record"]["fields"]["Twice"] == 20 and one["pipeline"]["status"] == "ok"
         assert error_code(await c.call_tool("run_record_pipeline", {"table_id": "Items", "record_id": 999999})) \
             == "NOT_FOUND"
+
+
+async def test_column_tools_backfill_existing_rows_and_get_run_shows_it(ws, mcp):
+    t = ws.create_table("Stock", [{"name": "Qty", "type": "number"}])
+    ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"Qty": i} for i in range(30)], "run_pipeline": False})
+    async with mcp(ws.builder_token) as c:
+        col = data(await c.call_tool("create_column", {"table_id": "Stock", "name": "Half", "type": "formula",
+                                                       "formula": "{Qty} / 2"}))
+        assert col["backfill"]["total"] == 30
+        run: dict = {}
+        for _ in range(300):
+            run = data(await c.call_tool("get_run", {"run_id": col["backfill"]["run_id"]}))
+            if run["status"] != "running":
+                break
+            await asyncio.sleep(0.1)
+        assert run["status"] == "completed" and run["done"] == 30 and run["kind"] == "backfill", run
+        rows = data(await c.call_tool("list_records", {"table_id": "Stock", "limit": 100}))["records"]
+        assert {r["fields"]["Half"] for r in rows} == {i / 2 for i in range(30)}
+        off = data(await c.call_tool("update_column", {"table_id": "Stock", "column": "Half", "formula": "{Qty}",
+                                                       "backfill": False}))
+        assert off["backfill"] is None
+        assert error_code(await c.call_tool("get_run", {"run_id": "run-nope"})) == "NOT_FOUND"
 
 
 @pytest.mark.parametrize("tool,args", [

@@ -40,7 +40,7 @@ def test_inspector_cli_lists_tools_and_calls_one(ws, base_url):
     ws.create_table("Inspected", [{"name": "Name", "type": "text"}])
     listed = inspector(base_url, ws.builder_token, "--method", "tools/list")
     assert listed.returncode == 0, listed.stderr
-    assert len(_json(listed.stdout)["tools"]) == 55
+    assert len(_json(listed.stdout)["tools"]) == 56
     called = inspector(base_url, ws.builder_token, "--method", "tools/call", "--tool-name", "list_tables")
     assert called.returncode == 0, called.stderr
     result = _json(called.stdout)

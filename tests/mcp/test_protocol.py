@@ -44,7 +44,7 @@ def test_raw_json_rpc_tools_list_at_2025_06_18_is_plain_json(ws, base_url):
                             "MCP-Protocol-Version": "2025-06-18"})
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
     tools = r.json()["result"]["tools"]
-    assert len(tools) == 55
+    assert len(tools) == 56
     assert all(t["inputSchema"]["type"] == "object" for t in tools)
 
 
@@ -55,11 +55,11 @@ async def test_official_client_negotiates_in_legacy_and_auto_modes(ws, mcp):
     async with mcp(ws.builder_token, mode="auto") as c:
         # the SDK's newest revision, reached by server/discover instead of initialize
         assert c.protocol_version == "2026-07-28"
-        assert len((await c.list_tools()).tools) == 55
+        assert len((await c.list_tools()).tools) == 56
         assert data(await c.call_tool("list_tables", {})) == {"tables": []}
 
 
-@pytest.mark.parametrize("token_type,count", [("user_mcp", 12), ("vibe_mcp", 55)])
+@pytest.mark.parametrize("token_type,count", [("user_mcp", 12), ("vibe_mcp", 56)])
 async def test_tools_list_depends_on_the_token_type(ws, mcp, token_type, count):
     token = ws.builder_token if token_type == "vibe_mcp" else ws.token("user_mcp", profile_id=ws.profile([])["id"])["token"]
     async with mcp(token) as c:
@@ -79,7 +79,7 @@ async def test_tools_list_depends_on_the_token_type(ws, mcp, token_type, count):
 
 def test_get_tools_returns_the_tokens_live_list(ws, base_url):
     user = ws.token("user_mcp", profile_id=ws.profile([])["id"])["token"]
-    for token, count in ((ws.builder_token, 55), (user, 12)):
+    for token, count in ((ws.builder_token, 56), (user, 12)):
         r = httpx.get(f"{base_url}{MCP_PATH}/tools", headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 200, r.text
         body = r.json()
@@ -152,7 +152,7 @@ async def test_bad_arguments_are_tool_errors(ws, mcp, tool, args):
         assert error_code(await c.call_tool(tool, args)) == "VALIDATION_ERROR"
 
 
-def test_docs_list_exactly_the_54_tools_with_their_doors():
+def test_docs_list_exactly_the_55_tools_with_their_doors():
     import re
     from pathlib import Path
 

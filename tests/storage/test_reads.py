@@ -85,6 +85,7 @@ async def test_a_waiting_read_sees_writes_committed_before_it_was_asked(setup: t
         # hold the first read in flight: it waits on a row lock taken by another session
         lock = await psycopg.AsyncConnection.connect(DSN)
         await lock.execute(sql.SQL("SELECT 1 FROM {} WHERE id = 1 FOR UPDATE").format(target))
+        reader._meta[(table.workspace_id, table.id)] = table
         reader._statements((table.workspace_id, table.id))  # compose once
         one, many = reader._sql[(table.workspace_id, table.id)]
         reader._sql[(table.workspace_id, table.id)] = (one.replace("WHERE id = %s", "WHERE id = %s FOR SHARE"), many)

@@ -82,6 +82,10 @@ async def run_actions(state: AppState, principal: Principal, args: dict[str, Any
     return route_json(resp)
 
 
+async def get_run(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
+    return route_json(await rest_runs.get_run(str(args["run_id"]), principal, state))
+
+
 async def run_record_pipeline(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.UPDATE)
     body = model(rest_runs.RunIn, {"mode": args.get("mode", "edit"),
@@ -118,6 +122,14 @@ BATCH_TOOLS: list[ToolSpec] = [
                              ("table_id",)),
             out({"run_id": {"type": "string"}, "status": {"type": "string"}, "total": {"type": "integer"}},
                 ("run_id", "status"))),
+    builder("get_run", "Show a bulk run",
+            "Progress of a bulk run (run_actions, a schedule firing, the backfill a column change started):"
+            " status (running, completed, completed_with_errors, superseded, failed), total, done, failed,"
+            " and the first 100 failed rows with their errors by column.",
+            get_run, obj({"run_id": string("the run id (run_actions or a column's backfill.run_id)")}, ("run_id",)),
+            out({"run_id": {"type": "string"}, "status": {"type": "string"}, "total": {"type": "integer"},
+                 "done": {"type": "integer"}, "failed": {"type": "integer"}, "failed_rows": {"type": "array"}},
+                ("run_id", "status")), read_only=True, idempotent=True),
     builder("run_record_pipeline", "Run a record's pipeline",
             "Re-run one record's computed columns as if changed_columns had changed (mode edit), or all of them"
             " (mode create); returns the record and the pipeline outcome.",

@@ -30,7 +30,7 @@ from storage.access import Action, Principal
 from storage.errors import NotFound, ValidationError
 
 _COLUMN_FIELDS = ("name", "type", "required", "options", "formula", "config", "relation_table_id",
-                  "relation_source_column_id", "position")
+                  "relation_source_column_id", "position", "backfill")
 
 
 def column_props(for_patch: bool = False) -> dict[str, dict[str, Any]]:
@@ -47,6 +47,9 @@ def column_props(for_patch: bool = False) -> dict[str, dict[str, Any]]:
         "relation_table_id": integer("relation columns: the related table's id"),
         "relation_source_column_id": integer("relation columns: the related table's label column id"),
         "position": integer("0-based place among the columns", minimum=0),
+        "backfill": boolean("recompute existing rows (default: formula, json_parser and fetch_records columns and"
+                            " their dependants yes; kinds with side effects such as http_request only when true;"
+                            " false: none). The answer's backfill {run_id, total} tracks it at GET {rest}/runs/<id>"),
     }
 
 
