@@ -126,6 +126,9 @@ async def start_backfill(state: AppState, principal: Principal, table: TableMeta
                     BulkRunWorkflow.run, inp, id=wid, task_queue=state.settings.task_queue,
                     id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
                     execution_timeout=timedelta(days=7),
+                    # the per-table session lock is held across this call (see above): the
+                    # deadline bounds how long one pooled connection can wait on Temporal
+                    rpc_timeout=timedelta(seconds=state.settings.temporal_rpc_timeout_s),
                     memo={"workspace": table.workspace_id, "table": table.id, "kind": "backfill", "run_id": run_id,
                           "columns": [table.column_by_id(cid).name for cid in ids]},  # type: ignore[union-attr]
                 )

@@ -131,6 +131,11 @@ def schedule_out(row: dict[str, Any], table: TableMeta | None = None) -> dict[st
     }
 
 
+def _rpc(state: AppState) -> timedelta:
+    """The deadline of one Temporal call (``WDS_TEMPORAL_RPC_TIMEOUT_S``): past it 503 UNAVAILABLE."""
+    return timedelta(seconds=state.settings.temporal_rpc_timeout_s)
+
+
 def _client(state: AppState) -> Any:
     if state.temporal is None:
         raise Unavailable("the pipeline engine (Temporal) is not reachable; retry shortly")
@@ -178,18 +183,24 @@ async def create_schedule(state: AppState, principal: Principal, table_ref: int 
     caller = caller_of(principal).__dict__
     paused = bool(data.get("paused", False))
     client = _client(state)
+    # the row is committed first (its id names the Temporal Schedule), then Temporal is
+    # called with no connection held; if Temporal refuses or does not answer in time the
+    # row is deleted again (compensation), so a failed create leaves nothing behind
     async with state.db.transaction() as conn:
         row = await sched.create_schedule(conn, workspace_id=table.workspace_id, table_id=table.id,
                                           name=name.strip(), spec={**spec, "caller": caller}, paused=paused)
-        try:
-            await client.create_schedule(
-                schedule_out(row)["schedule_id"], _temporal_schedule(state, row["id"], table, spec, caller, paused),
-                memo={"workspace": table.workspace_id, "table": table.id, "name": row["name"]},
-            )
-        except ScheduleAlreadyRunningError:
+    try:
+        await client.create_schedule(
+            schedule_out(row)["schedule_id"], _temporal_schedule(state, row["id"], table, spec, caller, paused),
+            memo={"workspace": table.workspace_id, "table": table.id, "name": row["name"]},
+            rpc_timeout=_rpc(state),
+        )
+    except (ScheduleAlreadyRunningError, RPCError) as exc:
+        async with state.db.connection() as conn:
+            await sched.delete_schedule(conn, workspace_id=table.workspace_id, schedule_id=row["id"])
+        if isinstance(exc, ScheduleAlreadyRunningError):
             raise Conflict("a Temporal schedule with this id already exists") from None
-        except RPCError as exc:
-            raise _temporal_error(exc) from None
+        raise _temporal_error(exc) from None
     return schedule_out(row, table)
 
 
@@ -206,7 +217,7 @@ async def get_schedule(state: AppState, principal: Principal, table_ref: int | s
     table = await _table(state, principal, table_ref, write=False)
     out = schedule_out(await _row(state, table, schedule_id), table)
     try:
-        desc = await _client(state).get_schedule_handle(out["schedule_id"]).describe()
+        desc = await _client(state).get_schedule_handle(out["schedule_id"]).describe(rpc_timeout=_rpc(state))
     except RPCError as exc:
         raise _temporal_error(exc) from None
     out["next_run_at"] = [iso(t) for t in desc.info.next_action_times[:5]]
@@ -240,25 +251,30 @@ async def update_schedule(state: AppState, principal: Principal, table_ref: int 
     client = _client(state)
     handle = client.get_schedule_handle(schedule_out(row)["schedule_id"])
     caller = caller_of(principal).__dict__
+    # Temporal first, with no connection held: if it refuses or does not answer in time
+    # nothing changed anywhere (503/400); the row is written only once Temporal took it
+    new_paused = bool(paused) if paused is not None else row["paused"]
+    try:
+        if new_spec is not None:
+            schedule = _temporal_schedule(state, schedule_id, table, new_spec, caller, new_paused)
+
+            def updater(_: ScheduleUpdateInput) -> ScheduleUpdate:
+                return ScheduleUpdate(schedule=schedule)
+
+            await handle.update(updater, rpc_timeout=_rpc(state))
+        elif paused is not None and bool(paused) != row["paused"]:
+            await (handle.pause(note="paused through the API", rpc_timeout=_rpc(state)) if paused
+                   else handle.unpause(rpc_timeout=_rpc(state)))
+    except RPCError as exc:
+        raise _temporal_error(exc) from None
     async with state.db.transaction() as conn:
         updated = await sched.update_schedule(
             conn, workspace_id=table.workspace_id, schedule_id=schedule_id, name=name.strip() if name else None,
             spec={**new_spec, "caller": caller} if new_spec is not None else None,
             paused=bool(paused) if paused is not None else None,
         )
-        assert updated is not None
-        try:
-            if new_spec is not None:
-                schedule = _temporal_schedule(state, schedule_id, table, new_spec, caller, updated["paused"])
-
-                def updater(_: ScheduleUpdateInput) -> ScheduleUpdate:
-                    return ScheduleUpdate(schedule=schedule)
-
-                await handle.update(updater)
-            elif paused is not None and bool(paused) != row["paused"]:
-                await (handle.pause(note="paused through the API") if paused else handle.unpause())
-        except RPCError as exc:
-            raise _temporal_error(exc) from None
+    if updated is None:
+        raise NotFound(f"schedule {schedule_id} not found on table {table.id}")
     return schedule_out(updated, table)
 
 
@@ -275,7 +291,7 @@ async def trigger_schedule(state: AppState, principal: Principal, table_ref: int
     row = await _row(state, table, schedule_id)
     try:
         await _client(state).get_schedule_handle(schedule_out(row)["schedule_id"]).trigger(
-            overlap=ScheduleOverlapPolicy.ALLOW_ALL
+            overlap=ScheduleOverlapPolicy.ALLOW_ALL, rpc_timeout=_rpc(state),
         )
     except RPCError as exc:
         raise _temporal_error(exc) from None
@@ -288,7 +304,7 @@ async def delete_schedule(state: AppState, principal: Principal, table_ref: int 
     table = await _table(state, principal, table_ref, write=True)
     row = await _row(state, table, schedule_id)
     try:
-        await _client(state).get_schedule_handle(schedule_out(row)["schedule_id"]).delete()
+        await _client(state).get_schedule_handle(schedule_out(row)["schedule_id"]).delete(rpc_timeout=_rpc(state))
     except RPCError as exc:
         if exc.status != RPCStatusCode.NOT_FOUND:
             raise _temporal_error(exc) from None
@@ -305,6 +321,6 @@ async def delete_table_schedules(state: AppState, *, workspace_id: int, table_id
         rows = await sched.list_schedules(conn, workspace_id=workspace_id, table_id=table_id)
     for row in rows:
         try:
-            await state.temporal.get_schedule_handle(schedule_out(row)["schedule_id"]).delete()
+            await state.temporal.get_schedule_handle(schedule_out(row)["schedule_id"]).delete(rpc_timeout=_rpc(state))
         except RPCError:
             pass  # already gone; firings of a missing table are skipped anyway

@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     # typed search attributes on pipeline workflows (WdsWorkspace, WdsTable, WdsMode,
     # WdsRecords); `wds dev` registers them, production registers them once (operations.md)
     temporal_search_attributes: bool = True
+    # deadline of each Temporal call the API makes for run-actions and schedules (start a
+    # run, create/update/pause/trigger/delete/describe a schedule): past it 503 UNAVAILABLE
+    temporal_rpc_timeout_s: float = Field(default=5.0, gt=0)
     # observability: /metrics bearer token (unset: 401 outside dev mode unless metrics_public),
     # the worker's own metrics endpoint, OpenTelemetry tracing (the standard OTEL_* variables
     # configure the exporter; OTEL_EXPORTER_OTLP_ENDPOINT alone also turns it on)

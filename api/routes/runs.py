@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
+from temporalio.service import RPCError
 
 from activities.bulkplan import build_bulk_input
 from activities.snap import caller_of
@@ -131,11 +132,19 @@ async def start_bulk(
                               total=total, workflow_id=wid, kind=kind)
     inp = build_bulk_input(table, caller_of(principal), principal.plan, run_id=run_id, record_ids=ids,
                            filters=filters, column_ids=column_ids)
-    await state.temporal.start_workflow(
-        BulkRunWorkflow.run, inp, id=wid, task_queue=state.settings.task_queue,
-        execution_timeout=timedelta(days=7),
-        memo={"workspace": table.workspace_id, "table": table.id, "run_id": run_id},
-    )
+    # no connection is held while Temporal answers (ops surface, docs/security.md): the run's
+    # row is committed first, and ends `failed` if the workflow could not be started in time
+    try:
+        await state.temporal.start_workflow(
+            BulkRunWorkflow.run, inp, id=wid, task_queue=state.settings.task_queue,
+            execution_timeout=timedelta(days=7),
+            memo={"workspace": table.workspace_id, "table": table.id, "run_id": run_id},
+            rpc_timeout=timedelta(seconds=state.settings.temporal_rpc_timeout_s),
+        )
+    except RPCError as exc:
+        async with state.db.connection() as conn:
+            await runs.abandon(conn, run_id=run_id, previous=None, error=f"could not start: {exc.status.name}")
+        raise Unavailable("the pipeline engine (Temporal) did not answer in time; nothing was started, retry shortly") from None
     return {"run_id": run_id, "status": "running", "total": total, "done": 0, "failed": 0, "workflow_id": wid}
 
 
