@@ -3,7 +3,9 @@
 Each schedule is a row in ``wds.schedules`` and a Temporal Schedule
 ``schedule/ws<ws>/t<table>/<id>`` (visible in the Temporal UI) whose action starts
 ``ScheduledRunWorkflow``; every firing creates its own run (``GET /runs/{run_id}``).
-Firings use the rights of whoever last created or changed the schedule. Overlapping
+Firings use the rights of the token that last created or changed the schedule *as they are
+at the firing* (a rotation is followed; revoked, expired or without the update grant, the
+firing is skipped and its run says why). Overlapping
 firings are skipped (a slow run is not stacked), and missed firings older than a minute
 are not caught up after downtime.
 """
@@ -32,7 +34,7 @@ from activities.snap import caller_of
 from activities.types import Caller
 from api.deps import require, require_writable, table_or_404
 from api.state import AppState
-from storage import refs
+from storage import refs, runs
 from storage import schedules as sched
 from storage.access import Action, Principal
 from storage.errors import Conflict, NotFound, Unavailable, ValidationError
@@ -221,11 +223,19 @@ async def get_schedule(state: AppState, principal: Principal, table_ref: int | s
     except RPCError as exc:
         raise _temporal_error(exc) from None
     out["next_run_at"] = [iso(t) for t in desc.info.next_action_times[:5]]
-    out["recent_runs"] = [
+    recent = [
         {"run_id": run_id_for(a.action.workflow_id), "workflow_id": a.action.workflow_id,
          "started_at": iso(a.started_at)}
         for a in desc.info.recent_actions
     ]
+    # each firing's outcome from its run row: a skipped firing says why (e.g. a revoked token)
+    async with state.db.connection() as conn:
+        found = await runs.runs_by_id(conn, workspace_id=table.workspace_id, run_ids=[x["run_id"] for x in recent])
+    for x in recent:
+        run = found.get(x["run_id"])
+        x["status"] = run["status"] if run else None
+        x["skipped_reason"] = (run["errors"] or {}).get("skipped") if run else None
+    out["recent_runs"] = recent
     return out
 
 

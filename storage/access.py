@@ -276,6 +276,8 @@ async def rotate_token(conn: Conn, *, workspace_id: int, token_id: int) -> tuple
         conn, workspace_id=workspace_id, token_type=TokenType(old["type"]), name=old["name"],
         profile_id=old["profile_id"], expires_in_seconds=remaining,
     )
+    # schedules the old token made follow it to its successor (principal_by_token_id)
+    await conn.execute("UPDATE wds.tokens SET replaced_by = %s WHERE id = %s", (row["id"], token_id))
     # tables and buckets the old token created stay with its successor
     await conn.execute(
         "INSERT INTO wds.token_tables (token_id, table_id) SELECT %s, table_id FROM wds.token_tables"
@@ -313,26 +315,50 @@ async def grant_created_table(conn: Conn, *, token_id: int, table_id: int) -> No
     )
 
 
+_PRINCIPAL_SQL = (
+    "SELECT t.id, t.workspace_id, t.type, t.profile_id, t.expires_at, w.plan, w.read_only,"
+    " coalesce((SELECT jsonb_agg(jsonb_build_array(g.table_id, g.can_read, g.can_create,"
+    "   g.can_update, g.can_delete)) FROM wds.grants g WHERE g.profile_id = t.profile_id), '[]')"
+    "   AS grants,"
+    " coalesce((SELECT jsonb_agg(tt.table_id) FROM wds.token_tables tt WHERE tt.token_id = t.id), '[]')"
+    "   AS own_tables, "
+    + BUCKET_GRANTS_SQL.format(profile="t.profile_id") + " AS bucket_grants,"
+    " coalesce((SELECT jsonb_agg(b.id) FROM wds.buckets b WHERE b.created_by_token_id = t.id), '[]')"
+    "   AS own_buckets"
+    " FROM wds.tokens t JOIN wds.workspaces w ON w.id = t.workspace_id"
+    " WHERE {where} AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())"
+)
+
+
 async def resolve_token(conn: Conn, *, secret: str) -> Principal | None:
     """Look a bearer secret up; ``None`` when unknown, revoked or expired.
 
     One round trip: the token, its workspace state and all its grants in one query.
     """
-    cur = await conn.execute(
-        "SELECT t.id, t.workspace_id, t.type, t.profile_id, t.expires_at, w.plan, w.read_only,"
-        " coalesce((SELECT jsonb_agg(jsonb_build_array(g.table_id, g.can_read, g.can_create,"
-        "   g.can_update, g.can_delete)) FROM wds.grants g WHERE g.profile_id = t.profile_id), '[]')"
-        "   AS grants,"
-        " coalesce((SELECT jsonb_agg(tt.table_id) FROM wds.token_tables tt WHERE tt.token_id = t.id), '[]')"
-        "   AS own_tables, "
-        + BUCKET_GRANTS_SQL.format(profile="t.profile_id") + " AS bucket_grants,"
-        " coalesce((SELECT jsonb_agg(b.id) FROM wds.buckets b WHERE b.created_by_token_id = t.id), '[]')"
-        "   AS own_buckets"
-        " FROM wds.tokens t JOIN wds.workspaces w ON w.id = t.workspace_id"
-        " WHERE t.token_hash = %s AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())",
-        (hash_token(secret),),
-    )
-    row = await cur.fetchone()
+    cur = await conn.execute(_PRINCIPAL_SQL.replace("{where}", "t.token_hash = %s"), (hash_token(secret),))
+    return _principal(await cur.fetchone())
+
+
+async def principal_by_token_id(conn: Conn, *, token_id: int, follow_rotation: bool = True) -> Principal | None:
+    """The live principal of a token by id, with its grants as they are now (schedule
+    firings re-check their creator this way); a rotated token is followed to the token
+    that replaced it. ``None`` when revoked (not by rotation) or expired."""
+    if follow_rotation:
+        cur = await conn.execute(
+            "WITH RECURSIVE chain(id, depth) AS (SELECT %s::bigint, 0 UNION ALL"
+            " SELECT t.replaced_by, c.depth + 1 FROM chain c JOIN wds.tokens t ON t.id = c.id"
+            " WHERE t.replaced_by IS NOT NULL AND c.depth < 100)"
+            " SELECT id FROM chain ORDER BY depth DESC LIMIT 1",
+            (token_id,),
+        )
+        row = await cur.fetchone()
+        if row is not None:
+            token_id = row["id"]
+    cur = await conn.execute(_PRINCIPAL_SQL.replace("{where}", "t.id = %s"), (token_id,))
+    return _principal(await cur.fetchone())
+
+
+def _principal(row: dict[str, Any] | None) -> Principal | None:
     if row is None:
         return None
     grants = {g[0]: Perms(g[1], g[2], g[3], g[4]) for g in row["grants"]}

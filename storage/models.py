@@ -151,6 +151,8 @@ class Token(SQLModel, table=True):
     revoked_at: datetime | None = _ts(nullable=True, default=False)
     last_used_at: datetime | None = _ts(nullable=True, default=False)
     created_at: datetime | None = _ts()
+    # added by m0014: the token a rotation issued in its place (schedules follow it)
+    replaced_by: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
 
 
 class TokenTable(SQLModel, table=True):

@@ -3,7 +3,9 @@
 Statuses: ``running``; then exactly one of ``completed`` (every row succeeded),
 ``completed_with_errors`` (some rows failed: ``failed`` counts them, ``errors`` lists the
 first ones), ``failed`` (nothing could run), ``cancelled`` or ``superseded`` (a newer
-backfill of the same table took over). A final status is never overwritten.
+backfill of the same table took over). A schedule firing that does not run at all is
+recorded directly as ``skipped`` (``errors.skipped`` says why). A final status is never
+overwritten.
 """
 
 from __future__ import annotations
@@ -28,6 +30,27 @@ async def create_run(conn: Conn, *, run_id: str, workspace_id: int, table_id: in
     row = await cur.fetchone()
     assert row is not None
     return row
+
+
+async def record_skipped(conn: Conn, *, run_id: str, workspace_id: int, table_id: int, workflow_id: str,
+                         reason: str) -> None:
+    """A schedule firing that touched nothing, and why (idempotent: activities retry)."""
+    await conn.execute(
+        "INSERT INTO wds.runs (id, workspace_id, table_id, kind, status, total, workflow_id, errors)"
+        " VALUES (%s, %s, %s, 'schedule', 'skipped', 0, %s, jsonb_build_object('skipped', %s::text))"
+        " ON CONFLICT (id) DO NOTHING",
+        (run_id, workspace_id, table_id, workflow_id, reason),
+    )
+
+
+async def runs_by_id(conn: Conn, *, workspace_id: int, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Several runs of a workspace by id (a schedule's recent firings)."""
+    if not run_ids:
+        return {}
+    cur = await conn.execute(
+        "SELECT id, status, errors FROM wds.runs WHERE workspace_id = %s AND id = ANY(%s)", (workspace_id, run_ids)
+    )
+    return {r["id"]: r for r in await cur.fetchall()}
 
 
 async def get_run(conn: Conn, *, workspace_id: int, run_id: str) -> dict[str, Any] | None:

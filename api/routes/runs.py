@@ -53,8 +53,9 @@ class FailedRow(BaseModel):
 class RunOut(BaseModel):
     """A bulk run's progress. ``status``: running, completed (every row succeeded),
     completed_with_errors (``failed`` rows failed after a retry; the first
-    100 are in ``failed_rows``), failed, cancelled or superseded (a newer backfill of the
-    table took over: ``superseded_by``)."""
+    100 are in ``failed_rows``), failed, cancelled, superseded (a newer backfill of the
+    table took over: ``superseded_by``) or skipped (a schedule firing that touched nothing,
+    e.g. its token was revoked: ``reason``)."""
 
     run_id: str
     status: str
@@ -65,6 +66,8 @@ class RunOut(BaseModel):
     kind: str | None = None  # run_actions | schedule | backfill | embeddings
     failed_rows: list[FailedRow] = Field(default_factory=list)
     superseded_by: str | None = None
+    # why a schedule firing was skipped (status skipped) or a run could not start (failed)
+    reason: str | None = None
 
 
 async def _row(state: AppState, principal: Principal, table_id: int, record_id: str) -> tuple[TableMeta, dict[str, Any]]:
@@ -191,4 +194,6 @@ async def get_run(run_id: str, principal: RestPrincipal, state: StateDep) -> JSO
     out["failed_rows"] = errors.get("rows") or []
     if errors.get("superseded_by"):
         out["superseded_by"] = errors["superseded_by"]
+    if errors.get("skipped") or errors.get("error"):
+        out["reason"] = errors.get("skipped") or errors.get("error")
     return JSON(out)

@@ -47,6 +47,9 @@ class RecentRun(BaseModel):
     run_id: str
     workflow_id: str
     started_at: str | None
+    # the firing's run status (null until its run row exists); a skipped firing says why
+    status: str | None = None
+    skipped_reason: str | None = None
 
 
 class ScheduleOut(BaseModel):

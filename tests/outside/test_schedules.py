@@ -139,3 +139,64 @@ def test_a_renamed_filter_column_carries_into_the_schedule(ws):
     assert run["total"] == 2 and run["done"] == 2, run
     rows = ws.api.get(f"/tables/{t['id']}/records?order=Amount.asc").json()["records"]
     assert [x["fields"]["B"] for x in rows] == [None, None, None, 6, 8]
+
+
+def wait_firing_status(ws, table_id: int, sid: int, timeout: float = 30) -> dict:
+    """The schedule's most recent firing once its run row says how it ended up."""
+    deadline = time.monotonic() + timeout
+    got: dict = {}
+    while time.monotonic() < deadline:
+        got = ws.api.get(f"/tables/{table_id}/schedules/{sid}").json()
+        if got.get("recent_runs") and got["recent_runs"][-1]["status"] is not None:
+            return got["recent_runs"][-1]
+        time.sleep(0.3)
+    raise AssertionError(f"the schedule's firing has no run: {got}")
+
+
+def _scheduled_by_editor(ws):
+    """A table, a rest_api token whose profile may update it, and a paused schedule it made."""
+    t = formula_table(ws, rows=3)
+    prof = ws.profile([{"table_id": t["id"], "read": True, "update": True}])
+    tok = ws.token("rest_api", profile_id=prof["id"])
+    editor = ws.client(tok["token"])
+    r = editor.post(f"/tables/{t['id']}/schedules", json={"name": "by editor", "cron": "0 0 1 1 *", "paused": True})
+    assert r.status_code == 201, r.text
+    return t, prof, tok, r.json()
+
+
+def _untouched(ws, t) -> bool:
+    return all(x["fields"]["B"] is None for x in ws.api.get(f"/tables/{t['id']}/records").json()["records"])
+
+
+def test_a_firing_after_its_token_is_revoked_is_skipped(ws):
+    t, _, tok, s = _scheduled_by_editor(ws)
+    assert ws.admin.delete(f"/workspaces/{ws.id}/tokens/{tok['id']}").status_code == 200
+    assert ws.api.post(f"/tables/{t['id']}/schedules/{s['id']}/trigger").status_code == 202
+    fired = wait_firing_status(ws, t["id"], s["id"])
+    assert fired["status"] == "skipped", fired
+    assert fired["skipped_reason"] == "the token that made this schedule was revoked or has expired"
+    run = ws.api.get(f"/runs/{fired['run_id']}").json()
+    assert run["status"] == "skipped" and run["total"] == 0 and run["reason"] == fired["skipped_reason"]
+    assert _untouched(ws, t)
+
+
+def test_a_firing_after_the_token_lost_its_grant_is_skipped(ws):
+    t, prof, _, s = _scheduled_by_editor(ws)
+    r = ws.admin.put(f"/workspaces/{ws.id}/profiles/{prof['id']}/grants", json=[{"table_id": t["id"], "read": True}])
+    assert r.status_code == 200, r.text
+    assert ws.api.post(f"/tables/{t['id']}/schedules/{s['id']}/trigger").status_code == 202
+    fired = wait_firing_status(ws, t["id"], s["id"])
+    assert fired["status"] == "skipped" and "no longer has update permission" in fired["skipped_reason"], fired
+    assert _untouched(ws, t)
+
+
+def test_a_rotated_token_keeps_its_schedules_firing(ws):
+    t, _, tok, s = _scheduled_by_editor(ws)
+    r = ws.admin.post(f"/workspaces/{ws.id}/tokens/{tok['id']}/rotate")
+    assert r.status_code == 200, r.text
+    assert ws.api.post(f"/tables/{t['id']}/schedules/{s['id']}/trigger").status_code == 202
+    fired = wait_firing_status(ws, t["id"], s["id"])
+    assert fired["status"] != "skipped", fired
+    run = wait_run(ws.api, fired["run_id"])
+    assert run["done"] == 3
+    assert [x["fields"]["B"] for x in ws.api.get(f"/tables/{t['id']}/records?order=A.asc").json()["records"]] == [0, 2, 4]
