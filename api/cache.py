@@ -5,6 +5,11 @@ Metadata writes call :meth:`Caches.notify` inside their transaction
 LISTENs on that channel. A generation counter per key stops a load that raced with an
 invalidation from caching the stale result. TTLs bound staleness should a notification
 be missed (e.g. while the listener reconnects).
+
+Failed token lookups are cached too, briefly (``MISS_TTL_S``) and in a bounded LRU
+(``MISS_MAX`` hashes), so a flood of one bad token costs one query per few seconds, not
+one per request, and memory cannot grow with the number of distinct bad tokens. Any
+token change (create, rotate, revoke, grants) drops the misses with the rest.
 """
 
 from __future__ import annotations
@@ -12,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
+from prometheus_client import Counter
 
 from storage.access import Principal
 from storage.schema import WorkspaceSchema
@@ -24,6 +31,12 @@ log = logging.getLogger("wds.cache")
 CHANNEL = "wds_invalidate"
 SCHEMA_TTL_S = 60.0
 TOKEN_TTL_S = 5.0
+MISS_TTL_S = 5.0
+MISS_MAX = 10_000
+# /metrics: token lookups that reached the database (a cache hit or cached miss does not count)
+TOKEN_LOOKUPS = Counter(
+    "wds_token_lookups", "Bearer-token lookups that reached the database, by result (found, missing)", ("result",),
+)
 
 
 class Caches:
@@ -31,6 +44,7 @@ class Caches:
         self._schemas: dict[int, tuple[float, WorkspaceSchema]] = {}
         self._schema_gen: dict[int, int] = {}
         self._tokens: dict[str, tuple[float, Principal]] = {}
+        self._misses: OrderedDict[str, float] = OrderedDict()  # token hash → when the lookup missed
         self._token_gen = 0
         self._listener: asyncio.Task[None] | None = None
 
@@ -58,17 +72,33 @@ class Caches:
         now = time.monotonic()
         if hit is not None and now - hit[0] < TOKEN_TTL_S:
             return hit[1]
+        missed = self._misses.get(token_hash)
+        if missed is not None:
+            if now - missed < MISS_TTL_S:
+                return None
+            del self._misses[token_hash]
         gen = self._token_gen
         value = await load()
-        if value is not None and gen == self._token_gen:
-            if len(self._tokens) > 50_000:
-                self._tokens.clear()
-            self._tokens[token_hash] = (now, value)
+        TOKEN_LOOKUPS.labels("found" if value is not None else "missing").inc()
+        if gen == self._token_gen:
+            if value is not None:
+                if len(self._tokens) > 50_000:
+                    self._tokens.clear()
+                self._tokens[token_hash] = (now, value)
+            else:
+                self._misses[token_hash] = now
+                while len(self._misses) > MISS_MAX:
+                    self._misses.popitem(last=False)  # the oldest miss goes first
         return value
+
+    def cached_misses(self) -> int:
+        """How many failed lookups are cached (bounded by ``MISS_MAX``)."""
+        return len(self._misses)
 
     def drop_tokens(self) -> None:
         self._token_gen += 1
         self._tokens.clear()
+        self._misses.clear()
 
     # ------------------------------------------------------------------ cross-process
     @staticmethod

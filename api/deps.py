@@ -40,7 +40,9 @@ def bearer(request: Request) -> str:
 
 
 async def resolve_principal(state: AppState, secret: str) -> Principal:
-    """Token secret → principal (cached briefly); 401 when unknown, revoked or expired."""
+    """Token secret → principal (cached briefly); 401 when unknown, revoked or expired.
+
+    A miss is cached briefly too (api/cache.py): repeating a bad token costs no query."""
     if len(secret) > 512:
         raise Unauthorized("invalid, expired or revoked token")
 

@@ -9,6 +9,9 @@
 * ``wds_pipeline_duration_seconds{mode, status}`` and ``wds_pipeline_records{mode}`` —
   the wait for a write's pipeline workflows (:func:`observe_pipeline`, called by
   :mod:`api.pipelines`).
+* ``wds_token_lookups_total{result}`` — bearer-token lookups that reached the database
+  (``found`` or ``missing``, counted in api/cache.py); a cached principal or a cached miss does not
+  count, so a flood of one bad token shows as one ``missing`` per few seconds.
 * ``wds_step_duration_seconds{kind, status}`` — from :mod:`activities.metrics`; the
   in-process worker's steps land in this process's registry.
 

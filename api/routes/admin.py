@@ -334,6 +334,10 @@ async def create_token(workspace_id: int, body: TokenIn, state: StateDep) -> JSO
             conn, workspace_id=workspace_id, token_type=TokenType(body.type), name=body.name,
             profile_id=body.profile_id, expires_in_seconds=body.expires_in_seconds,
         )
+        # cached failed lookups (api/cache.py) are dropped in every process: a new token is
+        # never refused because of an earlier miss
+        await state.caches.notify(conn, tokens=True)
+    state.caches.drop_tokens()
     return JSON(_token_out(row, secret), status_code=201)
 
 

@@ -118,3 +118,59 @@ def test_a_workspace_never_sees_another_workspaces_data(make_workspace):
         assert "classified" not in r.text
     assert all(t["id"] != ta["id"] for t in b.api.get("/tables").json())
     assert a.api.get(f"/tables/{ta['id']}/records/{rec['id']}").json()["fields"]["A"] == "classified"
+
+
+def _missing_lookups(base_url: str) -> float:
+    """The API's own count of token lookups that reached the database and found nothing."""
+    text = httpx.get(f"{base_url}/metrics").text
+    for line in text.splitlines():
+        if line.startswith('wds_token_lookups_total{result="missing"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_flood_of_one_bad_token_costs_one_lookup(ws, base_url):
+    import secrets
+
+    bad = "wds_rest_" + secrets.token_hex(16)
+    before = _missing_lookups(base_url)
+    with httpx.Client(base_url=f"{base_url}/functions/v1/rest-api", headers={"Authorization": f"Bearer {bad}"}) as c:
+        codes = {c.get("/tables").status_code for _ in range(20)}
+    assert codes == {401}
+    assert _missing_lookups(base_url) - before == 1  # 20 refusals, one query: the miss is cached
+    # a token created right after a miss works at once (token changes drop cached misses)
+    fresh = ws.client(ws.token("rest_api")["token"])
+    assert fresh.get("/tables").status_code == 200
+
+
+def test_cached_misses_are_bounded_and_dropped_on_token_changes():
+    import asyncio
+
+    from api import cache
+    from storage.access import Principal, TokenType
+
+    caches = cache.Caches()
+    loads: list[str] = []
+    valid: dict[str, Principal] = {}
+
+    async def lookup(h: str):
+        async def load():
+            loads.append(h)
+            return valid.get(h)
+        return await caches.principal(h, load)
+
+    async def scenario() -> None:
+        assert await lookup("a") is None and await lookup("a") is None
+        assert loads == ["a"]  # the second refusal came from the cache
+        # the token appears (created, or its grant changed): the change notification
+        # ("tokens", what Caches.apply receives from NOTIFY) drops the cached miss
+        valid["a"] = Principal(token_id=1, workspace_id=1, type=TokenType.REST_API, profile_id=None,
+                               plan="pro", read_only=False, expires_at=None)
+        caches.apply("tokens")
+        assert (await lookup("a")) is valid["a"] and loads == ["a", "a"]
+        for i in range(cache.MISS_MAX + 50):  # distinct bad tokens: memory stays bounded
+            await lookup(f"bad{i}")
+        assert caches.cached_misses() == cache.MISS_MAX
+        assert await lookup("bad0") is None and loads[-1] == "bad0"  # the oldest were evicted
+
+    asyncio.run(scenario())
