@@ -106,6 +106,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     "REQUEST_TIMEOUT": ("The client stopped sending its request head or body for longer than allowed (`WDS_BODY_TIMEOUT_S`, 30 s; the head 10 s).", ""),
     "PAYLOAD_TOO_LARGE": ("A body, upload, chat message, SQL text or search query larger than allowed.", ""),
     "UNSUPPORTED_MEDIA_TYPE": ("The framework's 415 (a body in a content type the endpoint does not take), rendered in the `{error, code}` shape.", ""),
+    "CHAT_SESSION_INVALID": ("Agent web chat: a `session_id` sent without the `session_key` issued with it (or with a wrong one, or an id the server never issued). The same answer whether or not the session exists; omit `session_id` to start a new session.", ""),
     # 429
     "PLAN_RATE_LIMIT_API": ("The workspace's requests per minute (by plan) are used up; `Retry-After` says when to retry.", "upgrade"),
     "TOKEN_RATE_LIMIT": ("One token made more than 3,000 requests in 60 seconds (every plan); `Retry-After` says when to retry.", ""),

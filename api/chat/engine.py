@@ -3,8 +3,9 @@
 :func:`converse` yields ``(event, data)`` pairs in this order: ``token {content}`` for
 each piece of reply text as the model streams it; for each tool call, ``tool_call
 {name, arguments}`` then ``tool_result {name, summary}``; on failure ``error {error,
-code}``; and last, always, ``done {message_id, session_id}`` (``message_id`` is the stored
-reply's id, ``null`` when nothing could be stored). The SSE route sends them as they come;
+code}``; and last, always, ``done {message_id, session_id, session_key?}`` (``message_id``
+is the stored reply's id, ``null`` when nothing could be stored; ``session_key`` is the
+web session's key, which the next message must present — api/chat/guard.py). The SSE route sends them as they come;
 the JSON route and messaging channels collect them (:func:`collect`).
 
 The loop: history (last :data:`~wds.config.Settings.chat_history_messages` messages of
@@ -53,6 +54,7 @@ class Turn:
     principal: Principal
     session_id: str
     message: str
+    session_key: str | None = None  # web sessions: the key the next message must present
 
 
 @dataclass
@@ -153,7 +155,10 @@ async def converse(state: AppState, turn: Turn) -> AsyncIterator[Event]:
         with anyio.CancelScope(shield=True):
             message_id = await _store(state, turn, "".join(reply), calls)
             await _charge(state, turn.principal, tokens)
-    yield "done", {"message_id": message_id, "session_id": turn.session_id}
+    done: dict[str, Any] = {"message_id": message_id, "session_id": turn.session_id}
+    if turn.session_key is not None:
+        done["session_key"] = turn.session_key
+    yield "done", done
 
 
 async def _store(state: AppState, turn: Turn, reply: str, calls: list[dict[str, Any]]) -> int | None:

@@ -1,16 +1,21 @@
 """Agent chat: the webhook ``POST /functions/v1/agent-webhook`` and the web chat page.
 
-``?type=web&token=<PUBLIC_CHANNEL_TOKEN>`` with ``{message, session_id, stream?}``:
+``?type=web&token=<PUBLIC_CHANNEL_TOKEN>`` with ``{message, session_id?, session_key?, stream?}``:
 
-* non-streaming → ``{reply, session_id, message_id, tool_calls: [{name, arguments,
-  result_summary}]}``;
+* non-streaming → ``{reply, session_id, session_key, message_id, tool_calls: [{name,
+  arguments, result_summary}]}``;
 * ``stream: true`` or ``Accept: text/event-stream`` → server-sent events ``token``,
   ``tool_call``, ``tool_result``, ``error`` and last ``done`` (:mod:`api.chat.engine`); a
   client that disconnects stops the generation (the upstream request is closed).
 
-``session_id`` may be omitted: a new one is made and returned. Errors (``{error, code}``,
-before any event is sent): 401 ``UNAUTHORIZED`` unknown token; 404 ``NOT_FOUND`` disabled
-channel; 400 ``CHANNEL_TYPE_MISMATCH``, ``VALIDATION_ERROR``; 413 ``PAYLOAD_TOO_LARGE``;
+Sessions are issued by the server: omit ``session_id`` to start one; the answer carries
+``session_id`` and ``session_key`` (also in the ``done`` event and the ``X-Chat-Session-Id``
+/ ``X-Chat-Session-Key`` response headers), and every later message of that session sends
+both (the key as ``session_key`` or the ``X-Chat-Session-Key`` header). Errors (``{error,
+code}``, before any event is sent): 401 ``UNAUTHORIZED`` unknown token; 404 ``NOT_FOUND``
+disabled channel; 403 ``CHAT_SESSION_INVALID`` a session id without its key (or an id the
+server never issued); 400 ``CHANNEL_TYPE_MISMATCH``, ``VALIDATION_ERROR``; 413
+``PAYLOAD_TOO_LARGE``;
 429 ``CHAT_RATE_LIMIT`` / ``PLAN_RATE_LIMIT_API``; 402 ``PLAN_LIMIT_*``; 503 ``UNAVAILABLE``
 (no AI provider configured). Other ``type`` values: see :mod:`api.chat.messaging`.
 
@@ -47,14 +52,15 @@ router = APIRouter(tags=["chat"])
 log = logging.getLogger("wds.chat")
 _TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).resolve().parents[1] / "templates"),
                          autoescape=select_autoescape(["html"]))
-ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": ErrorOut} for s in (400, 401, 402, 404, 413, 429, 501, 503)}
+ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": ErrorOut} for s in (400, 401, 402, 403, 404, 413, 429, 501, 503)}
 PING_S = 15
 
 
 class ChatIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     message: str = Field(description="the user's message (at most 8,000 characters)")
-    session_id: str | None = Field(None, description="the conversation; 1-128 of [A-Za-z0-9_.:-]; omitted: a new one")
+    session_id: str | None = Field(None, description="the conversation, as issued by an earlier answer; omitted: a new one")
+    session_key: str | None = Field(None, description="the key issued with session_id (or the X-Chat-Session-Key header)")
     stream: bool = Field(False, description="answer as server-sent events")
 
 
@@ -67,6 +73,7 @@ class ToolCallOut(BaseModel):
 class ChatOut(BaseModel):
     reply: str
     session_id: str
+    session_key: str = Field(description="send it with session_id on the session's next messages")
     message_id: int | None
     tool_calls: list[ToolCallOut]
     error: ErrorOut | None = Field(None, description="set when the turn ended early (after some work)")
@@ -116,24 +123,33 @@ async def agent_webhook(
     try:
         body = ChatIn.model_validate(await _json_body(request))
     except ValueError as exc:
-        raise ValidationError(f"body must be {{message, session_id, stream?}}: {str(exc).splitlines()[0]}") from None
+        raise ValidationError(f"body must be {{message, session_id?, session_key?, stream?}}:"
+                              f" {str(exc).splitlines()[0]}") from None
     message = guard.check_message(body.message, state.settings.chat_max_message_chars)
-    session_id = guard.check_session(body.session_id) if body.session_id is not None else secrets.token_urlsafe(16)
+    if body.session_id is None:
+        session_id, session_key = guard.new_session(state, int(channel["id"]))
+    else:
+        session_id = guard.check_session(body.session_id)
+        session_key = guard.check_session_key(
+            state, int(channel["id"]), session_id,
+            request.headers.get(guard.SESSION_KEY_HEADER) or body.session_key)
     await guard.rate_limit(state, int(channel["id"]), session_id)
     require_provider(state)
     await check_ai_credits(state, principal)
-    turn = engine.Turn(channel=channel, principal=principal, session_id=session_id, message=message)
+    turn = engine.Turn(channel=channel, principal=principal, session_id=session_id, message=message,
+                       session_key=session_key)
+    issued = {"X-Chat-Session-Id": session_id, guard.SESSION_KEY_HEADER: session_key, "Cache-Control": "no-store"}
     if body.stream or "text/event-stream" in request.headers.get("accept", ""):
         return EventSourceResponse(_sse(engine.converse(state, turn)), ping=PING_S,
-                                   headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+                                   headers={**issued, "X-Accel-Buffering": "no"})
     out = await engine.collect(engine.converse(state, turn))
     if out.error is not None and not out.reply and not out.tool_calls:
         raise ServiceError(out.error["error"], code=out.error["code"], status=503)
-    answer: dict[str, Any] = {"reply": out.reply, "session_id": session_id, "message_id": out.message_id,
-                              "tool_calls": out.tool_calls}
+    answer: dict[str, Any] = {"reply": out.reply, "session_id": session_id, "session_key": session_key,
+                              "message_id": out.message_id, "tool_calls": out.tool_calls}
     if out.error is not None:
         answer["error"] = out.error  # the turn ended early; what happened until then is above
-    return JSON(answer)
+    return JSON(answer, headers=issued)
 
 
 async def _telegram(request: Request, state: AppState, token: str | None) -> JSON:

@@ -8,6 +8,7 @@ its own task queue. Agents and channels, with their settings (agent ``config``, 
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,7 @@ from tests.chat.fakes import FakeServices
 from tests.conftest import ApiProcess, Services, Workspace, start_api
 
 WEBHOOK = "/functions/v1/agent-webhook"
+SESSION_LABEL = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 
 
 @pytest.fixture(scope="session")
@@ -90,12 +92,45 @@ def patch_channel(ws: Workspace, bot: dict[str, Any], **body: Any) -> dict[str, 
     return r.json()
 
 
+# Web sessions are issued by the server (api/chat/guard.py). Tests name their sessions
+# with labels ("s-1"): the first message of a label starts a new session, and later ones
+# send the issued id and key. ``raw=True`` sends the body as it is.
+_SESSIONS: dict[tuple[str | None, str], tuple[str, str]] = {}
+
+
+def session_of(token: str, label: str) -> str:
+    """The server-issued id of the session a test calls ``label``."""
+    return _SESSIONS[(token, label)][0]
+
+
+def _bind(token: str | None, body: Any) -> tuple[Any, str | None]:
+    if not isinstance(body, dict) or not isinstance(body.get("session_id"), str) or "session_key" in body:
+        return body, None
+    label = body["session_id"]
+    if not SESSION_LABEL.match(label):
+        return body, None  # a malformed id: sent as is (the tests of the 400)
+    found = _SESSIONS.get((token, label))
+    if found is None:
+        return {k: v for k, v in body.items() if k != "session_id"}, label
+    return {**body, "session_id": found[0], "session_key": found[1]}, None
+
+
+def _remember(token: str | None, label: str | None, resp: httpx.Response) -> None:
+    if label is not None and resp.status_code == 200 and "x-chat-session-key" in resp.headers:
+        _SESSIONS[(token, label)] = (resp.headers["x-chat-session-id"], resp.headers["x-chat-session-key"])
+
+
 def post(base_url: str, token: str | None, body: Any, *, type: str = "web",
-         headers: dict[str, str] | None = None) -> httpx.Response:
+         headers: dict[str, str] | None = None, raw: bool = False) -> httpx.Response:
     params = {"type": type}
     if token is not None:
         params["token"] = token
-    return httpx.post(f"{base_url}{WEBHOOK}", params=params, json=body, headers=headers or {}, timeout=60)
+    label = None
+    if type == "web" and not raw:
+        body, label = _bind(token, body)
+    resp = httpx.post(f"{base_url}{WEBHOOK}", params=params, json=body, headers=headers or {}, timeout=60)
+    _remember(token, label, resp)
+    return resp
 
 
 def parse_sse(text: str) -> list[tuple[str, Any]]:
@@ -114,8 +149,10 @@ def parse_sse(text: str) -> list[tuple[str, Any]]:
 
 
 def stream(base_url: str, token: str, body: dict[str, Any]) -> list[tuple[str, Any]]:
+    body, label = _bind(token, body)
     with httpx.stream("POST", f"{base_url}{WEBHOOK}", params={"type": "web", "token": token},
                       json={**body, "stream": True}, timeout=60) as resp:
         assert resp.status_code == 200, resp.read()
         assert resp.headers["content-type"].startswith("text/event-stream")
+        _remember(token, label, resp)
         return parse_sse(resp.read().decode())

@@ -45,7 +45,7 @@ def test_time_to_first_token_overhead(cws: Workspace, ai_api: ApiProcess, fake: 
                              {"model": "m", "stream": True, "messages": [{"role": "user", "content": f"hi {i}"}]},
                              '"content": "You')
             w = _first_token(client, f"{ai_api.base_url}{WEBHOOK}",
-                             {"message": f"hi {i}", "session_id": f"perf-{i}", "stream": True}, "event: token",
+                             {"message": f"hi {i}", "stream": True}, "event: token",
                              params={"type": "web", "token": bot["token"]})
             if i >= 5:  # warm-up rounds are not counted
                 direct.append(d)

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from tests.chat.fakes import FakeServices
-from tests.chat.support import WEBHOOK, make_agent, parse_sse, patch_channel, post, stream
+from tests.chat.support import WEBHOOK, make_agent, parse_sse, patch_channel, post, session_of, stream
 from tests.conftest import ApiProcess, Workspace
 
 
@@ -35,14 +35,15 @@ def test_a_reply_is_remembered_per_session(cws: Workspace, ai_api: ApiProcess, d
     assert first.status_code == 200, first.text
     body = first.json()
     assert body["reply"] == "You said: hello (history 0)"
-    assert body["session_id"] == "s-1" and isinstance(body["message_id"], int) and body["tool_calls"] == []
+    assert body["session_id"] == session_of(bot["token"], "s-1") and body["session_key"]
+    assert isinstance(body["message_id"], int) and body["tool_calls"] == []
     again = post(ai_api.base_url, bot["token"], {"message": "again", "session_id": "s-1"}).json()
     assert again["reply"] == "You said: again (history 2)"
     assert again["message_id"] > body["message_id"]
     other = post(ai_api.base_url, bot["token"], {"message": "new", "session_id": "s-2"}).json()
     assert other["reply"] == "You said: new (history 0)"
-    rows = db.execute("SELECT role, content FROM wds.chat_messages WHERE channel_id = %s AND session_id = 's-1'"
-                      " ORDER BY id", (bot["channel"]["id"],)).fetchall()
+    rows = db.execute("SELECT role, content FROM wds.chat_messages WHERE channel_id = %s AND session_id = %s"
+                      " ORDER BY id", (bot["channel"]["id"], body["session_id"])).fetchall()
     assert rows == [("user", "hello"), ("assistant", "You said: hello (history 0)"),
                     ("user", "again"), ("assistant", "You said: again (history 2)")]
 
@@ -51,8 +52,41 @@ def test_a_session_id_is_made_when_omitted(cws: Workspace, ai_api: ApiProcess) -
     bot = make_agent(cws, [])
     body = post(ai_api.base_url, bot["token"], {"message": "hi"}).json()
     assert len(body["session_id"]) >= 16
-    follow = post(ai_api.base_url, bot["token"], {"message": "more", "session_id": body["session_id"]}).json()
+    follow = post(ai_api.base_url, bot["token"], {"message": "more", "session_id": body["session_id"],
+                                                  "session_key": body["session_key"]}).json()
     assert follow["reply"].endswith("(history 2)")
+    # the key may come as a header too
+    third = post(ai_api.base_url, bot["token"], {"message": "more", "session_id": body["session_id"]},
+                 headers={"X-Chat-Session-Key": body["session_key"]}, raw=True)
+    assert third.status_code == 200 and third.json()["reply"].endswith("(history 4)")
+
+
+def test_a_session_id_without_its_key_is_refused_and_reveals_nothing(
+    cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any],
+) -> None:
+    bot = make_agent(cws, [])
+    mine = post(ai_api.base_url, bot["token"], {"message": "my secret plan"}).json()
+    sid, key = mine["session_id"], mine["session_key"]
+    # another visitor who learnt the id: no key, a wrong key, a key of another session
+    other = post(ai_api.base_url, bot["token"], {"message": "x"}).json()
+    for extra in ({}, {"session_key": "A" * 43}, {"session_key": other["session_key"]}):
+        r = post(ai_api.base_url, bot["token"], {"message": "what did I say?", "session_id": sid, **extra}, raw=True)
+        assert (r.status_code, r.json()["code"]) == (403, "CHAT_SESSION_INVALID"), r.text
+        assert "my secret plan" not in r.text
+    # an id the client made up is refused the same way (the same answer: nothing tells
+    # whether a session exists)
+    made_up = post(ai_api.base_url, bot["token"], {"message": "hi", "session_id": "my-own-id"}, raw=True)
+    assert (made_up.status_code, made_up.json()) == (403, r.json())
+    # a key is bound to its channel: the same session id and key on another channel fail
+    bot2 = make_agent(cws, [])
+    r = post(ai_api.base_url, bot2["token"], {"message": "x", "session_id": sid, "session_key": key}, raw=True)
+    assert (r.status_code, r.json()["code"]) == (403, "CHAT_SESSION_INVALID")
+    # nothing was stored by the refused messages; the owner still continues
+    rows = db.execute("SELECT content FROM wds.chat_messages WHERE channel_id = %s AND session_id = %s ORDER BY id",
+                      (bot["channel"]["id"], sid)).fetchall()
+    assert [r[0] for r in rows] == ["my secret plan", "You said: my secret plan (history 0)"]
+    ok = post(ai_api.base_url, bot["token"], {"message": "go on", "session_id": sid, "session_key": key}, raw=True)
+    assert ok.status_code == 200 and ok.json()["reply"] == "You said: go on (history 2)"
 
 
 @pytest.mark.parametrize("how", ["body", "accept"])
@@ -70,7 +104,8 @@ def test_a_streamed_reply_is_tokens_then_done(cws: Workspace, ai_api: ApiProcess
     assert names[-1] == "done" and set(names[:-1]) == {"token"} and len(names) > 3
     assert "".join(d["content"] for n, d in events if n == "token") == "You said: stream me (history 0)"
     done = events[-1][1]
-    assert done["session_id"] == "st" and isinstance(done["message_id"], int)
+    assert done["session_id"] == session_of(bot["token"], "st") and isinstance(done["message_id"], int)
+    assert done["session_key"]
 
 
 def test_tools_read_granted_tables_and_results_go_back_as_data(
@@ -244,7 +279,7 @@ def test_a_disconnect_stops_generation(cws: Workspace, ai_api: ApiProcess, db: p
     bot = make_agent(cws, [])
     aborted = fake.streams_aborted
     with httpx.stream("POST", f"{ai_api.base_url}{WEBHOOK}", params={"type": "web", "token": bot["token"]},
-                      json={"message": "SLOW 150", "session_id": "gone", "stream": True}, timeout=30) as resp:
+                      json={"message": "SLOW 150", "stream": True}, timeout=30) as resp:
         for line in resp.iter_lines():
             if line.startswith(("event: token", "event:token")):
                 break
