@@ -27,6 +27,7 @@ COMPOSE_PATH = ROOT / "docker-compose.yml"
 DOCKERFILE_PATH = ROOT / "Dockerfile"
 DOCKERIGNORE_PATH = ROOT / ".dockerignore"
 OPERATIONS_PATH = ROOT / "docs" / "operations.md"
+INIT_ROLE_PATH = ROOT / "deploy" / "postgres" / "init-app-role.sh"
 
 APP_SERVICES = ("api", "worker")
 REQUIRED_SERVICES = ("postgres", "temporal", "temporal-ui", "redis", "api", "worker")
@@ -36,6 +37,7 @@ CONDITIONS = {"service_started", "service_healthy", "service_completed_successfu
 WDS_VARIABLE = re.compile(r"\bWDS_[A-Z0-9_]+\b")
 REQUIRED_VARIABLES = {
     "POSTGRES_PASSWORD": "pg-secret",
+    "POSTGRES_APP_PASSWORD": "app-secret",
     "TEMPORAL_DB_PASSWORD": "temporal-secret",
     "WDS_ADMIN_KEY": "admin-key",
     "WDS_SECRET_KEY": "secret-key",
@@ -315,6 +317,53 @@ def test_configs_referenced_by_services_are_defined(
     for name, svc in services.items():
         for ref in svc.get("configs") or []:
             assert (ref if isinstance(ref, str) else ref["source"]) in defined, name
+
+
+# --------------------------------------------------------------------------- database role
+
+
+def _url_user_and_db(url: str) -> tuple[str, str]:
+    found = re.match(r"^postgresql://([^:@/]+)(?::[^@]*)?@[^/]+/([^/?]+)$", url)
+    assert found, url
+    return found.group(1), found.group(2)
+
+
+@pytest.mark.parametrize("service", APP_SERVICES)
+def test_app_services_connect_as_the_app_role_not_the_superuser(
+    services: dict[str, dict[str, Any]], service: str
+) -> None:
+    pg = environment(services["postgres"])
+    superuser, app_user = pg["POSTGRES_USER"], pg["APP_DB_USER"]
+    assert app_user and app_user != superuser
+    user, db = _url_user_and_db(environment(services[service])["WDS_DATABASE_URL"])
+    assert user == app_user and user != superuser
+    assert db == pg["POSTGRES_DB"]
+    # its password is its own required variable, not the superuser's
+    url = environment(services[service])["WDS_DATABASE_URL"]
+    assert "${POSTGRES_APP_PASSWORD:?" in url and "POSTGRES_PASSWORD" not in url
+    assert pg["APP_DB_PASSWORD"].startswith("${POSTGRES_APP_PASSWORD:?")
+
+
+def test_postgres_creates_the_app_role_and_extensions_on_first_start(services: dict[str, dict[str, Any]]) -> None:
+    mounts = [v for v in services["postgres"]["volumes"] if isinstance(v, str)]
+    init = [v for v in mounts if ":/docker-entrypoint-initdb.d/" in v]
+    assert len(init) == 1, mounts
+    source, target = init[0].split(":")[0], init[0].split(":")[1]
+    assert (ROOT / source).resolve() == INIT_ROLE_PATH.resolve() and target.endswith(".sh")
+    assert init[0].endswith(":ro")
+    text = INIT_ROLE_PATH.read_text()
+    # exactly the rights the service needs (tests/security/test_database_role.py runs it)
+    assert re.search(r"LOGIN CREATEROLE NOSUPERUSER NOCREATEDB NOREPLICATION NOBYPASSRLS", text)
+    assert "createrole_self_grant = 'set, inherit'" in text
+    assert "OWNER TO" in text
+    for extension in ("vector", "pg_trgm"):
+        assert f"CREATE EXTENSION IF NOT EXISTS {extension};" in text
+
+
+def test_postgres_is_healthy_only_once_it_listens_on_tcp(services: dict[str, dict[str, Any]]) -> None:
+    # during first-start initialisation the image listens on its Unix socket only
+    check = " ".join(services["postgres"]["healthcheck"]["test"])
+    assert "pg_isready -h 127.0.0.1" in check
 
 
 # --------------------------------------------------------------------------- image and docs
