@@ -92,6 +92,52 @@ def test_the_service_runs_as_the_non_superuser_role_of_the_init_script(services:
     asyncio.run(drop())
 
 
+def test_the_init_script_adopts_a_database_an_older_stack_ran_as_superuser(services: Services) -> None:
+    suffix = secrets.token_hex(3)
+    db, user, password = f"wds_old_{suffix}", f"wds_app_{suffix}", secrets.token_urlsafe(12)
+    host, port = services.pg.host, services.pg.port
+    with psycopg.connect(services.pg.dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db}"')
+    # the old stack: everything made by the superuser
+    old = start_api(services, name="api-superuser", WDS_DATABASE_URL=f"postgresql://postgres@{host}:{port}/{db}",
+                    WDS_TASK_QUEUE=f"old-{suffix}")
+    try:
+        with psycopg.connect(f"host={host} port={port} dbname={db} user=postgres", autocommit=True) as conn:
+            conn.execute("SELECT setval(pg_get_serial_sequence('wds.workspaces', 'id'), %s)",
+                         (20_000_000 + secrets.randbelow(1_000_000),))
+        admin = httpx.Client(base_url=f"{old.base_url}/functions/v1/admin",
+                             headers={"Authorization": f"Bearer {services.admin_key}"}, timeout=60)
+        ws_id = admin.post("/workspaces", json={"name": "old", "plan": "pro"}).json()["id"]
+        token = admin.post(f"/workspaces/{ws_id}/tokens", json={"type": "vibe_mcp", "name": "b"}).json()["token"]
+        with httpx.Client(base_url=f"{old.base_url}/functions/v1/rest-api",
+                          headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
+            t = c.post("/tables", json={"name": "Old", "columns": [{"name": "A", "type": "number"}]}).json()
+            assert c.post(f"/tables/{t['id']}/records", json={"fields": {"A": 1}}).status_code == 201
+    finally:
+        old.stop()
+
+    _run_init(services, db, user, password)
+    dsn = f"postgresql://{user}:{password}@{host}:{port}/{db}"
+    api = start_api(services, name="api-adopted", WDS_DATABASE_URL=dsn, WDS_TASK_QUEUE=f"adopted-{suffix}")
+    try:
+        with httpx.Client(base_url=f"{api.base_url}/functions/v1/rest-api",
+                          headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
+            # the old table can change shape (owner), take writes, and be read through SQL
+            r = c.post(f"/tables/{t['id']}/columns", json={"name": "B", "type": "formula", "formula": "{A} + 1"})
+            assert r.status_code == 201, r.text
+            assert c.post(f"/tables/{t['id']}/records", json={"fields": {"A": 5}}).json()["fields"]["B"] == 6
+            q = c.post("/sql", json={"query": "SELECT A FROM Old ORDER BY A"})
+            assert q.status_code == 200 and q.json()["rows"] == [{"A": 1}, {"A": 5}], q.text
+    finally:
+        api.stop()
+
+    async def drop() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await ddl.drop_workspace_schema(conn, ws_id)
+
+    asyncio.run(drop())
+
+
 def test_the_init_script_is_the_one_compose_mounts() -> None:
     text = (ROOT / "docker-compose.yml").read_text()
     assert "./deploy/postgres/init-app-role.sh:/docker-entrypoint-initdb.d/" in text
