@@ -46,7 +46,7 @@ BEGIN
     -- transaction is folding are skipped, never waited for
     WITH gone AS (
       DELETE FROM wds.row_counts WHERE id IN (
-        SELECT id FROM wds.row_counts WHERE table_id = tid FOR UPDATE SKIP LOCKED)
+        SELECT id FROM wds.row_counts WHERE table_id = tid AND workspace_id = ws FOR UPDATE SKIP LOCKED)
       RETURNING n)
     INSERT INTO wds.row_counts (workspace_id, table_id, n)
     SELECT ws, tid, sum(n) FROM gone HAVING count(*) > 0;

@@ -111,10 +111,10 @@ def build_counter(plan: QueryPlan) -> tuple[sql.Composed, list[Any]] | None:
     if plan.filters:
         return None
     query = sql.SQL(
-        "SELECT coalesce((SELECT sum(n) FROM wds.row_counts WHERE table_id = %s),"
+        "SELECT coalesce((SELECT sum(n) FROM wds.row_counts WHERE table_id = %s AND workspace_id = %s),"
         " (SELECT count(*) FROM {}))::bigint"
     ).format(_table(plan.table.workspace_id, plan.table.id))
-    return query, [plan.table.id]
+    return query, [plan.table.id, plan.table.workspace_id]
 
 
 def build_estimate(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
