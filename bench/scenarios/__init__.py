@@ -12,6 +12,7 @@ from bench.scenarios import pipelines  # noqa: F401
 from bench.scenarios import outside  # noqa: F401
 from bench.scenarios import chat  # noqa: F401
 from bench.scenarios import schema  # noqa: F401
+from bench.scenarios import scale  # noqa: F401
 from bench.scenarios import peers  # noqa: F401
 from bench.scenarios.registry import REGISTRY, Scenario, scenario, select
 
