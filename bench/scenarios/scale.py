@@ -65,7 +65,7 @@ async def _fill(ctx: BenchContext, table: BenchTable, rows: int) -> None:
                 "INSERT INTO {t} ({name}, {score}, {status}, {double})"
                 " SELECT md5(i::text) || CASE WHEN i %% 1000 = 0 THEN ' qzx' ELSE '' END,"
                 " s, (%s::text[])[1 + i %% 4], to_jsonb(s * 2)"
-                " FROM (SELECT i, ((i * 7919) %% 1001)::float8 AS s FROM generate_series(1, %s) AS i) AS g"
+                " FROM (SELECT i, ((i::bigint * 7919) %% 1001)::float8 AS s FROM generate_series(1, %s) AS i) AS g"
             ).format(t=table.qualified, name=table.col("Name"), score=table.col("Score"),
                      status=table.col("Status"), double=table.col("Double")),
             (statuses, rows),
