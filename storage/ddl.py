@@ -272,7 +272,9 @@ def trigram_index_name(table_id: int, column_id: int) -> str:
     return f"t_{int(table_id)}_{column_name(column_id)}_trgm"
 
 
-def trigram_index_sql(workspace_id: int, table_id: int, column_id: int, *, concurrently: bool = False) -> sql.Composed:
+def trigram_index_sql(
+    workspace_id: int, table_id: int, column_id: int, *, concurrently: bool = False
+) -> sql.Composed:
     """``CREATE INDEX [CONCURRENTLY] IF NOT EXISTS t_<t>_c_<c>_trgm ... USING gin``."""
     return sql.SQL("CREATE INDEX {}IF NOT EXISTS {} ON {} USING gin (({}) {})").format(
         sql.SQL("CONCURRENTLY " if concurrently else ""),

@@ -19,7 +19,15 @@ import psycopg
 from psycopg import sql
 
 from storage.db import bound_once
-from storage.query.build import TABLE_ALIAS, _order_by, _table, build_count, build_counter, build_estimate, build_where
+from storage.query.build import (
+    TABLE_ALIAS,
+    _order_by,
+    _table,
+    build_count,
+    build_counter,
+    build_estimate,
+    build_where,
+)
 from storage.query.listing import CountMode, CountQueries, count_mode, fetch_page, page_and_total
 from storage.query.plan import QueryPlan
 from storage.schema import ColumnMeta, ColumnType, WorkspaceSchema
