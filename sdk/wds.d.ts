@@ -116,8 +116,9 @@ type FilterOp = "eq" | "neq" | "gt" | "gte" | "lt" | "lte" | "like" | "ilike" | 
 
 /** A query or write on one table; `await` it (it is a thenable) to run it. */
 export interface QueryBuilder<F extends object, R> extends PromiseLike<WdsResponse<R>> {
-  /** `"a,b,Rel(X,Y)"` (REST grammar) or a list of names; `count: "exact"` fills `count`. */
-  select(columns?: string | Array<Column<F>>, options?: { count?: "exact"; flatten?: boolean }): QueryBuilder<F, R>;
+  /** `"a,b,Rel(X,Y)"` (REST grammar) or a list of names; `count` fills `count`: `"exact"`,
+   * `"planned"` (the planner's estimate) or `"estimated"` (exact below 100,000 estimated rows). */
+  select(columns?: string | Array<Column<F>>, options?: { count?: "exact" | "planned" | "estimated"; flatten?: boolean }): QueryBuilder<F, R>;
   eq(column: Column<F>, value: Scalar): QueryBuilder<F, R>;
   neq(column: Column<F>, value: Scalar): QueryBuilder<F, R>;
   gt(column: Column<F>, value: Scalar): QueryBuilder<F, R>;

@@ -15,6 +15,7 @@ const WRITE_CONCURRENCY = 8; // write-by-filter: one request per record, 8 in pa
 const ID_PAGE = 1000; // the list endpoint's maximum page
 const REFRESH_MARGIN_S = 30; // refresh an app-user access token this long before it expires
 const RETRY_DELAY_MS = 150;
+const COUNT_MODES = ["exact", "planned", "estimated"]; // Prefer: count=<mode> (true means exact)
 // query parameters the server never reads as column filters (storage/query/parse.py)
 const RESERVED = new Set(["order", "sort", "limit", "offset", "select", "expand", "view", "run_pipeline", "count"]);
 const NO_HTTP = 0;
@@ -259,11 +260,13 @@ class QueryBuilder {
   }
 
   /** Columns to return: `"a,b,Rel(X,Y)"` (the REST grammar) or an array of names.
-   * Options: `count: "exact"` fills `count`; `flatten: false` returns the raw shape. */
+   * Options: `count: "exact" | "planned" | "estimated"` fills `count` (the server's
+   * `Prefer: count=...`: planned is the planner's estimate, estimated is exact below
+   * 100,000 estimated rows); `flatten: false` returns the raw shape. */
   select(columns = "*", options = {}) {
     if (Array.isArray(columns)) columns = columns.map(quoteName).join(",");
     this._select = columns && columns.trim() !== "*" ? columns : null;
-    if (options.count) this._count = true;
+    if (options.count) this._count = COUNT_MODES.includes(options.count) ? options.count : "exact";
     if (options.flatten !== undefined) this._flatten = options.flatten !== false;
     return this;
   }
@@ -462,7 +465,7 @@ class QueryBuilder {
     if (this._expand.length) extra += `${extra ? "&" : ""}expand=${encodeURIComponent(this._expand.join(","))}`;
     const limit = this._single ? 2 : this._limit;
     const qs = this._query(limit, this._offset, extra);
-    const r = await this._c._http.request("GET", qs ? `${base}?${qs}` : base, this._count ? { headers: { Prefer: "count=exact" } } : undefined);
+    const r = await this._c._http.request("GET", qs ? `${base}?${qs}` : base, this._count ? { headers: { Prefer: `count=${this._count}` } } : undefined);
     if (r.error) return result(null, r.error, null, r.status);
     const total = this._count ? r.headers.get("x-total-count") : null;
     let rows = r.data.records;

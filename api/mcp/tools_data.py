@@ -44,6 +44,7 @@ from storage.access import Action, Principal
 from storage.errors import ServiceError
 from storage.formula.functions import describe_functions
 from storage.query import Query, QueryPlan, list_records, parse_filter_list, parse_filter_object, plan_query
+from storage.query.listing import CountMode, count_mode
 from storage.query.parse import parse_order, parse_select
 from storage.query.render import PreparedList, list_records_json, memoised_list
 from storage.schema import COMPUTED_TYPES, DATA_TYPES, TableMeta, WorkspaceSchema
@@ -140,7 +141,7 @@ def _query(args: dict[str, Any]) -> Query:
     if limit > MCP_MAX_LIMIT:
         raise ServiceError(f"limit may be at most {MCP_MAX_LIMIT} over MCP; page with offset",
                            code="LIMIT_TOO_LARGE")
-    if not args.get("count", False):
+    if _count(args) is not CountMode.EXACT:
         # one record past the page says whether more match, without counting them all
         limit += 1
     return Query(filters=filters, order=parse_order(order) if order else (), limit=limit,
@@ -148,6 +149,12 @@ def _query(args: dict[str, Any]) -> Query:
 
 
 _LIST_KEYS = ("filters", "order", "select", "limit", "offset", "count")
+
+
+def _count(args: dict[str, Any]) -> CountMode | None:
+    """``count``: true or "exact" → exact, "planned" / "estimated" → that mode (as REST's
+    ``Prefer: count=...``), false or absent → none (the schema admits nothing else)."""
+    return count_mode(args.get("count", False))
 
 
 def _prepared(schema: WorkspaceSchema, table: TableMeta, principal: Principal,
@@ -168,16 +175,17 @@ async def list_records_tool(state: AppState, principal: Principal, args: dict[st
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, args["table_id"])
     require(principal, table, Action.READ)
-    counting = bool(args.get("count", False))
+    mode = _count(args)
+    counting = mode is CountMode.EXACT  # an estimate does not tell whether more match
     prepared = _prepared(schema, table, principal, args)
     records: list[dict[str, Any]]
     async with state.db.connection() as conn:
         if isinstance(prepared, PreparedList):
             # as REST does: PostgreSQL renders the page as JSON (no row decoded in Python)
-            text, _, total = await list_records_json(conn, prepared, count=counting)
+            text, _, total = await list_records_json(conn, prepared, count=mode)
             records = orjson.loads(text)
         else:
-            records, total = await list_records(conn, prepared, count=counting)
+            records, total = await list_records(conn, prepared, count=mode)
     offset = prepared.offset
     limit = prepared.limit if counting else prepared.limit - 1
     page: dict[str, Any] = {"records": records, "limit": limit, "offset": offset}
@@ -192,6 +200,8 @@ async def list_records_tool(state: AppState, principal: Principal, args: dict[st
     else:
         more = len(records) > limit
         del records[limit:]  # the record past the page, when there was one
+        if mode is not None:  # planned or estimated: the figure as REST's headers give it
+            page["total"] = total or 0
     end = offset + len(records)
     page["has_more"] = more
     if more:
@@ -328,7 +338,8 @@ DATA_TOOLS: list[ToolSpec] = [
           read_only=True, idempotent=True),
     _spec("list_records", "List records",
           f"One page of a table's records with filters, order and select. Returns has_more (and the"
-          f" exact total of matching records with count: true);"
+          f" exact total of matching records with count: true, an estimate with \"planned\" or"
+          f" \"estimated\");"
           f" default {MCP_DEFAULT_LIMIT} records per page, at most {MCP_MAX_LIMIT}.",
           list_records_tool, obj({
               "table_id": TABLE_ID, "filters": _FILTERS,
@@ -337,8 +348,11 @@ DATA_TOOLS: list[ToolSpec] = [
                                        " created_at, updated_at"},
               "limit": integer(f"page size, default {MCP_DEFAULT_LIMIT}, at most {MCP_MAX_LIMIT}", minimum=0),
               "offset": integer("records to skip (from has_more/hint of the previous page)", minimum=0),
-              "count": boolean("also return total, the exact number of matching records (reads every"
-                               " match; default false)"),
+              "count": {"type": ["boolean", "string"], "enum": [True, False, "exact", "planned", "estimated"],
+                        "description": "also return total: true or \"exact\" counts every match (reads"
+                                       " every match); \"planned\" is the planner's estimate (reads none);"
+                                       " \"estimated\" is exact below 100,000 estimated matches, planned"
+                                       " above; default false"},
               "select": {"type": ["string", "array"], "items": {"type": "string"},
                          "description": "fields to return, \"A,B\"; embed a relation as \"Rel(Name,Email)\""},
           }, ("table_id",)), _PAGE_OUT, read_only=True, idempotent=True),

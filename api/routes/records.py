@@ -3,6 +3,7 @@ delete and batch create. Writes run the table's computed columns before answerin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from storage.access import Action, Principal
 from storage.errors import NotFound, ServiceError
 from storage.plans import BATCH_MAX
 from storage.query import list_records, parse_params, plan_query
+from storage.query.listing import CountMode
 from storage.query.plan import QueryPlan
 from storage.query.render import PreparedList, list_records_json, memoised_list, prepared_or_plan
 from storage.schema import TableMeta
@@ -135,7 +137,9 @@ async def list_(
 ) -> Response:
     """List records. Filters are query parameters `<Column>=<op>.<value>` (eq, neq, gt, gte,
     lt, lte, like, ilike, in, cs, is, and `not.<op>`), or `filter[<Column>][<op>]=<value>`.
-    `Prefer: count=exact` adds `X-Total-Count` and `Content-Range`."""
+    `Prefer: count=exact` adds `X-Total-Count` and `Content-Range`; `count=planned` gives the
+    planner's estimate instead (reads no rows) and `count=estimated` is exact below 100,000
+    estimated matches, planned above."""
     return await list_response(state, principal, table_id, list(request.query_params.multi_items()),
                                prefer=request.headers.get("prefer", ""), view=view)
 
@@ -148,7 +152,7 @@ async def list_response(
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, table_id)
     require(principal, table, Action.READ)
-    want_count = "count=exact" in prefer
+    want_count = prefer_count(prefer)
     headers: dict[str, str] = {}
     if view is None:
         found = memoised_list(schema, ("rest", table.id, tuple(params)), lambda: plan_query(
@@ -169,6 +173,15 @@ async def list_response(
         records, total = await list_records(conn, found, count=want_count)
     _count_headers(headers, found.offset, len(records), total)
     return JSON({"records": records, "limit": found.limit, "offset": found.offset}, headers=headers)
+
+
+_PREFER_COUNT = re.compile(r"(?:^|[\s,;])count=(exact|planned|estimated)(?![\w-])")
+
+
+def prefer_count(prefer: str) -> CountMode | None:
+    """The count a ``Prefer`` header asks for (``count=exact|planned|estimated``), if any."""
+    found = _PREFER_COUNT.search(prefer)
+    return CountMode(found[1]) if found else None
 
 
 def _count_headers(headers: dict[str, str], offset: int, n: int, total: int | None) -> None:

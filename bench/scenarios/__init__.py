@@ -14,6 +14,7 @@ from bench.scenarios import outside  # noqa: F401
 from bench.scenarios import chat  # noqa: F401
 from bench.scenarios import schema  # noqa: F401
 from bench.scenarios import sql_analytics  # noqa: F401  (opt-in: --analytics-rows)
+from bench.scenarios import scale  # noqa: F401
 from bench.scenarios import peers  # noqa: F401
 from bench.scenarios.registry import REGISTRY, Scenario, scenario, select
 

@@ -112,6 +112,16 @@ test("count exact fills count from the server's total", async () => {
   assert.equal(r.data.length, 5);
 });
 
+test("count planned and estimated send their Prefer mode", async () => {
+  const estimated = await client.from(tasks.id).select("*", { count: "estimated" }).gte("Score", 100).limit(5);
+  assert.equal(estimated.count, 20); // exact: far below 100,000 estimated rows
+  const planned = await client.from(tasks.id).select("*", { count: "planned" }).gte("Score", 100).limit(5);
+  assert.equal(typeof planned.count, "number"); // the planner's estimate
+  assert.equal(planned.data.length, 5);
+  const asTrue = await client.from(tasks.id).select("*", { count: true }).gte("Score", 100).limit(5);
+  assert.equal(asTrue.count, 20);
+});
+
 test("single and maybeSingle", async () => {
   const none = await client.from(tasks.id).select().eq("Title", "missing").single();
   assert.equal(none.data, null);

@@ -24,6 +24,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from storage.ddl import search_expr
 from storage.query.parse import Op
 from storage.query.plan import Embed, JsonOperand, Kind, PlannedFilter, PlannedOrder, QueryPlan
 
@@ -103,6 +104,29 @@ def build_count(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     return query, params
 
 
+def build_counter(plan: QueryPlan) -> tuple[sql.Composed, list[Any]] | None:
+    """For an unfiltered plan, the exact count read from the table's row counter
+    (``wds.row_counts``, migration m0013; ``count(*)`` when the table has no counter row),
+    else ``None``. Needs ``wds.row_counts`` to exist (:func:`storage.query.listing.has_row_counter`)."""
+    if plan.filters:
+        return None
+    query = sql.SQL(
+        "SELECT coalesce((SELECT sum(n) FROM wds.row_counts WHERE table_id = %s AND workspace_id = %s),"
+        " (SELECT count(*) FROM {}))::bigint"
+    ).format(_table(plan.table.workspace_id, plan.table.id))
+    return query, [plan.table.id, plan.table.workspace_id]
+
+
+def build_estimate(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
+    """``EXPLAIN (FORMAT JSON)`` of the rows :func:`build_count` counts: the planner's
+    estimate of their number is the top node's ``Plan Rows`` (``Prefer: count=planned``)."""
+    where, params = build_where(plan.filters)
+    query = sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM {} AS {} WHERE {}").format(
+        _table(plan.table.workspace_id, plan.table.id), sql.Identifier(TABLE_ALIAS), where
+    )
+    return query, params
+
+
 def _table(workspace_id: int, table_id: int) -> sql.Composable:
     return sql.Identifier(f"ws_{int(workspace_id)}", f"t_{int(table_id)}")
 
@@ -138,7 +162,8 @@ def _condition(f: PlannedFilter, c: sql.Composable) -> Fragment:
         # a checkbox never set reads as false
         c = sql.SQL("coalesce({}, false)").format(c)
     if op in (Op.LIKE, Op.ILIKE):
-        return sql.SQL("{} " + op.value.upper() + " %s::text").format(c), [value]
+        # the expression the column's trigram index is built on (storage.ddl)
+        return sql.SQL("{} " + op.value.upper() + " %s::text").format(search_expr(c)), [value]
     if op is Op.IN:
         return sql.SQL("{} = ANY({})").format(c, _typed_param(kind, array=True)), [list(value)]
     return sql.SQL("{} " + _COMPARE[op] + " {}").format(c, _typed_param(kind)), [value]

@@ -19,8 +19,16 @@ import psycopg
 from psycopg import sql
 
 from storage.db import bound_once
-from storage.query.build import TABLE_ALIAS, _order_by, _table, build_count, build_where
-from storage.query.listing import fetch_page
+from storage.query.build import (
+    TABLE_ALIAS,
+    _order_by,
+    _table,
+    build_count,
+    build_counter,
+    build_estimate,
+    build_where,
+)
+from storage.query.listing import CountMode, CountQueries, count_mode, fetch_page, page_and_total
 from storage.query.plan import QueryPlan
 from storage.schema import ColumnMeta, ColumnType, WorkspaceSchema
 
@@ -104,6 +112,10 @@ class PreparedList:
     page_params: tuple[Any, ...]
     count_sql: bytes
     count_params: tuple[Any, ...]
+    estimate_sql: bytes = b""  # EXPLAIN of the counted rows (count=planned / estimated)
+    estimate_params: tuple[Any, ...] = ()
+    counter_sql: bytes | None = None  # an unfiltered table's row-counter read
+    counter_params: tuple[Any, ...] = ()
     # the statements with their values bound (storage.db.bound_once), as list_records_json sends them
     bound: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
@@ -138,18 +150,35 @@ def prepare_list_json(plan: QueryPlan) -> PreparedList:
     Every value is a bound parameter, so the text needs no connection to render."""
     page_sql, page_params = build_list_json(plan)
     count_sql, count_params = build_count(plan)
+    estimate_sql, estimate_params = build_estimate(plan)
+    counter = build_counter(plan)
     return PreparedList(plan.limit, plan.offset, page_sql.as_bytes(None), tuple(page_params),
-                        count_sql.as_bytes(None), tuple(count_params))
+                        count_sql.as_bytes(None), tuple(count_params),
+                        estimate_sql.as_bytes(None), tuple(estimate_params),
+                        counter[0].as_bytes(None) if counter else None, tuple(counter[1]) if counter else ())
 
 
 async def list_records_json(
-    conn: psycopg.AsyncConnection[Any], plan: QueryPlan | PreparedList, *, count: bool
+    conn: psycopg.AsyncConnection[Any], plan: QueryPlan | PreparedList, *,
+    count: bool | str | CountMode | None,
 ) -> tuple[str, int, int | None]:
-    """The page as JSON text, the number of records on it, and the exact total if asked."""
+    """The page as JSON text, the number of records on it, and the total if asked
+    (``count``: ``True`` or a :class:`~storage.query.listing.CountMode`; ``True`` is exact)."""
     prepared = plan if isinstance(plan, PreparedList) else prepare_list_json(plan)
     page_sql = bound_once(conn, prepared.bound, "page", prepared.page_sql, prepared.page_params)
-    count_sql = bound_once(conn, prepared.bound, "count", prepared.count_sql, prepared.count_params) if count else None
-    rows, total = await fetch_page(conn, page_sql, None, (count_sql, None) if count_sql is not None else None)
+    mode = count_mode(count)
+    if mode is None:
+        rows, total = await fetch_page(conn, page_sql, None, None)
+    else:
+        def bound(key: str, text: bytes, params: tuple[Any, ...]) -> tuple[bytes, None]:
+            return bound_once(conn, prepared.bound, key, text, params), None
+
+        counts = CountQueries(
+            bound("count", prepared.count_sql, prepared.count_params),
+            bound("counter", prepared.counter_sql, prepared.counter_params) if prepared.counter_sql else None,
+            bound("estimate", prepared.estimate_sql, prepared.estimate_params),
+        )
+        rows, total = await page_and_total(conn, page_sql, None, mode, counts)
     page = rows[0] if rows else None
     if page is None:
         return "[]", 0, total
