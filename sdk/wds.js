@@ -16,7 +16,8 @@ const ID_PAGE = 1000; // the list endpoint's maximum page
 const REFRESH_MARGIN_S = 30; // refresh an app-user access token this long before it expires
 const RETRY_DELAY_MS = 150;
 // query parameters the server never reads as column filters (storage/query/parse.py)
-const RESERVED = new Set(["order", "sort", "limit", "offset", "select", "expand", "view", "run_pipeline", "count"]);
+const RESERVED = new Set(["order", "sort", "limit", "offset", "select", "expand", "view", "run_pipeline", "count",
+  "or", "and", "not.or", "not.and"]);
 const NO_HTTP = 0;
 
 // ------------------------------------------------------------------ small helpers
@@ -77,6 +78,19 @@ function quoteName(name) {
   const s = String(name);
   if (s === "" || /[",.()\\]/.test(s) || s.trim() !== s || s.startsWith("-")) return `"${s.replace(/[\\"]/g, "\\$&")}"`;
   return s;
+}
+
+// an item of an array select: a name, or an embedding "Rel(A,B)" written as the REST grammar
+// writes it (the relation and its fields quoted one by one when they hold separators)
+function selectItem(item) {
+  const s = String(item);
+  if (s === "*") return s;
+  const m = /^([^()]+)\(([^()]*)\)$/.exec(s);
+  if (m && m[1].trim() && m[2].trim()) {
+    const fields = m[2].split(",").map((f) => f.trim()).map((f) => (f === "*" ? f : quoteName(f)));
+    return `${quoteName(m[1].trim())}(${fields.join(",")})`;
+  }
+  return quoteName(s);
 }
 
 function encodePath(path) {
@@ -239,6 +253,7 @@ class QueryBuilder {
     this._c = client;
     this._table = table;
     this._filters = []; // [column, expr] pairs, expr = "<op>.<value>"
+    this._groups = []; // [or|not.or, "(...)"] pairs
     this._order = [];
     this._select = null;
     this._expand = [];
@@ -261,19 +276,31 @@ class QueryBuilder {
   /** Columns to return: `"a,b,Rel(X,Y)"` (the REST grammar) or an array of names.
    * Options: `count: "exact"` fills `count`; `flatten: false` returns the raw shape. */
   select(columns = "*", options = {}) {
-    if (Array.isArray(columns)) columns = columns.map(quoteName).join(",");
+    if (Array.isArray(columns)) columns = columns.map(selectItem).join(",");
     this._select = columns && columns.trim() !== "*" ? columns : null;
     if (options.count) this._count = true;
     if (options.flatten !== undefined) this._flatten = options.flatten !== false;
     return this;
   }
 
+  /** Equals; `eq(col, null)` is `is.null`, as on the JSON doors. */
   eq(column, value) {
+    if (value === null || value === undefined) return this._filter(column, "is.null");
     return this._filter(column, `eq.${formatValue(value)}`);
   }
 
+  /** Not equals; `neq(col, null)` is `not.is.null`. */
   neq(column, value) {
+    if (value === null || value === undefined) return this._filter(column, "not.is.null");
     return this._filter(column, `neq.${formatValue(value)}`);
+  }
+
+  /** Any of the conditions, in the REST grammar without the outer parentheses:
+   * `.or("Score.gte.10,and(Status.eq.done,Title.ilike.*x*)")` sends
+   * `or=(Score.gte.10,and(Status.eq.done,Title.ilike.*x*))`. `{ negate: true }` sends `not.or`. */
+  or(conditions, options = {}) {
+    this._groups.push([options.negate ? "not.or" : "or", `(${conditions})`]);
+    return this;
   }
 
   gt(column, value) {
@@ -426,6 +453,7 @@ class QueryBuilder {
         parts.push(`${encodeURIComponent(col)}=${encodeURIComponent(expr)}`);
       }
     }
+    for (const [key, text] of this._groups) parts.push(`${key}=${encodeURIComponent(text)}`);
     if (extra) parts.push(extra);
     if (this._order.length) parts.push(`order=${encodeURIComponent(this._order.join(","))}`);
     if (limit !== undefined) parts.push(`limit=${limit}`);
@@ -525,7 +553,7 @@ class QueryBuilder {
 
   _singleId() {
     if (this._opts.id !== undefined) return this._opts.id;
-    if (this._filters.length === 1 && this._filters[0][0] === "id" && this._filters[0][1].startsWith("eq.") && this._limit === undefined && this._offset === undefined && this._view === undefined) {
+    if (this._filters.length === 1 && this._groups.length === 0 && this._filters[0][0] === "id" && this._filters[0][1].startsWith("eq.") && this._limit === undefined && this._offset === undefined && this._view === undefined) {
       const v = this._filters[0][1].slice(3);
       if (isDigits(v)) return v;
     }

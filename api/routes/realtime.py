@@ -126,6 +126,7 @@ async def _subscribe(client: Client, msg: dict[str, Any], default_since: int | N
         return
     try:
         changes, truncated, purged = await hub.replay(principal.workspace_id, table.id, since)
+        await hub.judge(principal.workspace_id, changes, [sub])
     except BaseException:
         client.subs.pop(table.id, None)
         raise

@@ -3,6 +3,7 @@ delete and batch create. Writes run the table's computed columns before answerin
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,7 +34,8 @@ from storage import records as rec
 from storage.access import Action, Principal
 from storage.errors import NotFound, ServiceError
 from storage.plans import BATCH_MAX
-from storage.query import list_records, parse_params, plan_query
+from storage import jsontext
+from storage.query import Filter, Op, list_records, parse_params, parse_record_params, plan_query
 from storage.query.plan import QueryPlan
 from storage.query.render import PreparedList, list_records_json, memoised_list, prepared_or_plan
 from storage.schema import TableMeta
@@ -124,16 +126,23 @@ async def list_(
     request: Request,
     principal: RestPrincipal,
     state: StateDep,
-    limit: int | None = Query(None, description="page size, default 100, at most 1000"),
-    offset: int | None = Query(None, description="rows to skip"),
+    # limit and offset are read as text: the query parser checks them with one message
+    # on every door (docs/query.md), not FastAPI's integer validation
+    limit: str | None = Query(None, description="page size, default 100, at most 1000"),
+    offset: str | None = Query(None, description="rows to skip"),
     order: str | None = Query(None, description="`Col.asc,Col.desc`; any column incl. id, created_at"),
     select: str | None = Query(None, description="`a,b` or `Rel(Name,Score)` to embed"),
     expand: str | None = Query(None, description="relation column(s) to embed whole"),
     view: str | None = Query(None, description="a saved view's id: its filters AND the query's; `order` overrides its sort"),
+    count: str | None = Query(None, description="`exact`: as `Prefer: count=exact`"),
+    or_: str | None = Query(None, alias="or", description="`(A.eq.1,and(B.gt.2,C.is.null))`: any of the conditions;"
+                                                           " also `and=(...)`, `not.or=(...)`, `not.and=(...)`"),
 ) -> Response:
     """List records. Filters are query parameters `<Column>=<op>.<value>` (eq, neq, gt, gte,
-    lt, lte, like, ilike, in, cs, is, and `not.<op>`), or `filter[<Column>][<op>]=<value>`.
-    `Prefer: count=exact` adds `X-Total-Count` and `Content-Range`."""
+    lt, lte, like, ilike, in, cs, is, and `not.<op>`), or `filter[<Column>][<op>]=<value>`,
+    and boolean groups `or=(...)` / `and=(...)`. A single-valued parameter given twice is
+    `REPEATED_PARAMETER`. `Prefer: count=exact` (or `count=exact`) adds `X-Total-Count`
+    and `Content-Range`."""
     return await list_response(state, principal, table_id, list(request.query_params.multi_items()),
                                prefer=request.headers.get("prefer", ""), view=view)
 
@@ -146,7 +155,8 @@ async def list_response(
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, table_id)
     require(principal, table, Action.READ)
-    want_count = "count=exact" in prefer
+    # a memo hit means these exact parameters parsed before, so a count parameter is count=exact
+    want_count = "count=exact" in prefer or any(k == "count" for k, _ in params)
     headers: dict[str, str] = {}
     if view is None:
         found = memoised_list(schema, ("rest", table.id, tuple(params)), lambda: plan_query(
@@ -160,7 +170,7 @@ async def list_response(
         async with state.db.connection() as conn:
             page, n, total = await list_records_json(conn, prepared, count=want_count)
         _count_headers(headers, prepared.offset, n, total)
-        body = b'{"records":%s,"limit":%d,"offset":%d}' % (page.encode(), prepared.limit, prepared.offset)
+        body = b'{"records":%s,"limit":%d,"offset":%d}' % (jsontext.compact(page), prepared.limit, prepared.offset)
         return Response(body, media_type="application/json", headers=headers)
     assert isinstance(found, QueryPlan)
     async with state.db.connection() as conn:
@@ -178,18 +188,56 @@ def _count_headers(headers: dict[str, str], offset: int, n: int, total: int | No
 
 
 @router.get("/{record_id}", response_model=RecordOut, responses=ERRORS)
-async def get_(table_id: int, record_id: str, principal: RestPrincipal, state: StateDep) -> JSON:
-    """One record, with its last pipeline outcome when computed columns ran."""
-    return await record_response(state, principal, table_id, record_id)
+async def get_(
+    table_id: int,
+    record_id: str,
+    request: Request,
+    principal: RestPrincipal,
+    state: StateDep,
+    select: str | None = Query(None, description="`a,b` or `Rel(Name,Score)` to embed, as on the list"),
+    expand: str | None = Query(None, description="relation column(s) to embed whole, as on the list"),
+) -> Response:
+    """One record, with its last pipeline outcome when computed columns ran. With `select`
+    or `expand` the record is shaped exactly as the list shapes it; any other query
+    parameter is `UNKNOWN_PARAMETER`."""
+    return await record_response(state, principal, table_id, record_id, list(request.query_params.multi_items()))
 
 
-async def record_response(state: AppState, principal: Principal, table_id: int, record_id: str) -> JSON:
+async def record_response(state: AppState, principal: Principal, table_id: int, record_id: str,
+                          params: list[tuple[str, str]] | None = None) -> Response:
     """The get route's answer (shared with :mod:`api.fastpath`)."""
+    if params:
+        return await _shaped_record(state, principal, table_id, record_id, params)
     table = await _table(state, principal, table_id, Action.READ)
     row = await state.reader.get(table, _record_id(record_id))
     if row is None:
         raise NotFound(f"record {record_id} not found")
     return JSON(_with_pipeline(rec.row_to_record(table, row), rec.pipeline_of(row)))
+
+
+async def _shaped_record(state: AppState, principal: Principal, table_id: int, record_id: str,
+                         params: list[tuple[str, str]]) -> Response:
+    """``GET …/records/{id}?select=…&expand=…``: the list's query, planned with the same
+    select and expand, narrowed to the one id (so both reads shape a record alike)."""
+    schema = await state.schema(principal.workspace_id)
+    table = table_or_404(schema, table_id)
+    require(principal, table, Action.READ)
+    query = parse_record_params(params)
+    rid = _record_id(record_id)
+    by_id = Filter("id", Op.EQ, str(rid))
+    # not memoised: a key per record id would crowd the lists' memo out
+    found = prepared_or_plan(plan_query(dataclasses.replace(query, filters=(by_id,), limit=1), table,
+                                        can_read=principal.can_read, get_table=schema.tables.get))
+    async with state.db.connection() as conn:
+        if isinstance(found, PreparedList):
+            page, n, _ = await list_records_json(conn, found, count=False)
+            if n:
+                return Response(jsontext.compact(page)[1:-1], media_type="application/json")
+        else:
+            records, _ = await list_records(conn, found, count=False)
+            if records:
+                return JSON(records[0])
+    raise NotFound(f"record {record_id} not found")
 
 
 @router.post("", status_code=201, response_model=RecordOut, responses=ERRORS)
@@ -282,7 +330,7 @@ async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: S
             if isinstance(done, Computed):
                 for (i, _), stored in zip(valid, done.records):
                     results[i] = ({"index": i, "error": stored.message, "code": stored.code}
-                                  if isinstance(stored, ServiceError) else {"index": i, "record": orjson.Fragment(stored)})
+                                  if isinstance(stored, ServiceError) else {"index": i, "record": orjson.Fragment(jsontext.compact(stored))})
                 out: dict[str, Any] = {"results": results}
                 if done.outcome is not None:
                     out["pipeline"] = done.outcome
@@ -298,7 +346,7 @@ async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: S
             pass
         else:
             for (i, _), text in zip(valid, texts):
-                results[i] = {"index": i, "record": orjson.Fragment(text)}
+                results[i] = {"index": i, "record": orjson.Fragment(jsontext.compact(text))}
             return JSON({"results": results})
     inserted: list[tuple[int, dict[str, Any]]] = []
 
