@@ -35,9 +35,17 @@ from storage.access import Action, Principal
 from storage.errors import NotFound, ServiceError
 from storage.plans import BATCH_MAX
 from storage import jsontext
-from storage.query import Filter, Op, list_records, parse_params, parse_record_params, plan_query
+from storage.query import Filter, Op, list_records, parse_params, parse_record_params, plan_filters, plan_query
 from storage.query.plan import QueryPlan
-from storage.query.render import PreparedList, list_records_json, memoised_list, prepared_or_plan
+from storage.query.render import (
+    PreparedList,
+    PreparedOne,
+    list_records_json,
+    memoised_list,
+    memoised_one,
+    prepared_or_plan,
+    record_json,
+)
 from storage.schema import TableMeta
 
 router = APIRouter(prefix="/functions/v1/rest-api/tables/{table_id}/records", tags=["records"])
@@ -224,19 +232,21 @@ async def _shaped_record(state: AppState, principal: Principal, table_id: int, r
     require(principal, table, Action.READ)
     query = parse_record_params(params)
     rid = _record_id(record_id)
-    by_id = Filter("id", Op.EQ, str(rid))
-    # not memoised: a key per record id would crowd the lists' memo out
-    found = prepared_or_plan(plan_query(dataclasses.replace(query, filters=(by_id,), limit=1), table,
-                                        can_read=principal.can_read, get_table=schema.tables.get))
-    async with state.db.connection() as conn:
-        if isinstance(found, PreparedList):
-            page, n, _ = await list_records_json(conn, found, count=False)
-            if n:
-                return Response(jsontext.compact(page)[1:-1], media_type="application/json")
-        else:
-            records, _ = await list_records(conn, found, count=False)
-            if records:
-                return JSON(records[0])
+    found = memoised_one(schema, ("rest-one", table.id, tuple(params)), lambda: plan_query(
+        dataclasses.replace(query, limit=1), table, can_read=principal.can_read, get_table=schema.tables.get))
+    if isinstance(found, PreparedOne):
+        # PostgreSQL renders the record as the list renders it: no row decoded in Python
+        async with state.db.connection() as conn:
+            text = await record_json(conn, found, rid)
+        if text is not None:
+            return Response(jsontext.compact(text), media_type="application/json")
+    else:
+        # embedded relations (read permission per caller) or file columns: planned each time
+        plan = dataclasses.replace(found, filters=plan_filters((Filter("id", Op.EQ, str(rid)),), table))
+        async with state.db.connection() as conn:
+            records, _ = await list_records(conn, plan, count=False)
+        if records:
+            return JSON(records[0])
     raise NotFound(f"record {record_id} not found")
 
 

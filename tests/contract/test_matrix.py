@@ -285,7 +285,7 @@ def test_rest_fast_and_slow_and_mcp_agree(name: str, world: dict[str, Any], base
     if name in REST_ONLY:
         assert fast.status_code == 400 or name in ("legacy form", "same column twice", "two or groups")
         return
-    ok, out = _mcp(base_url, token, "list_records", _mcp_args(pairs))
+    ok, out = _mcp(base_url, token, "list_records", {"table_id": world["table"], **_mcp_args(pairs)})
     body = fast.json()
     if fast.status_code == 400:
         assert not ok and _error(out) == _error(body), (name, out, body)
