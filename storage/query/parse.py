@@ -44,7 +44,7 @@ Filter(column='Status', op=<Op.EQ: 'eq'>, value='Done', negate=False)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -119,7 +119,7 @@ class Group:
     kind: Literal["and", "or"]
     items: tuple[Filter | Group, ...]
     negate: bool = False
-    source: str = ""
+    source: str = field(default="", compare=False)
 
     @property
     def column(self) -> None:
@@ -326,7 +326,7 @@ def parse_group(key: str, text: str, *, depth: int = 0) -> Group:
     if not (body.startswith("(") and body.endswith(")")):
         raise ValidationError(f"{key} takes a parenthesised list of conditions, e.g. {kind}=(A.eq.1,B.gt.2)")
     items: list[Filter | Group] = []
-    for part in split_top(body[1:-1]):
+    for part in split_top(body[1:-1], braces=True):
         part = part.strip()
         if not part:
             raise ValidationError(f"empty condition in {key}={text}")
