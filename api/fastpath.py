@@ -15,7 +15,8 @@ and :func:`api.routes.sql.execute_sql`), the same principal resolution
 so usage logs and metrics see the route template as before.
 
 Anything it is not sure to answer identically goes on to FastAPI unchanged: other
-methods and paths, app-user (JWT) sessions, requests without a usable bearer token, and SQL bodies that are not a JSON object of exactly a string
+methods and paths, app-user (JWT) sessions, requests without a usable bearer token,
+and SQL bodies that are not a JSON object of exactly a string
 ``query`` and an optional boolean ``count`` sent as ``application/json`` (FastAPI then
 reads the same body bytes). ``tests/api/test_fastpath.py`` checks that both paths give
 byte-identical answers.

@@ -217,8 +217,8 @@ async def get_record(state: AppState, principal: Principal, args: dict[str, Any]
         terms = terms_text(key, args.get(key))
         if terms is not None:
             params.append((key, terms))
-    return route_json(await rest_records.record_response(state, principal, table.id, record_ref(args["record_id"]),
-                                                         params))
+    record_id = record_ref(args["record_id"])
+    return route_json(await rest_records.record_response(state, principal, table.id, record_id, params))
 
 
 async def create_record(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
@@ -342,8 +342,8 @@ DATA_TOOLS: list[ToolSpec] = [
     _spec("get_record", "Get a record",
           "One record by id, with its last pipeline outcome; with select or expand shaped as list_records"
           " shapes it.",
-          get_record, obj({**_REC, "select": _SELECT, "expand": _EXPAND}, ("table_id", "record_id")), RECORD_OUT,
-          read_only=True, idempotent=True),
+          get_record, obj({**_REC, "select": _SELECT, "expand": _EXPAND}, ("table_id", "record_id")),
+          RECORD_OUT, read_only=True, idempotent=True),
     _spec("create_record", "Create a record",
           "Create a record; required columns are enforced and computed columns run before the answer"
           " (their values and pipeline.errors are in the result).",

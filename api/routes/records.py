@@ -35,7 +35,15 @@ from storage.access import Action, Principal
 from storage.errors import NotFound, ServiceError
 from storage.plans import BATCH_MAX
 from storage import jsontext
-from storage.query import Filter, Op, list_records, parse_params, parse_record_params, plan_filters, plan_query
+from storage.query import (
+    Filter,
+    Op,
+    list_records,
+    parse_params,
+    parse_record_params,
+    plan_filters,
+    plan_query,
+)
 from storage.query.plan import QueryPlan
 from storage.query.render import (
     PreparedList,
@@ -143,8 +151,9 @@ async def list_(
     expand: str | None = Query(None, description="relation column(s) to embed whole"),
     view: str | None = Query(None, description="a saved view's id: its filters AND the query's; `order` overrides its sort"),
     count: str | None = Query(None, description="`exact`: as `Prefer: count=exact`"),
-    or_: str | None = Query(None, alias="or", description="`(A.eq.1,and(B.gt.2,C.is.null))`: any of the conditions;"
-                                                           " also `and=(...)`, `not.or=(...)`, `not.and=(...)`"),
+    or_: str | None = Query(None, alias="or",
+                            description="`(A.eq.1,and(B.gt.2,C.is.null))`: any of the conditions;"
+                                        " also `and=(...)`, `not.or=(...)`, `not.and=(...)`"),
 ) -> Response:
     """List records. Filters are query parameters `<Column>=<op>.<value>` (eq, neq, gt, gte,
     lt, lte, like, ilike, in, cs, is, and `not.<op>`), or `filter[<Column>][<op>]=<value>`,
@@ -178,7 +187,8 @@ async def list_response(
         async with state.db.connection() as conn:
             page, n, total = await list_records_json(conn, prepared, count=want_count)
         _count_headers(headers, prepared.offset, n, total)
-        body = b'{"records":%s,"limit":%d,"offset":%d}' % (jsontext.compact(page), prepared.limit, prepared.offset)
+        body = b'{"records":%s,"limit":%d,"offset":%d}' % (
+            jsontext.compact(page), prepared.limit, prepared.offset)
         return Response(body, media_type="application/json", headers=headers)
     assert isinstance(found, QueryPlan)
     async with state.db.connection() as conn:
@@ -208,7 +218,8 @@ async def get_(
     """One record, with its last pipeline outcome when computed columns ran. With `select`
     or `expand` the record is shaped exactly as the list shapes it; any other query
     parameter is `UNKNOWN_PARAMETER`."""
-    return await record_response(state, principal, table_id, record_id, list(request.query_params.multi_items()))
+    params = list(request.query_params.multi_items())
+    return await record_response(state, principal, table_id, record_id, params)
 
 
 async def record_response(state: AppState, principal: Principal, table_id: int, record_id: str,
@@ -340,7 +351,8 @@ async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: S
             if isinstance(done, Computed):
                 for (i, _), stored in zip(valid, done.records):
                     results[i] = ({"index": i, "error": stored.message, "code": stored.code}
-                                  if isinstance(stored, ServiceError) else {"index": i, "record": orjson.Fragment(jsontext.compact(stored))})
+                                  if isinstance(stored, ServiceError) else {"index": i,
+                                     "record": orjson.Fragment(jsontext.compact(stored))})
                 out: dict[str, Any] = {"results": results}
                 if done.outcome is not None:
                     out["pipeline"] = done.outcome

@@ -48,7 +48,9 @@ _NUMERIC_TEXT_RE = r"^\s*[-+]?([0-9]{1,100}(\.[0-9]{0,100})?|\.[0-9]{1,100})([eE
 Fragment = tuple[sql.Composable, list[Any]]
 
 
-def build_where(filters: Sequence[PlannedFilter | PlannedGroup], alias: str = TABLE_ALIAS) -> Fragment:
+def build_where(
+    filters: Sequence[PlannedFilter | PlannedGroup], alias: str = TABLE_ALIAS
+) -> Fragment:
     """The AND of ``filters`` as a boolean SQL expression over ``alias``, and its params.
 
     No filters give ``TRUE``. Negated filters and groups match where the condition is

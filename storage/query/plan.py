@@ -124,7 +124,9 @@ class QueryPlan:
     offset: int
 
 
-def plan_filters(filters: Sequence[Filter | Group], table: TableMeta) -> tuple[PlannedFilter | PlannedGroup, ...]:
+def plan_filters(
+    filters: Sequence[Filter | Group], table: TableMeta
+) -> tuple[PlannedFilter | PlannedGroup, ...]:
     """Resolve and type parsed filters against ``table`` (see the module docstring).
 
     Raises:

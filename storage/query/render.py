@@ -114,14 +114,18 @@ def prepare_one_json(plan: QueryPlan) -> PreparedOne:
     return PreparedOne(query.as_bytes(None), tuple(col.name for col in plan.output))
 
 
-async def record_json(conn: psycopg.AsyncConnection[Any], prepared: PreparedOne, record_id: int) -> str | None:
+async def record_json(
+    conn: psycopg.AsyncConnection[Any], prepared: PreparedOne, record_id: int
+) -> str | None:
     """The record's JSON text (PostgreSQL's rendering), ``None`` when there is no such id."""
     cur = await conn.cursor(row_factory=tuple_row).execute(prepared.sql, (*prepared.params, record_id))
     row = await cur.fetchone()
     return None if row is None else str(row[0])
 
 
-def memoised_one(schema: WorkspaceSchema, key: Hashable, make_plan: Callable[[], QueryPlan]) -> PreparedOne | QueryPlan:
+def memoised_one(
+    schema: WorkspaceSchema, key: Hashable, make_plan: Callable[[], QueryPlan]
+) -> PreparedOne | QueryPlan:
     """:func:`prepare_one_json` of the plan, memoised under ``key`` for this schema version
     (renderable plans only, as :func:`memoised_list`); other plans are returned as they are."""
     memo: dict[Hashable, PreparedOne] = schema.derived.setdefault("ones", {})
