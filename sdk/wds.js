@@ -277,7 +277,8 @@ class QueryBuilder {
    * Options: `count: "exact"` fills `count`; `flatten: false` returns the raw shape. */
   select(columns = "*", options = {}) {
     if (Array.isArray(columns)) columns = columns.map(selectItem).join(",");
-    this._select = columns && columns.trim() !== "*" ? columns : null;
+    // "" (or []) selects no field, as `select=` does on every door; "*" every field
+    this._select = columns === null || columns === undefined || columns.trim() === "*" ? null : columns;
     if (options.count) this._count = true;
     if (options.flatten !== undefined) this._flatten = options.flatten !== false;
     return this;

@@ -35,24 +35,14 @@ from storage.access import Action, Principal
 from storage.errors import NotFound, ServiceError
 from storage.plans import BATCH_MAX
 from storage import jsontext
-from storage.query import (
-    Filter,
-    Op,
-    list_records,
-    parse_params,
-    parse_record_params,
-    plan_filters,
-    plan_query,
-)
+from storage.query import list_records, parse_params, parse_record_params, plan_query
 from storage.query.plan import QueryPlan
 from storage.query.render import (
+    LIST_MEMO,
     PreparedList,
-    PreparedOne,
     list_records_json,
     memoised_list,
-    memoised_one,
     prepared_or_plan,
-    record_json,
 )
 from storage.schema import TableMeta
 
@@ -236,28 +226,37 @@ async def record_response(state: AppState, principal: Principal, table_id: int, 
 
 async def _shaped_record(state: AppState, principal: Principal, table_id: int, record_id: str,
                          params: list[tuple[str, str]]) -> Response:
-    """``GET …/records/{id}?select=…&expand=…``: the list's query, planned with the same
-    select and expand, narrowed to the one id (so both reads shape a record alike)."""
+    """``GET …/records/{id}?select=…&expand=…``: the list's plan for the same select and
+    expand, the record shaped from it exactly as the list shapes its records (same fields,
+    order and embedded records; no pipeline outcome)."""
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, table_id)
     require(principal, table, Action.READ)
     query = parse_record_params(params)
     rid = _record_id(record_id)
-    found = memoised_one(schema, ("rest-one", table.id, tuple(params)), lambda: plan_query(
-        dataclasses.replace(query, limit=1), table, can_read=principal.can_read, get_table=schema.tables.get))
-    if isinstance(found, PreparedOne):
-        # PostgreSQL renders the record as the list renders it: no row decoded in Python
-        async with state.db.connection() as conn:
-            text = await record_json(conn, found, rid)
-        if text is not None:
-            return Response(jsontext.compact(text), media_type="application/json")
-    else:
-        # embedded relations (read permission per caller) or file columns: planned each time
-        plan = dataclasses.replace(found, filters=plan_filters((Filter("id", Op.EQ, str(rid)),), table))
-        async with state.db.connection() as conn:
-            records, _ = await list_records(conn, plan, count=False)
-        if records:
-            return JSON(records[0])
+    memo: dict[Any, QueryPlan] = schema.derived.setdefault("record_plans", {})
+    key = (table.id, tuple(params))
+    plan = memo.get(key)
+    if plan is None:
+        plan = plan_query(dataclasses.replace(query, limit=1), table, can_read=principal.can_read,
+                          get_table=schema.tables.get)
+        if not plan.embeds:  # an embedding's read check is the caller's: planned each time
+            if len(memo) >= LIST_MEMO:
+                memo.clear()
+            memo[key] = plan
+    # the row (and each embedded one) through the coalescing reader, as a plain GET reads
+    row = await state.reader.get(table, rid)
+    if row is not None:
+        record = rec.row_to_record(table, row, plan.fields)
+        if plan.embeds:
+            fields = record["fields"]
+            for embed in plan.embeds:
+                ref = row.get(embed.column.physical)
+                related = None if ref is None else await state.reader.get(embed.table, int(ref))
+                fields[embed.column.name] = (None if related is None
+                                             else rec.row_to_record(embed.table, related, embed.fields))
+            record["fields"] = {c.name: fields[c.name] for c in plan.output}  # the list's field order
+        return JSON(record)
     raise NotFound(f"record {record_id} not found")
 
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import tuple_row
 
 from storage.db import bound_once
 from storage.query.build import TABLE_ALIAS, _order_by, _table, build_count, build_where
@@ -92,53 +91,6 @@ def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
         a=sql.Identifier(TABLE_ALIAS), where=where, inner_order=inner_order,
     )
     return query, params
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedOne:
-    """One record of a renderable plan by id, as a statement text: ``%s`` parameters are
-    the plan's column names then the id (the same text for every id, so psycopg prepares
-    it after a few calls)."""
-
-    sql: bytes
-    params: tuple[Any, ...]
-
-
-def prepare_one_json(plan: QueryPlan) -> PreparedOne:
-    """``SELECT <record JSON>::text FROM <table> WHERE id = %s`` over ``plan.output``
-    (the list's record renderer, so both reads shape a record alike); ``plan`` must be
-    :func:`renderable` and its filters are not used."""
-    query = sql.SQL("SELECT {obj}::text FROM {table} AS {a} WHERE {a}.id = %s").format(
-        obj=record_object(plan.output, TABLE_ALIAS), table=_table(plan.table.workspace_id, plan.table.id),
-        a=sql.Identifier(TABLE_ALIAS))
-    return PreparedOne(query.as_bytes(None), tuple(col.name for col in plan.output))
-
-
-async def record_json(
-    conn: psycopg.AsyncConnection[Any], prepared: PreparedOne, record_id: int
-) -> str | None:
-    """The record's JSON text (PostgreSQL's rendering), ``None`` when there is no such id."""
-    cur = await conn.cursor(row_factory=tuple_row).execute(prepared.sql, (*prepared.params, record_id))
-    row = await cur.fetchone()
-    return None if row is None else str(row[0])
-
-
-def memoised_one(
-    schema: WorkspaceSchema, key: Hashable, make_plan: Callable[[], QueryPlan]
-) -> PreparedOne | QueryPlan:
-    """:func:`prepare_one_json` of the plan, memoised under ``key`` for this schema version
-    (renderable plans only, as :func:`memoised_list`); other plans are returned as they are."""
-    memo: dict[Hashable, PreparedOne] = schema.derived.setdefault("ones", {})
-    found = memo.get(key)
-    if found is not None:
-        return found
-    plan = make_plan()
-    if not renderable(plan):
-        return plan
-    if len(memo) >= LIST_MEMO:
-        memo.clear()
-    memo[key] = prepared = prepare_one_json(plan)
-    return prepared
 
 
 @dataclass(frozen=True, slots=True)

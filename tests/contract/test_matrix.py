@@ -422,3 +422,15 @@ def test_get_by_id_shapes_as_the_list_and_refuses_the_rest(name: str, world: dic
     if pairs:
         listed = _rest(base_url, token, world["table"], pairs + [("id", f"eq.{rid}")]).json()["records"]
         assert [body] == listed  # exactly the list's record
+
+
+def test_a_subscription_refuses_what_it_cannot_honour(world: dict[str, Any], base_url: str) -> None:
+    conn = open_ws(base_url, world["ws"].builder_token)
+    try:
+        for extra in ({"select": "Title"}, {"order": "id.desc"}, {"limit": 5}):
+            conn.send(json.dumps({"type": "subscribe", "table": world["table"], **extra}))
+            msg = recv(conn)
+            assert msg["type"] == "error" and msg["code"] == "UNKNOWN_PARAMETER", msg
+            assert next(iter(extra)) in msg["error"]
+    finally:
+        conn.close()
