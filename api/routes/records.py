@@ -11,6 +11,7 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
 from starlette.responses import Response
 
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
@@ -32,10 +33,11 @@ from api.state import AppState
 from storage import objects
 from storage import records as rec
 from storage.access import Action, Principal
-from storage.errors import NotFound, ServiceError
+from storage.errors import Forbidden, NotFound, ServiceError
 from storage.plans import BATCH_MAX
 from storage import jsontext
-from storage.query import list_records, parse_params, parse_record_params, plan_query
+from storage.query import decode_row, list_records, parse_params, parse_record_params, plan_query
+from storage.query.build import build_by_id
 from storage.query.plan import QueryPlan
 from storage.query.render import (
     LIST_MEMO,
@@ -228,35 +230,39 @@ async def _shaped_record(state: AppState, principal: Principal, table_id: int, r
                          params: list[tuple[str, str]]) -> Response:
     """``GET …/records/{id}?select=…&expand=…``: the list's plan for the same select and
     expand, the record shaped from it exactly as the list shapes its records (same fields,
-    order and embedded records; no pipeline outcome)."""
+    order and embedded records; no pipeline outcome). The plan and its statement are
+    memoised per table and query string for this schema version."""
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, table_id)
     require(principal, table, Action.READ)
     query = parse_record_params(params)
     rid = _record_id(record_id)
-    memo: dict[Any, QueryPlan] = schema.derived.setdefault("record_plans", {})
+    memo: dict[Any, tuple[QueryPlan, bytes, tuple[Any, ...]]] = schema.derived.setdefault("record_plans", {})
     key = (table.id, tuple(params))
-    plan = memo.get(key)
-    if plan is None:
+    found = memo.get(key)
+    if found is None:
         plan = plan_query(dataclasses.replace(query, limit=1), table, can_read=principal.can_read,
                           get_table=schema.tables.get)
-        if not plan.embeds:  # an embedding's read check is the caller's: planned each time
-            if len(memo) >= LIST_MEMO:
-                memo.clear()
-            memo[key] = plan
-    # the row (and each embedded one) through the coalescing reader, as a plain GET reads
-    row = await state.reader.get(table, rid)
-    if row is not None:
-        record = rec.row_to_record(table, row, plan.fields)
-        if plan.embeds:
-            fields = record["fields"]
-            for embed in plan.embeds:
-                ref = row.get(embed.column.physical)
-                related = None if ref is None else await state.reader.get(embed.table, int(ref))
-                fields[embed.column.name] = (None if related is None
-                                             else rec.row_to_record(embed.table, related, embed.fields))
-            record["fields"] = {c.name: fields[c.name] for c in plan.output}  # the list's field order
-        return JSON(record)
+        text, values = build_by_id(plan)
+        if len(memo) >= LIST_MEMO:
+            memo.clear()
+        memo[key] = found = (plan, text.as_bytes(None), tuple(values))
+    plan, text_sql, values = found
+    if not plan.embeds:
+        # the row through the coalescing reader, as a plain GET reads it
+        row = await state.reader.get(table, rid)
+        if row is not None:
+            return JSON(rec.row_to_record(table, row, plan.output))
+        raise NotFound(f"record {record_id} not found")
+    for embed in plan.embeds:  # the plan is shared: the read check on related tables is per caller
+        if not principal.can_read(embed.table.id):
+            raise Forbidden(f"no read permission on the table related by {embed.column.name!r}")
+    # the record and its embedded records in one statement (the same text for every id)
+    async with state.db.connection() as conn:
+        cur = await conn.cursor(row_factory=tuple_row).execute(text_sql, (*values, rid))
+        got = await cur.fetchone()
+    if got is not None:
+        return JSON(decode_row(plan, got))
     raise NotFound(f"record {record_id} not found")
 
 

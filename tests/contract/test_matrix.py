@@ -434,3 +434,20 @@ def test_a_subscription_refuses_what_it_cannot_honour(world: dict[str, Any], bas
             assert next(iter(extra)) in msg["error"]
     finally:
         conn.close()
+
+
+def test_get_by_id_embedding_checks_the_callers_grant_each_time(world: dict[str, Any], base_url: str) -> None:
+    """The plan of ``?expand=`` is memoised per table and query: the builder warms it, a
+    token that may read Items but not People is still refused the embedding."""
+    ws: Workspace = world["ws"]
+    rid = world["ids"][0]
+    path = f"/functions/v1/rest-api/tables/{world['table']}/records/{rid}?expand=Owner"
+    warm = httpx.get(base_url + path, headers={"Authorization": f"Bearer {ws.builder_token}"}, timeout=60)
+    assert warm.status_code == 200 and warm.json()["fields"]["Owner"]["fields"]["Name"] == "Ada"
+    reader = ws.token("rest_api", profile_id=ws.profile([{"table_id": world["table"], "read": True}])["id"])["token"]
+    refused = httpx.get(base_url + path, headers={"Authorization": f"Bearer {reader}"}, timeout=60)
+    assert refused.status_code == 403 and refused.json()["code"] == "FORBIDDEN", refused.text
+    listed = _rest(base_url, reader, world["table"], [("expand", "Owner")])
+    assert listed.status_code == 403 and listed.json() == refused.json()
+    plain = httpx.get(base_url + path.partition("?")[0], headers={"Authorization": f"Bearer {reader}"}, timeout=60)
+    assert plain.status_code == 200
