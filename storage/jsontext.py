@@ -14,7 +14,6 @@ b'{"n":100000000000000000000,"m":[1,-1180591620717411303424]}'
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -43,23 +42,17 @@ def _big_ints_as_raw(value: Any) -> Any:
     return value
 
 
-_BIG_INT = re.compile(rb"(?<![0-9.eE+-])-?[0-9]{20,}(?![0-9.eE])")
-
-
 def compact(text: str | bytes) -> bytes:
     """JSON text as orjson writes it: no blanks, floats in their shortest form.
 
     PostgreSQL renders ``json_build_object`` as ``{"id" : 1, "f" : 2}`` and jsonb as
-    ``{"a": 1}``; every body the API writes itself is compact, so text rendered by the
-    database goes through here (one C-speed parse and dump). Integers beyond 64 bits,
-    which orjson would read as floats, keep their exact digits (:func:`dumps`).
+    ``{"a": 1}``; every body the API writes itself is compact, so such text goes through
+    here. Parsed with the standard library (exact for integers of any size, which orjson
+    would read as floats) and written by :func:`dumps`.
 
     >>> compact('{"id" : 1, "fields" : {"T" : "a : b, c", "J" : {"x": [1, 2.50]}}}')
     b'{"id":1,"fields":{"T":"a : b, c","J":{"x":[1,2.5]}}}'
     >>> compact('[{"n" : 100000000000000000000}]')
     b'[{"n":100000000000000000000}]'
     """
-    raw = text.encode() if isinstance(text, str) else text
-    if _BIG_INT.search(raw) is None:
-        return orjson.dumps(orjson.loads(raw))
-    return dumps(json.loads(raw))
+    return dumps(json.loads(text))

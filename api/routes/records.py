@@ -180,7 +180,7 @@ async def list_response(
             page, n, total = await list_records_json(conn, prepared, count=want_count)
         _count_headers(headers, prepared.offset, n, total)
         body = b'{"records":%s,"limit":%d,"offset":%d}' % (
-            jsontext.compact(page), prepared.limit, prepared.offset)
+            jsontext.compact(page) if prepared.compact else page.encode(), prepared.limit, prepared.offset)
         return Response(body, media_type="application/json", headers=headers)
     assert isinstance(found, QueryPlan)
     async with state.db.connection() as conn:
