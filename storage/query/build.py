@@ -78,7 +78,8 @@ def _junction(filters: Sequence[PlannedFilter | PlannedGroup], glue: str, alias:
     return sql.SQL(glue).join(parts), params
 
 
-def _columns(plan: QueryPlan) -> tuple[list[sql.Composable], list[Any]]:
+def build_list(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
+    """The page query for ``plan`` (row layout in the module docstring)."""
     params: list[Any] = []
     columns: list[sql.Composable] = [
         sql.Identifier(TABLE_ALIAS, name) for name in ("id", "created_at", "updated_at")
@@ -88,23 +89,6 @@ def _columns(plan: QueryPlan) -> tuple[list[sql.Composable], list[Any]]:
         expr, p = _embed_expr(embed)
         columns.append(sql.SQL("{} AS {}").format(expr, sql.Identifier(f"e_{i}")))
         params.extend(p)
-    return columns, params
-
-
-def build_by_id(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
-    """One record's row for ``plan`` (the row layout of :func:`build_list`); ``plan``'s
-    filters and paging are not used and the id is the last parameter, for the caller to
-    append (the text is the same for every id)."""
-    columns, params = _columns(plan)
-    query = sql.SQL("SELECT {} FROM {} AS {} WHERE {} = %s").format(
-        sql.SQL(", ").join(columns), _table(plan.table.workspace_id, plan.table.id),
-        sql.Identifier(TABLE_ALIAS), sql.Identifier(TABLE_ALIAS, "id"))
-    return query, params
-
-
-def build_list(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
-    """The page query for ``plan`` (row layout in the module docstring)."""
-    columns, params = _columns(plan)
     where, where_params = build_where(plan.filters)
     params.extend(where_params)
     order, order_params = _order_by(plan.order)
