@@ -261,8 +261,10 @@ TRIGRAM_OPCLASS = "gin_trgm_ops"
 
 def search_expr(column: sql.Composable) -> sql.Composable:
     """The expression a text filter's ``like``/``ilike`` pattern is matched against, and
-    the one each text column's trigram index is built on (today the column itself)."""
-    return column
+    the one each text column's trigram index is built on: the text lower-cased with
+    Unicode's simple case mapping (the builtin ``pg_c_utf8`` collation, PostgreSQL 17+),
+    so case-insensitive matching holds beyond ASCII (storage/query/build.py ``_like``)."""
+    return sql.SQL('lower({} COLLATE "pg_c_utf8")').format(column)
 
 
 def trigram_indexed(col: ColumnMeta) -> bool:

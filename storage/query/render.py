@@ -1,8 +1,8 @@
 """Render a page of records as JSON inside PostgreSQL (the PostgREST way).
 
 For plain lists (no embedded relations, no file columns, at most 50 fields) the page is
-aggregated with ``json_agg`` into one text value, which the API splices into its
-response without decoding a single row in Python. Values render exactly as
+aggregated with ``string_agg`` into one compact JSON text (:func:`record_text`), which
+the API splices into its response without decoding a single row in Python. Values render exactly as
 :func:`storage.values.decode_value` does (checked by tests that compare both paths):
 checkbox NULL → false, multi_select NULL → [], integral numbers as integers below 2^53,
 timestamps as ISO-8601 in UTC (the pool's sessions run with ``timezone=UTC``) without
@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import psycopg
 from psycopg import sql
 
@@ -79,11 +80,32 @@ def record_object(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str
              outcome=outcome)
 
 
+def record_text(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str) -> sql.Composed:
+    """One API record over the row ``alias`` as *compact* JSON text, the bytes orjson
+    writes (``json_build_object`` writes ``{"id" : 1, "f" : 2}``), assembled from each
+    value's ``to_json`` text; takes per column its JSON-encoded name and a colon as a
+    parameter (``%s`` each, :func:`field_keys`). A computed column's value is jsonb, whose
+    text is not compact (``{"a": 1}``): pages with one are compacted afterwards
+    (:attr:`PreparedList.compact`)."""
+    pairs = [sql.SQL("%s::text || coalesce(to_json({})::text, 'null')").format(
+        value_json(col, sql.Identifier(alias, col.physical))) for col in columns]
+    fields = sql.SQL(" || ',' || ").join(pairs) if pairs else sql.SQL("''")
+    return sql.SQL(
+        "('{{\"id\":' || {a}.id::text || ',\"fields\":{{' || {fields} || '}},\"created_at\":'"
+        " || to_json({a}.created_at)::text || ',\"updated_at\":' || to_json({a}.updated_at)::text || '}}')"
+    ).format(a=sql.Identifier(alias), fields=fields)
+
+
+def field_keys(columns: tuple[ColumnMeta, ...] | list[ColumnMeta]) -> list[str]:
+    """The parameters of :func:`record_text`: ``"<name>":`` per column, JSON-encoded."""
+    return [orjson.dumps(col.name).decode() + ":" for col in columns]
+
+
 def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     """One statement returning the page as a JSON array text (``'[]'`` when empty) and
     the number of records on it."""
-    params: list[Any] = [col.name for col in plan.output]
-    obj = record_object(plan.output, TABLE_ALIAS)
+    params: list[Any] = field_keys(plan.output)
+    obj = record_text(plan.output, TABLE_ALIAS)
     outer_order, outer_params = _order_by(plan.order)
     params.extend(outer_params)
     where, where_params = build_where(plan.filters)
@@ -92,7 +114,7 @@ def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     params.extend(inner_params)
     params.extend([plan.limit, plan.offset])
     query = sql.SQL(
-        "SELECT coalesce(json_agg({obj} ORDER BY {outer_order}), '[]')::text, count(*)"
+        "SELECT '[' || coalesce(string_agg({obj}, ',' ORDER BY {outer_order}), '') || ']', count(*)"
         " FROM (SELECT * FROM {table} AS {a} WHERE {where} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}"
     ).format(
         obj=obj, outer_order=outer_order, table=_table(plan.table.workspace_id, plan.table.id),
@@ -116,6 +138,7 @@ class PreparedList:
     estimate_params: tuple[Any, ...] = ()
     counter_sql: bytes | None = None  # an unfiltered table's row-counter read
     counter_params: tuple[Any, ...] = ()
+    compact: bool = False  # the page holds jsonb values: compact it (storage.jsontext.compact)
     # the statements with their values bound (storage.db.bound_once), as list_records_json sends them
     bound: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
@@ -155,7 +178,8 @@ def prepare_list_json(plan: QueryPlan) -> PreparedList:
     return PreparedList(plan.limit, plan.offset, page_sql.as_bytes(None), tuple(page_params),
                         count_sql.as_bytes(None), tuple(count_params),
                         estimate_sql.as_bytes(None), tuple(estimate_params),
-                        counter[0].as_bytes(None) if counter else None, tuple(counter[1]) if counter else ())
+                        counter[0].as_bytes(None) if counter else None, tuple(counter[1]) if counter else (),
+                        compact=any(col.computed for col in plan.output))
 
 
 async def list_records_json(
