@@ -212,7 +212,7 @@ def _is(kind: Kind, value: str, c: sql.Composable) -> sql.Composable:
 def _json_condition(op: Op, value: Any, c: sql.Composable) -> Fragment:
     text = _json_text(c)
     if op in (Op.LIKE, Op.ILIKE):
-        return _like(op, text), [value]
+        return _like(op, text, value)
     if op is Op.IN:
         operands: tuple[JsonOperand, ...] = value
         numbers = [o.number for o in operands if o.number is not None]
