@@ -46,6 +46,7 @@ from storage import jsontext
 from storage.db import Database
 from storage.errors import ValidationError
 from storage.pipelines import register_config_check
+from storage.refs import strings
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
@@ -167,7 +168,7 @@ def check_action_config(name: str, config: dict[str, Any]) -> None:
         if spec["required"] and params.get(pname) in (None, "") and spec.get("default") is None:
             raise ValidationError(f"{name}: param {pname!r} is required by {gid}/{rid}")
     for pname, value in params.items():
-        for text in _strings(value):
+        for text in strings(value):
             try:
                 check_template(text)
             except TemplateFailure as exc:
@@ -180,15 +181,6 @@ def check_action_config(name: str, config: dict[str, Any]) -> None:
             f"{name}: {gid}/{rid} needs config.credential (a stored {' or '.join(cred['types'])} credential)"
         )
 
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return []
 
 
 register_config_check("action", check_action_config)

@@ -28,6 +28,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from activities.formula import BUDGET_EXCEEDED, over
 from storage import jsontext
+from storage.refs import strings
 
 MAX_OUTPUT = 1_000_000
 MAX_SOURCE = 20_000  # characters per template string (checked when a column is created)
@@ -163,15 +164,6 @@ def render_value(value: Any, fields: dict[str, Any], **extra: Any) -> Any:
     return value
 
 
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return []
-
 
 @lru_cache(maxsize=4096)
 def is_simple(source: str) -> bool:
@@ -195,7 +187,7 @@ async def render_many(
     """Render each (JSON value holding templates, fields, extra): ``(True, rendered)`` or
     ``(False, error message)``, in order. Simple templates render here; anything else in
     one round trip to the sandbox under the render budgets (``BUDGET_EXCEEDED`` errors)."""
-    if all(is_simple(s) for value, _, _ in items for s in _strings(value)):
+    if all(is_simple(s) for value, _, _ in items for s in strings(value)):
         out: list[tuple[bool, Any]] = []
         for value, fields, extra in items:
             try:

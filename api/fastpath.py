@@ -15,9 +15,8 @@ and :func:`api.routes.sql.execute_sql`), the same principal resolution
 so usage logs and metrics see the route template as before.
 
 Anything it is not sure to answer identically goes on to FastAPI unchanged: other
-methods and paths, app-user (JWT) sessions, requests without a usable bearer token, list
-parameters FastAPI itself validates (``limit`` / ``offset`` that are not plain
-non-negative integers), and SQL bodies that are not a JSON object of exactly a string
+methods and paths, app-user (JWT) sessions, requests without a usable bearer token,
+and SQL bodies that are not a JSON object of exactly a string
 ``query`` and an optional boolean ``count`` sent as ``application/json`` (FastAPI then
 reads the same body bytes). ``tests/api/test_fastpath.py`` checks that both paths give
 byte-identical answers.
@@ -52,7 +51,6 @@ _SQL_BODY_MAX = 64 * 1024  # larger bodies go to FastAPI (a query is at most 10,
 _HEADERS = (b"authorization", b"prefer", b"content-type")
 _RECORD = re.compile(r"/functions/v1/rest-api/tables/(\d{1,18})/records/([^/]+)")
 _LIST = re.compile(r"/functions/v1/rest-api/tables/(\d{1,18})/records")
-_TYPED = ("limit", "offset")  # FastAPI validates these as integers: odd values go its way
 
 
 def _route(name: str) -> Any:
@@ -81,12 +79,7 @@ class FastReads:
         if record is None and listing is None:
             await self.app(scope, receive, send)
             return
-        params: list[tuple[str, str]] = []
-        if listing is not None:
-            params = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-            if any(k in _TYPED and not (v.isascii() and v.isdigit()) for k, v in params):
-                await self.app(scope, receive, send)
-                return
+        params = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         headers = _headers(scope)
         secret = _bearer(headers.get(b"authorization"))
         if secret is None or appusers.is_app_token(secret):
@@ -101,7 +94,7 @@ class FastReads:
             st["principal"] = principal  # as rest_principal does (request.state.principal)
             if record is not None:
                 scope["route"] = self.get_route
-                response = await records.record_response(state, principal, int(record[1]), record[2])
+                response = await records.record_response(state, principal, int(record[1]), record[2], params)
             else:
                 scope["route"] = self.list_route
                 view = next((v for k, v in reversed(params) if k == "view"), None)

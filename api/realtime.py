@@ -34,8 +34,7 @@ from storage import jsontext
 from storage import records as rec
 from storage.access import Principal, TokenType
 from storage.errors import Forbidden, ServiceError
-from storage.query.evaluate import matches
-from storage.query.plan import PlannedFilter
+from storage.query.matching import FilterSet, match_rows
 from storage.schema import ColumnType, TableMeta
 
 log = logging.getLogger("wds.realtime")
@@ -54,16 +53,20 @@ class Change:
     seq: int
     table_id: int
     event: str
-    new: dict[str, Any] | None  # typed rows (physical names) for filters
+    new: dict[str, Any] | None  # typed rows (physical names)
     old: dict[str, Any] | None
     text: str  # the ``change`` message
+    raw: tuple[dict[str, Any], ...] = ()  # the stored ``to_jsonb`` rows (new, then old)
+    # id of a subscription's filter set → whether a side of this change matches it,
+    # decided by PostgreSQL (:meth:`Hub.judge`); a set not judged matches nothing
+    verdicts: dict[int, bool] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class Subscription:
     table_id: int
     events: frozenset[str]
-    filters: tuple[PlannedFilter, ...]
+    filters: FilterSet
     buffering: bool = False  # while a ``since`` replay is read
     buffer: list[Change] = field(default_factory=list)
 
@@ -72,8 +75,9 @@ class Subscription:
             return False
         if not self.filters:
             return True
-        # UPDATE matches on either side, so a client sees records leave its filter too
-        return any(row is not None and matches(self.filters, row) for row in (change.new, change.old))
+        # UPDATE matches on either side, so a client sees records leave its filter too;
+        # the database decided it with the list's own WHERE clause (Hub.judge)
+        return change.verdicts.get(id(self.filters), False)
 
 
 def _ts(value: Any) -> datetime | None:
@@ -105,7 +109,8 @@ def decode_change(table: TableMeta, row: dict[str, Any]) -> Change:
         "old_record": rec.row_to_record(table, old) if old is not None else None,
         "seq": row["seq"],
     }
-    return Change(row["seq"], table.id, row["event"], new, old, jsontext.dumps(message).decode())
+    raw = tuple(r for r in (row["record"], row["old_record"]) if r is not None)
+    return Change(row["seq"], table.id, row["event"], new, old, jsontext.dumps(message).decode(), raw)
 
 
 def _stale(schema: Any, rows: list[dict[str, Any]]) -> bool:
@@ -348,9 +353,42 @@ class Hub:
                 continue
             self.high[ws] = max(self.high.get(ws, 0), fresh[-1]["seq"])
             changes = await self.decode(ws, fresh)
+            subs = [sub for client in self.clients.get(ws, ()) for sub in client.subs.values()]
+            await self.judge(ws, changes, subs)
             for client in list(self.clients.get(ws, ())):
                 for change in changes:
                     client.offer(change)
+
+    async def judge(self, ws: int, changes: list[Change], subs: Iterable[Subscription]) -> None:
+        """Decide, in PostgreSQL, which filtered subscriptions each change matches
+        (:func:`storage.query.matching.match_rows`): one statement per table, over every
+        distinct filter set and both sides of every change."""
+        by_table: dict[int, dict[int, FilterSet]] = {}  # filter sets by identity (values hold dicts)
+        for sub in subs:
+            if sub.filters:
+                by_table.setdefault(sub.table_id, {})[id(sub.filters)] = sub.filters
+        if not by_table:
+            return
+        schema = await self.state.schema(ws)
+        for table_id, sets in by_table.items():
+            table = schema.tables.get(table_id)
+            mine = [c for c in changes if c.table_id == table_id and c.raw]
+            if table is None or not mine:
+                continue
+            filter_sets = list(sets.values())
+            rows = [r for c in mine for r in c.raw]
+            try:
+                async with self.state.db.connection() as conn:
+                    verdicts = await match_rows(conn, table, filter_sets, rows)
+            except (psycopg.Error, ServiceError):  # e.g. the table went away meanwhile
+                log.warning("realtime filters of table %s could not be evaluated", table_id, exc_info=True)
+                continue
+            at = 0
+            for change in mine:
+                sides = verdicts[at : at + len(change.raw)]
+                at += len(change.raw)
+                for k, filters in enumerate(filter_sets):
+                    change.verdicts[id(filters)] = any(side[k] for side in sides)
 
     # ------------------------------------------------------------------ replay and retention
     async def replay(self, ws: int, table_id: int, since: int) -> tuple[list[Change], bool, int]:

@@ -38,7 +38,7 @@ from storage import refs, runs
 from storage import schedules as sched
 from storage.access import Action, Principal
 from storage.errors import Conflict, NotFound, Unavailable, ValidationError
-from storage.query import parse_filter_list, parse_filter_object, plan_filters
+from storage.query import filter_items, parse_filter_list, parse_filter_object, plan_filters
 from storage.schema import TableMeta
 from storage.values import iso
 from workflows.scheduled import ScheduledRunWorkflow
@@ -58,8 +58,7 @@ def normalize_filters(table: TableMeta, filters: list[dict[str, Any]] | dict[str
     if not filters:
         return []
     if isinstance(filters, dict):
-        out = [{"column": f.column, "op": ("not." if f.negate else "") + f.op.value, "value": f.value}
-               for f in parse_filter_object(filters)]
+        out = filter_items(parse_filter_object(filters))
     else:
         out = list(filters)
     plan_filters(parse_filter_list(out), table)

@@ -116,10 +116,17 @@ type FilterOp = "eq" | "neq" | "gt" | "gte" | "lt" | "lte" | "like" | "ilike" | 
 
 /** A query or write on one table; `await` it (it is a thenable) to run it. */
 export interface QueryBuilder<F extends object, R> extends PromiseLike<WdsResponse<R>> {
-  /** `"a,b,Rel(X,Y)"` (REST grammar) or a list of names; `count: "exact"` fills `count`. */
-  select(columns?: string | Array<Column<F>>, options?: { count?: "exact"; flatten?: boolean }): QueryBuilder<F, R>;
+  /** `"a,b,Rel(X,Y)"` (REST grammar) or a list of names and embeddings (`["Title", "Owner(Name)"]`);
+   * `count` fills `count`: `"exact"`, `"planned"` (the planner's estimate) or `"estimated"`
+   * (exact below 100,000 estimated rows). */
+  select(columns?: string | Array<Column<F> | `${string}(${string})`>, options?: { count?: "exact" | "planned" | "estimated"; flatten?: boolean }): QueryBuilder<F, R>;
+  /** `eq(col, null)` is `is.null`. */
   eq(column: Column<F>, value: Scalar): QueryBuilder<F, R>;
+  /** `neq(col, null)` is `not.is.null`. */
   neq(column: Column<F>, value: Scalar): QueryBuilder<F, R>;
+  /** Any of the conditions, REST grammar without the outer parentheses:
+   * `or("Score.gte.10,and(Status.eq.done,Title.ilike.*x*)")`; `negate` sends `not.or`. */
+  or(conditions: string, options?: { negate?: boolean }): QueryBuilder<F, R>;
   gt(column: Column<F>, value: Scalar): QueryBuilder<F, R>;
   gte(column: Column<F>, value: Scalar): QueryBuilder<F, R>;
   lt(column: Column<F>, value: Scalar): QueryBuilder<F, R>;

@@ -15,8 +15,10 @@ const WRITE_CONCURRENCY = 8; // write-by-filter: one request per record, 8 in pa
 const ID_PAGE = 1000; // the list endpoint's maximum page
 const REFRESH_MARGIN_S = 30; // refresh an app-user access token this long before it expires
 const RETRY_DELAY_MS = 150;
+const COUNT_MODES = ["exact", "planned", "estimated"]; // Prefer: count=<mode> (true means exact)
 // query parameters the server never reads as column filters (storage/query/parse.py)
-const RESERVED = new Set(["order", "sort", "limit", "offset", "select", "expand", "view", "run_pipeline", "count"]);
+const RESERVED = new Set(["order", "sort", "limit", "offset", "select", "expand", "view", "run_pipeline", "count",
+  "or", "and", "not.or", "not.and"]);
 const NO_HTTP = 0;
 
 // ------------------------------------------------------------------ small helpers
@@ -77,6 +79,19 @@ function quoteName(name) {
   const s = String(name);
   if (s === "" || /[",.()\\]/.test(s) || s.trim() !== s || s.startsWith("-")) return `"${s.replace(/[\\"]/g, "\\$&")}"`;
   return s;
+}
+
+// an item of an array select: a name, or an embedding "Rel(A,B)" written as the REST grammar
+// writes it (the relation and its fields quoted one by one when they hold separators)
+function selectItem(item) {
+  const s = String(item);
+  if (s === "*") return s;
+  const m = /^([^()]+)\(([^()]*)\)$/.exec(s);
+  if (m && m[1].trim() && m[2].trim()) {
+    const fields = m[2].split(",").map((f) => f.trim()).map((f) => (f === "*" ? f : quoteName(f)));
+    return `${quoteName(m[1].trim())}(${fields.join(",")})`;
+  }
+  return quoteName(s);
 }
 
 function encodePath(path) {
@@ -239,6 +254,7 @@ class QueryBuilder {
     this._c = client;
     this._table = table;
     this._filters = []; // [column, expr] pairs, expr = "<op>.<value>"
+    this._groups = []; // [or|not.or, "(...)"] pairs
     this._order = [];
     this._select = null;
     this._expand = [];
@@ -259,21 +275,36 @@ class QueryBuilder {
   }
 
   /** Columns to return: `"a,b,Rel(X,Y)"` (the REST grammar) or an array of names.
-   * Options: `count: "exact"` fills `count`; `flatten: false` returns the raw shape. */
+   * Options: `count: "exact" | "planned" | "estimated"` fills `count` (the server's
+   * `Prefer: count=...`: planned is the planner's estimate, estimated is exact below
+   * 100,000 estimated rows); `flatten: false` returns the raw shape. */
   select(columns = "*", options = {}) {
-    if (Array.isArray(columns)) columns = columns.map(quoteName).join(",");
-    this._select = columns && columns.trim() !== "*" ? columns : null;
-    if (options.count) this._count = true;
+    if (Array.isArray(columns)) columns = columns.map(selectItem).join(",");
+    // "" (or []) selects no field, as `select=` does on every door; "*" every field
+    this._select = columns === null || columns === undefined || columns.trim() === "*" ? null : columns;
+    if (options.count) this._count = COUNT_MODES.includes(options.count) ? options.count : "exact";
     if (options.flatten !== undefined) this._flatten = options.flatten !== false;
     return this;
   }
 
+  /** Equals; `eq(col, null)` is `is.null`, as on the JSON doors. */
   eq(column, value) {
+    if (value === null || value === undefined) return this._filter(column, "is.null");
     return this._filter(column, `eq.${formatValue(value)}`);
   }
 
+  /** Not equals; `neq(col, null)` is `not.is.null`. */
   neq(column, value) {
+    if (value === null || value === undefined) return this._filter(column, "not.is.null");
     return this._filter(column, `neq.${formatValue(value)}`);
+  }
+
+  /** Any of the conditions, in the REST grammar without the outer parentheses:
+   * `.or("Score.gte.10,and(Status.eq.done,Title.ilike.*x*)")` sends
+   * `or=(Score.gte.10,and(Status.eq.done,Title.ilike.*x*))`. `{ negate: true }` sends `not.or`. */
+  or(conditions, options = {}) {
+    this._groups.push([options.negate ? "not.or" : "or", `(${conditions})`]);
+    return this;
   }
 
   gt(column, value) {
@@ -426,6 +457,7 @@ class QueryBuilder {
         parts.push(`${encodeURIComponent(col)}=${encodeURIComponent(expr)}`);
       }
     }
+    for (const [key, text] of this._groups) parts.push(`${key}=${encodeURIComponent(text)}`);
     if (extra) parts.push(extra);
     if (this._order.length) parts.push(`order=${encodeURIComponent(this._order.join(","))}`);
     if (limit !== undefined) parts.push(`limit=${limit}`);
@@ -462,7 +494,7 @@ class QueryBuilder {
     if (this._expand.length) extra += `${extra ? "&" : ""}expand=${encodeURIComponent(this._expand.join(","))}`;
     const limit = this._single ? 2 : this._limit;
     const qs = this._query(limit, this._offset, extra);
-    const r = await this._c._http.request("GET", qs ? `${base}?${qs}` : base, this._count ? { headers: { Prefer: "count=exact" } } : undefined);
+    const r = await this._c._http.request("GET", qs ? `${base}?${qs}` : base, this._count ? { headers: { Prefer: `count=${this._count}` } } : undefined);
     if (r.error) return result(null, r.error, null, r.status);
     const total = this._count ? r.headers.get("x-total-count") : null;
     let rows = r.data.records;
@@ -525,7 +557,7 @@ class QueryBuilder {
 
   _singleId() {
     if (this._opts.id !== undefined) return this._opts.id;
-    if (this._filters.length === 1 && this._filters[0][0] === "id" && this._filters[0][1].startsWith("eq.") && this._limit === undefined && this._offset === undefined && this._view === undefined) {
+    if (this._filters.length === 1 && this._groups.length === 0 && this._filters[0][0] === "id" && this._filters[0][1].startsWith("eq.") && this._limit === undefined && this._offset === undefined && this._view === undefined) {
       const v = this._filters[0][1].slice(3);
       if (isDigits(v)) return v;
     }

@@ -80,12 +80,21 @@ async def create_table(conn: AsyncConnection[Any], workspace_id: int, table_id: 
                 sql.Identifier(sys_col),
             )
         )
-    # the capture function comes with migration m0006; a bare scratch database (storage
-    # tests building tables without migrating) gets tables without change capture
-    found = await (await conn.execute("SELECT to_regprocedure('wds.capture_changes()') IS NOT NULL AS ok")).fetchone()
-    if found and (found["ok"] if isinstance(found, dict) else found[0]):
+    # the capture function comes with migration m0006 and the row counter with m0013; a
+    # bare scratch database (storage tests building tables without migrating) gets tables
+    # without change capture or counter (their exact counts then run count(*))
+    found = await (await conn.execute(
+        "SELECT to_regprocedure('wds.capture_changes()') IS NOT NULL AS captured,"
+        " to_regprocedure('wds.count_rows()') IS NOT NULL AS counted"
+    )).fetchone()
+    values = list(found.values()) if isinstance(found, dict) else list(found or (False, False))
+    if values[0]:
         for statement in change_trigger_sql(workspace_id, table_id):
             await conn.execute(statement)
+    if values[1]:
+        for statement in count_trigger_sql(workspace_id, table_id):
+            await conn.execute(statement)
+        await conn.execute(count_seed_sql(workspace_id, table_id, 0))
 
 
 # --------------------------------------------------------------------------- realtime capture
@@ -125,11 +134,56 @@ def change_trigger_sql(workspace_id: int, table_id: int) -> list[str]:
     return out
 
 
+# --------------------------------------------------------------------------- row counts
+# An unfiltered exact count reads a maintained counter instead of every row. Statement-
+# level triggers with transition tables call ``wds.count_rows()`` (migration m0013) once
+# per INSERT or DELETE statement: it appends the statement's delta as a row of
+# ``wds.row_counts`` (no row is updated in place, so concurrent writers never wait on
+# each other) and now and then folds a table's deltas into one row. The count is the
+# sum of the table's rows, seen under the reader's snapshot like the rows themselves; a
+# table without any counter row (a scratch database) is counted with count(*).
+
+COUNT_FUNCTION = "wds.count_rows"
+_COUNT_TRIGGERS = (
+    ("wds_count_ins", "INSERT", "NEW TABLE AS new_rows"),
+    ("wds_count_del", "DELETE", "OLD TABLE AS old_rows"),
+)
+
+
+def count_trigger_sql(workspace_id: int, table_id: int) -> list[str]:
+    """Statements (re)creating the row-counter triggers of one physical table (plain
+    strings built from integers only, shared by migration m0013 and the DDL path)."""
+    target = f"{schema_name(workspace_id)}.{table_name(table_id)}"
+    out: list[str] = []
+    for name, event, referencing in _COUNT_TRIGGERS:
+        out.append(f"DROP TRIGGER IF EXISTS {name} ON {target}")
+        out.append(
+            f"CREATE TRIGGER {name} AFTER {event} ON {target} REFERENCING {referencing}"
+            f" FOR EACH STATEMENT EXECUTE FUNCTION {COUNT_FUNCTION}('{int(workspace_id)}', '{int(table_id)}')"
+        )
+    return out
+
+
+def count_seed_sql(workspace_id: int, table_id: int, rows: int) -> str:
+    """The base counter row of a table holding ``rows`` rows."""
+    return (
+        f"INSERT INTO wds.row_counts (workspace_id, table_id, n)"
+        f" VALUES ({int(workspace_id)}, {int(table_id)}, {int(rows)})"
+    )
+
+
 async def drop_table(conn: AsyncConnection[Any], workspace_id: int, table_id: int) -> None:
     # CASCADE drops relation foreign keys of other tables pointing here (and would leave
     # the embeddings table behind with its key dropped, so that goes first)
     await drop_embedding_table(conn, workspace_id, table_id)
     await conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(qualified(workspace_id, table_id)))
+    if await _has_row_counts(conn):
+        await conn.execute("DELETE FROM wds.row_counts WHERE table_id = %s", (int(table_id),))
+
+
+async def _has_row_counts(conn: AsyncConnection[Any]) -> bool:
+    row = await (await conn.execute("SELECT to_regclass('wds.row_counts') IS NOT NULL")).fetchone()
+    return bool(row and (list(row.values())[0] if isinstance(row, dict) else row[0]))
 
 
 # --------------------------------------------------------------------------- semantic search
@@ -195,6 +249,52 @@ def _index_method(col: ColumnMeta) -> str | None:
     return "btree"
 
 
+# --------------------------------------------------------------------------- contains search
+# Every text column gets, beside its btree (equality, ranges, sort), a GIN trigram index
+# (pg_trgm, migration m0013) so ``like``/``ilike`` with a leading wildcard (``*qz*``)
+# reads the index instead of every row. A trigram index serves a LIKE only on the very
+# expression it was built on: :func:`search_expr` is that expression, used both here and
+# by the query compiler (storage/query/build.py), so the two cannot drift apart.
+
+TRIGRAM_OPCLASS = "gin_trgm_ops"
+
+
+def search_expr(column: sql.Composable) -> sql.Composable:
+    """The expression a text filter's ``like``/``ilike`` pattern is matched against, and
+    the one each text column's trigram index is built on: the text lower-cased with
+    Unicode's simple case mapping (the builtin ``pg_c_utf8`` collation, PostgreSQL 17+),
+    so case-insensitive matching holds beyond ASCII (storage/query/build.py ``_like``)."""
+    return sql.SQL('lower({} COLLATE "pg_c_utf8")').format(column)
+
+
+def trigram_indexed(col: ColumnMeta) -> bool:
+    """Whether the column gets a trigram index (stored text columns)."""
+    return col.type is ColumnType.TEXT and not col.computed
+
+
+def trigram_index_name(table_id: int, column_id: int) -> str:
+    return f"t_{int(table_id)}_{column_name(column_id)}_trgm"
+
+
+def trigram_index_sql(
+    workspace_id: int, table_id: int, column_id: int, *, concurrently: bool = False
+) -> sql.Composed:
+    """``CREATE INDEX [CONCURRENTLY] IF NOT EXISTS t_<t>_c_<c>_trgm ... USING gin``."""
+    return sql.SQL("CREATE INDEX {}IF NOT EXISTS {} ON {} USING gin (({}) {})").format(
+        sql.SQL("CONCURRENTLY " if concurrently else ""),
+        sql.Identifier(trigram_index_name(table_id, column_id)),
+        qualified(workspace_id, table_id),
+        search_expr(sql.Identifier(column_name(column_id))),
+        sql.SQL(TRIGRAM_OPCLASS),
+    )
+
+
+async def _has_trigrams(conn: AsyncConnection[Any]) -> bool:
+    # a bare scratch database (storage tests that do not migrate) may lack pg_trgm
+    row = await (await conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'")).fetchone()
+    return row is not None
+
+
 async def add_column(conn: AsyncConnection[Any], workspace_id: int, col: ColumnMeta) -> None:
     target = qualified(workspace_id, col.table_id)
     name = sql.Identifier(column_name(col.id))
@@ -214,6 +314,8 @@ async def add_column(conn: AsyncConnection[Any], workspace_id: int, col: ColumnM
                 sql.Identifier(f"t_{col.table_id}_{column_name(col.id)}"), target, sql.SQL(method), name
             )
         )
+    if trigram_indexed(col) and await _has_trigrams(conn):
+        await conn.execute(trigram_index_sql(workspace_id, col.table_id, col.id))
 
 
 async def drop_column(conn: AsyncConnection[Any], workspace_id: int, col: ColumnMeta) -> None:
@@ -253,6 +355,8 @@ async def retype_column(
     target = qualified(workspace_id, old.table_id)
     index = sql.Identifier(f"t_{old.table_id}_{column_name(old.id)}")
     await conn.execute(sql.SQL("DROP INDEX IF EXISTS {}.{}").format(sql.Identifier(schema_name(workspace_id)), index))
+    await conn.execute(sql.SQL("DROP INDEX IF EXISTS {}.{}").format(
+        sql.Identifier(schema_name(workspace_id)), sql.Identifier(trigram_index_name(old.table_id, old.id))))
     if old.type is ColumnType.RELATION:
         # drop the foreign key first: the column no longer points at those records
         await _drop_foreign_keys(conn, workspace_id, old)
@@ -272,11 +376,15 @@ async def retype_column(
         await conn.execute(
             sql.SQL("CREATE INDEX {} ON {} USING {} ({})").format(index, target, sql.SQL(method), name)
         )
+    if trigram_indexed(new) and await _has_trigrams(conn):
+        await conn.execute(trigram_index_sql(workspace_id, new.table_id, new.id))
 
 
 async def drop_workspace_schema(conn: AsyncConnection[Any], workspace_id: int) -> None:
     """Drop a workspace's schema and its read-only role (roles are cluster-wide)."""
     await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema_name(workspace_id))))
+    if await _has_row_counts(conn):
+        await conn.execute("DELETE FROM wds.row_counts WHERE workspace_id = %s", (int(workspace_id),))
     role = ro_role(workspace_id)
     if await (await conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,))).fetchone():
         await conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))

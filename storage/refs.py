@@ -37,6 +37,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from storage.errors import InvalidFormula, UnknownColumn, ValidationError
 from storage.formula import compile_formula
+from storage.formula import js
 
 # Config keys whose string values are Jinja2 templates over the record.
 TEMPLATE_KEYS = ("url", "method", "body", "headers", "prompt", "system", "params", "fields",
@@ -50,18 +51,6 @@ TEMPLATE_CONTEXT = frozenset({"fields", "record_id", "item", "index", "loop", "n
 _FORMULA_TOKENS = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|\{((?:[^}\\]|\\.)*)\}", re.DOTALL)
 _FIELD_UNESCAPE = re.compile(r"\\([\\}])")
 _STORED_FIELD = re.compile(r"^@(\d+)$")
-_JS_SKIP = re.compile(
-    r"//[^\n]*|/\*.*?\*/|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|`(?:[^`\\]|\\.)*`", re.DOTALL
-)
-_JS_FIELD_ACCESS = re.compile(
-    r"\bfields\s*(?:\[\s*(\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*')\s*\]|\.\s*([A-Za-z_$][\w$]*))"
-)
-_JS_PLACEHOLDER = re.compile(r"\{([^{}\s:;,()'\"`=\[\]+*/<>!?|&^%~.\n\\-][^{}:;,()'\"`=\[\]\n\\]*?)\}")
-_JS_KEYWORD = re.compile(
-    r"(?:return|throw|break|continue|var|let|const|if|for|while|do|switch|try|new|delete|typeof|void"
-    r"|yield|await|function|class)\b"
-)
-_JS_BLOCK_BEFORE = re.compile(r"(?:\)|=>|\belse|\bdo|\btry|\bfinally)\s*$")
 _JS_STORED_ACCESS = re.compile(r"\bfields\s*(?:\[@(\d+)\]|\.@(\d+))")
 _JS_STORED_PLACEHOLDER = re.compile(r"\{@(\d+)\}")
 _JS_IDENT = re.compile(r"^[A-Za-z_$][\w$]*$")
@@ -155,22 +144,23 @@ def template_names(text: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def _strings(value: Any) -> Iterator[str]:
+def strings(value: Any) -> Iterator[str]:
+    """Every string inside a JSON value (dicts and lists, recursively)."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
         for v in value.values():
-            yield from _strings(v)
+            yield from strings(v)
     elif isinstance(value, list):
         for v in value:
-            yield from _strings(v)
+            yield from strings(v)
 
 
 def config_names(kind: str, config: Mapping[str, Any]) -> set[str]:
     """Names of same-table columns a computed column's config reads (templates and keys)."""
     out: set[str] = set()
     for key in TEMPLATE_KEYS:
-        for text in _strings(config.get(key)):
+        for text in strings(config.get(key)):
             out |= template_names(text)
     for key in NAME_KEYS:
         value = config.get(key)
@@ -229,31 +219,21 @@ def _rewrite_formula(source: str, swap: Any) -> str:
 def _js_chunks(source: str) -> Iterator[tuple[bool, str]]:
     """Split JavaScript into (is_code, text) runs; strings and comments are not code."""
     last = 0
-    for m in _JS_SKIP.finditer(source):
+    for m in js.SKIP.finditer(source):
         yield True, source[last:m.start()]
         yield False, m.group(0)
         last = m.end()
     yield True, source[last:]
 
 
-def _js_literal_name(literal: str) -> str:
-    body = literal[1:-1]
-    if literal[0] == "'":
-        body = body.replace("\\'", "'").replace('"', '\\"')
-    try:
-        return str(json.loads(f'"{body}"'))
-    except ValueError:
-        return body
-
-
 def _encode_js(source: str, ref: Any) -> str:
     def access(m: re.Match[str]) -> str:
-        cid = ref(_js_literal_name(m.group(1)) if m.group(1) is not None else m.group(2))
+        cid = ref(js.js_string(m.group(1)) if m.group(1) is not None else m.group(2))
         if not isinstance(cid, int):  # lenient encoding of an unknown name: left as written
             return m.group(0)
         return f"fields[@{cid}]" if m.group(1) is not None else f"fields.@{cid}"
 
-    source = _JS_FIELD_ACCESS.sub(access, source)
+    source = js.FIELD_ACCESS.sub(access, source)
     out: list[str] = []
     for is_code, chunk in _js_chunks(source):
         if not is_code:
@@ -262,12 +242,12 @@ def _encode_js(source: str, ref: Any) -> str:
 
         def placeholder(m: re.Match[str], chunk: str = chunk) -> str:
             name = m.group(1)
-            if name != name.strip() or _JS_KEYWORD.match(name) or _JS_BLOCK_BEFORE.search(chunk, 0, m.start()):
+            if name != name.strip() or js.KEYWORD.match(name) or js.BLOCK_BEFORE.search(chunk, 0, m.start()):
                 return m.group(0)
             cid = ref(name)
             return "{@" + str(cid) + "}" if isinstance(cid, int) else m.group(0)
 
-        out.append(_JS_PLACEHOLDER.sub(placeholder, chunk))
+        out.append(js.PLACEHOLDER.sub(placeholder, chunk))
     return "".join(out)
 
 
@@ -292,7 +272,7 @@ def _decode_js(source: str, name_of: Any) -> str:
             name = name_of(int(m.group(1)))
             if name is None:
                 return m.group(0)
-            if _JS_PLACEHOLDER.fullmatch("{" + name + "}") and not _JS_KEYWORD.match(name) and name == name.strip():
+            if js.PLACEHOLDER.fullmatch("{" + name + "}") and not js.KEYWORD.match(name) and name == name.strip():
                 return "{" + name + "}"
             return f"fields[{json.dumps(name, ensure_ascii=False)}]"
 
@@ -319,7 +299,7 @@ def _rewrite_template(text: str, name_swap: Any, key_swap: Any) -> str:
                 new = name_swap(value)
         elif tok == "string" and len(significant) >= 2 and significant[-1] == ("operator", "[") \
                 and significant[-2] == ("name", "fields"):
-            swapped = key_swap(_js_literal_name(value))
+            swapped = key_swap(js.js_string(value))
             if swapped is not None:
                 new = json.dumps(swapped, ensure_ascii=False)
         out.append(new)

@@ -40,6 +40,7 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from storage.errors import ServiceError, Unavailable, ValidationError
+from storage.refs import strings
 
 Conn = AsyncConnection[Any]
 CREDENTIAL_TYPES = ("bearer", "header", "basic", "query")
@@ -288,15 +289,6 @@ def literal_url_host(url: Any) -> str | None:
     return pattern_of(origin) if origin is not None else None
 
 
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return []
-
 
 # (group_id, request_id) → the integration request's parameter defaults
 ParamDefaults = Callable[[str, str], Mapping[str, Any]]
@@ -333,7 +325,7 @@ def credential_targets(
         given = config.get("params")
         if isinstance(given, dict):
             params.update({k: v for k, v in given.items() if v is not None})
-        urls = list(_strings(params))
+        urls = list(strings(params))
     else:
         return None
     origins = [o for o in (literal_origin(u) for u in urls) if o is not None]

@@ -8,6 +8,7 @@ imports the MCP SDK: the agent chat serves these same specs as its tools.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
@@ -36,6 +37,7 @@ from api.routes import records as rest_records
 from api.routes import runs as rest_runs
 from api.routes import search as rest_search
 from api.routes.sql import execute_sql
+from api.routes.views import view_query
 from api.schemas import RecordIn
 from api.serialize import column_out, table_summary
 from api.state import AppState
@@ -43,13 +45,22 @@ from storage import views as stored_views
 from storage.access import Action, Principal
 from storage.errors import ServiceError
 from storage.formula.functions import describe_functions
-from storage.query import Query, QueryPlan, list_records, parse_filter_list, parse_filter_object, plan_query
-from storage.query.parse import parse_order, parse_select
-from storage.query.render import PreparedList, list_records_json, memoised_list
+from storage.query import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    Query,
+    QueryPlan,
+    list_records,
+    parse_arguments,
+    plan_query,
+)
+from storage.query.listing import CountMode, count_mode
+from storage.query.parse import terms_text
+from storage.query.render import PreparedList, list_records_json, memoised_list, prepared_or_plan
 from storage.schema import COMPUTED_TYPES, DATA_TYPES, TableMeta, WorkspaceSchema
 
-MCP_DEFAULT_LIMIT = 25  # a page a model can read whole
-MCP_MAX_LIMIT = 200
+MCP_DEFAULT_LIMIT = DEFAULT_LIMIT  # pages as REST does (spec "Limits": default 100, at most 1000)
+MCP_MAX_LIMIT = MAX_LIMIT
 
 # Later issues (the special-fields catalogue) append callables returning installed
 # integrations; check_column_types lists whatever they report.
@@ -124,40 +135,40 @@ async def list_columns(state: AppState, principal: Principal, args: dict[str, An
 
 
 def _query(args: dict[str, Any]) -> Query:
-    raw = args.get("filters")
-    filters: tuple[Any, ...] = ()
-    if isinstance(raw, dict):
-        filters = parse_filter_object(raw)
-    elif isinstance(raw, list):
-        filters = parse_filter_list(raw)
-    order = args.get("order")
-    if isinstance(order, list):
-        order = ",".join(order)
-    select = args.get("select")
-    if isinstance(select, list):
-        select = ",".join(select)
-    limit = args.get("limit", MCP_DEFAULT_LIMIT)
-    if limit > MCP_MAX_LIMIT:
-        raise ServiceError(f"limit may be at most {MCP_MAX_LIMIT} over MCP; page with offset",
-                           code="LIMIT_TOO_LARGE")
-    if not args.get("count", False):
+    """The arguments as the one query model (:func:`storage.query.parse_arguments`):
+    the REST door's grammar, defaults, limits and error messages."""
+    query = parse_arguments({k: args.get(k) for k in _LIST_KEYS})
+    # Query.count: the exact total (planned/estimated read the page with one record more)
+    query = dataclasses.replace(query, count=count_mode(args.get("count")) is CountMode.EXACT)
+    if query.limit > MAX_LIMIT:
+        raise ServiceError(f"limit may be at most {MAX_LIMIT}", code="LIMIT_TOO_LARGE")
+    return query
+
+
+_LIST_KEYS = ("filters", "order", "select", "expand", "limit", "offset", "count", "view")
+
+
+def _plan(schema: WorkspaceSchema, table: TableMeta, principal: Principal, query: Query) -> QueryPlan:
+    plan = plan_query(query, table, can_read=principal.can_read, get_table=schema.tables.get)
+    if not query.count:
         # one record past the page says whether more match, without counting them all
-        limit += 1
-    return Query(filters=filters, order=parse_order(order) if order else (), limit=limit,
-                 offset=args.get("offset", 0), select=parse_select(select) if select else None)
+        plan = dataclasses.replace(plan, limit=plan.limit + 1)
+    return plan
 
 
-_LIST_KEYS = ("filters", "order", "select", "limit", "offset", "count")
-
-
-def _prepared(schema: WorkspaceSchema, table: TableMeta, principal: Principal,
-              args: dict[str, Any]) -> PreparedList | QueryPlan:
+async def _prepared(state: AppState, schema: WorkspaceSchema, table: TableMeta, principal: Principal,
+                    args: dict[str, Any]) -> tuple[PreparedList | QueryPlan, bool]:
     """The list's statements, memoised per table and arguments for this schema version
     (:func:`storage.query.render.memoised_list`), or the plan when PostgreSQL cannot
-    render the page."""
+    render the page; and whether the exact total is wanted. A view's filters are read
+    from the database, so a list through a view is not memoised (as on REST)."""
+    if args.get("view") is not None:
+        query = _query(args)
+        query = await view_query(state, principal, table, str(query.view), query)
+        return prepared_or_plan(_plan(schema, table, principal, query)), query.count
     key = ("mcp", table.id, orjson.dumps([args.get(k) for k in _LIST_KEYS]))
-    return memoised_list(schema, key, lambda: plan_query(
-        _query(args), table, can_read=principal.can_read, get_table=schema.tables.get))
+    found = memoised_list(schema, key, lambda: _plan(schema, table, principal, _query(args)))
+    return found, count_mode(args.get("count")) is CountMode.EXACT
 
 
 async def list_records_tool(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
@@ -168,16 +179,16 @@ async def list_records_tool(state: AppState, principal: Principal, args: dict[st
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, args["table_id"])
     require(principal, table, Action.READ)
-    counting = bool(args.get("count", False))
-    prepared = _prepared(schema, table, principal, args)
+    prepared, counting = await _prepared(state, schema, table, principal, args)
+    mode = count_mode(args.get("count"))
     records: list[dict[str, Any]]
     async with state.db.connection() as conn:
         if isinstance(prepared, PreparedList):
             # as REST does: PostgreSQL renders the page as JSON (no row decoded in Python)
-            text, _, total = await list_records_json(conn, prepared, count=counting)
+            text, _, total = await list_records_json(conn, prepared, count=mode)
             records = orjson.loads(text)
         else:
-            records, total = await list_records(conn, prepared, count=counting)
+            records, total = await list_records(conn, prepared, count=mode)
     offset = prepared.offset
     limit = prepared.limit if counting else prepared.limit - 1
     page: dict[str, Any] = {"records": records, "limit": limit, "offset": offset}
@@ -192,6 +203,8 @@ async def list_records_tool(state: AppState, principal: Principal, args: dict[st
     else:
         more = len(records) > limit
         del records[limit:]  # the record past the page, when there was one
+        if mode is not None:  # planned or estimated: the figure as REST's headers give it
+            page["total"] = total or 0
     end = offset + len(records)
     page["has_more"] = more
     if more:
@@ -206,7 +219,13 @@ async def list_records_tool(state: AppState, principal: Principal, args: dict[st
 
 async def get_record(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.READ)
-    return route_json(await rest_records.get_(table.id, record_ref(args["record_id"]), principal, state))
+    params: list[tuple[str, str]] = []
+    for key in ("select", "expand"):
+        terms = terms_text(key, args.get(key))
+        if terms is not None:
+            params.append((key, terms))
+    record_id = record_ref(args["record_id"])
+    return route_json(await rest_records.record_response(state, principal, table.id, record_id, params))
 
 
 async def create_record(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
@@ -290,9 +309,17 @@ _FILTERS = {
     "type": ["object", "array"],
     "description": "filters ANDed together, REST grammar: {\"Column\": \"op.value\"} with op one of eq, neq, gt,"
                    " gte, lt, lte, like, ilike (* wildcard), in.(a,b), cs.{a,b}, is.null|true|false, and"
-                   " not.<op>; a list value means in; or a list of {column, op, value} for several"
-                   " conditions on one column",
+                   " not.<op>; a list value means in; null means is.null; the keys or / and / not.or /"
+                   " not.and hold a group as REST writes it, e.g. {\"or\": \"(Score.gte.10,and(Status.eq.done,"
+                   "Title.ilike.*x*))\"}; or a list of {column, op, value} (and {\"or\": \"(...)\"}) items"
+                   " for several conditions on one column",
 }
+_TERMS = {"type": ["string", "array"], "items": {"type": "string"}}
+_SELECT = {**_TERMS, "description": "fields to return, \"A,B\" or [\"A\", \"B\"]; embed a relation as"
+                                    " \"Rel(Name,Email)\"; empty: no field (id and timestamps only)"}
+_EXPAND = {**_TERMS, "description": "relation column(s) to embed whole, \"Rel\" or [\"Rel1\", \"Rel2\"]"}
+# limit and offset carry no JSON-schema type: the query parser checks them, with the
+# messages REST gives (an integral number such as 10.0 is ten)
 _PAGE_OUT = out({
     "records": {"type": "array", "items": {"type": "object"}},
     "limit": {"type": "integer"}, "offset": {"type": "integer"}, "total": {"type": "integer"},
@@ -327,23 +354,34 @@ DATA_TOOLS: list[ToolSpec] = [
                                          ("columns",)),
           read_only=True, idempotent=True),
     _spec("list_records", "List records",
-          f"One page of a table's records with filters, order and select. Returns has_more (and the"
-          f" exact total of matching records with count: true);"
+          f"One page of a table's records with filters, order, select, expand or a saved view, as the REST"
+          f" list reads them. Returns has_more (and the"
+          f" exact total of matching records with count: true, an estimate with \"planned\" or"
+          f" \"estimated\");"
           f" default {MCP_DEFAULT_LIMIT} records per page, at most {MCP_MAX_LIMIT}.",
           list_records_tool, obj({
               "table_id": TABLE_ID, "filters": _FILTERS,
               "order": {"type": ["string", "array"], "items": {"type": "string"},
                         "description": "\"Col.asc,Col2.desc\" (or a list of terms); any column incl. id,"
                                        " created_at, updated_at"},
-              "limit": integer(f"page size, default {MCP_DEFAULT_LIMIT}, at most {MCP_MAX_LIMIT}", minimum=0),
-              "offset": integer("records to skip (from has_more/hint of the previous page)", minimum=0),
-              "count": boolean("also return total, the exact number of matching records (reads every"
-                               " match; default false)"),
-              "select": {"type": ["string", "array"], "items": {"type": "string"},
-                         "description": "fields to return, \"A,B\"; embed a relation as \"Rel(Name,Email)\""},
+              "limit": {"description": f"page size, a non-negative integer: default {MCP_DEFAULT_LIMIT},"
+                                       f" at most {MCP_MAX_LIMIT}"},
+              "offset": {"description": "records to skip, a non-negative integer (from has_more/hint of"
+                                        " the previous page)"},
+              "count": {"type": ["boolean", "string"], "enum": [True, False, "exact", "planned", "estimated"],
+                        "description": "also return total: true or \"exact\" counts every match (reads"
+                                       " every match); \"planned\" is the planner's estimate (reads none);"
+                                       " \"estimated\" is exact below 100,000 estimated matches, planned"
+                                       " above; default false"},
+              "select": _SELECT, "expand": _EXPAND,
+              "view": {"type": ["string", "integer"], "description": "a saved view's id (list_views): its"
+                       " filters AND these; order replaces its sort"},
           }, ("table_id",)), _PAGE_OUT, read_only=True, idempotent=True),
-    _spec("get_record", "Get a record", "One record by id, with its last pipeline outcome.",
-          get_record, obj(_REC, ("table_id", "record_id")), RECORD_OUT, read_only=True, idempotent=True),
+    _spec("get_record", "Get a record",
+          "One record by id, with its last pipeline outcome; with select or expand shaped as list_records"
+          " shapes it.",
+          get_record, obj({**_REC, "select": _SELECT, "expand": _EXPAND}, ("table_id", "record_id")),
+          RECORD_OUT, read_only=True, idempotent=True),
     _spec("create_record", "Create a record",
           "Create a record; required columns are enforced and computed columns run before the answer"
           " (their values and pipeline.errors are in the result).",

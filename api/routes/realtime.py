@@ -92,7 +92,15 @@ async def _authenticate(ws: WebSocket, hub: Hub) -> tuple[str, Any] | None:
     return token, principal
 
 
+_SUBSCRIBE_KEYS = frozenset({"type", "table", "events", "filter", "filters", "since"})
+
+
 async def _subscribe(client: Client, msg: dict[str, Any], default_since: int | None) -> None:
+    unknown = sorted(set(msg) - _SUBSCRIBE_KEYS)
+    if unknown:
+        # a subscription cannot honour select, order, limit and the like: say so (docs/query.md)
+        raise ServiceError(f"subscribe does not take {unknown[0]!r}; it takes table, events, filter and since",
+                           code="UNKNOWN_PARAMETER")
     hub = client.hub
     principal = await hub.principal(client.secret)
     client.principal = principal
@@ -126,6 +134,7 @@ async def _subscribe(client: Client, msg: dict[str, Any], default_since: int | N
         return
     try:
         changes, truncated, purged = await hub.replay(principal.workspace_id, table.id, since)
+        await hub.judge(principal.workspace_id, changes, [sub])
     except BaseException:
         client.subs.pop(table.id, None)
         raise

@@ -23,7 +23,7 @@ from storage import records as rec
 from storage import runs
 from storage.access import Action, Principal
 from storage.errors import NotFound, Unavailable, UnknownColumn, ValidationError
-from storage.query import parse_filter_list, parse_filter_object, plan_filters
+from storage.query import filter_items, parse_filter_list, parse_filter_object, plan_filters
 from storage.schema import TableMeta
 from storage.values import decode_value
 from workflows.bulk import BulkRunWorkflow
@@ -169,9 +169,7 @@ async def run_actions(table_id: int, body: RunActionsIn, principal: RestPrincipa
                 raise ValidationError(f"column {cid} is not a computed column of this table")
     filters: list[dict[str, Any]] = []
     if isinstance(body.filters, dict):
-        filters = [{"column": f.column, "op": ("not." if f.negate else "") + f.op.value,
-                    "value": list(f.value) if isinstance(f.value, tuple) else f.value}
-                   for f in parse_filter_object(body.filters)]
+        filters = filter_items(parse_filter_object(body.filters))
     elif body.filters:
         filters = body.filters
     if filters:

@@ -2,6 +2,7 @@
 below is the run order (cheap reads first, bulk writes after, peers last)."""
 
 from bench.scenarios import records  # noqa: F401,I001  (registration side effect)
+from bench.scenarios import query  # noqa: F401
 from bench.scenarios import sql  # noqa: F401
 from bench.scenarios import mcp  # noqa: F401
 from bench.scenarios import limits  # noqa: F401
@@ -14,6 +15,7 @@ from bench.scenarios import outside  # noqa: F401
 from bench.scenarios import chat  # noqa: F401
 from bench.scenarios import schema  # noqa: F401
 from bench.scenarios import sql_analytics  # noqa: F401  (opt-in: --analytics-rows)
+from bench.scenarios import scale  # noqa: F401
 from bench.scenarios import peers  # noqa: F401
 from bench.scenarios.registry import REGISTRY, Scenario, scenario, select
 

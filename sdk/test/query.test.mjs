@@ -68,6 +68,10 @@ const CASES = [
   ["match", (q) => q.match({ Status: "c", Done: true }), { Status: "eq.c", Done: "eq.true" }],
   ["filter", (q) => q.filter("Score", "not.gte", 30), { Score: "not.gte.30" }],
   ["odd column name", (q) => q.like(ODD, "v1*").order(ODD), { [ODD]: "like.v1*", order: `"${ODD.replace(/"/g, '\\"')}".asc` }],
+  ["eq null", (q) => q.eq(ODD, null), { [ODD]: "is.null" }],
+  ["neq null", (q) => q.neq(ODD, null), { [ODD]: "not.is.null" }],
+  ["or group", (q) => q.or("Score.gte.250,and(Status.eq.a,Title.ilike.*0*)"), { or: "(Score.gte.250,and(Status.eq.a,Title.ilike.*0*))" }],
+  ["not.or group", (q) => q.or("Score.gte.50,Done.is.true", { negate: true }), { "not.or": "(Score.gte.50,Done.is.true)" }],
 ];
 
 for (const [name, build, params] of CASES) {
@@ -110,6 +114,16 @@ test("count exact fills count from the server's total", async () => {
   const r = await client.from(tasks.id).select("*", { count: "exact" }).gte("Score", 100).limit(5);
   assert.equal(r.count, 20);
   assert.equal(r.data.length, 5);
+});
+
+test("count planned and estimated send their Prefer mode", async () => {
+  const estimated = await client.from(tasks.id).select("*", { count: "estimated" }).gte("Score", 100).limit(5);
+  assert.equal(estimated.count, 20); // exact: far below 100,000 estimated rows
+  const planned = await client.from(tasks.id).select("*", { count: "planned" }).gte("Score", 100).limit(5);
+  assert.equal(typeof planned.count, "number"); // the planner's estimate
+  assert.equal(planned.data.length, 5);
+  const asTrue = await client.from(tasks.id).select("*", { count: true }).gte("Score", 100).limit(5);
+  assert.equal(asTrue.count, 20);
 });
 
 test("single and maybeSingle", async () => {
@@ -163,4 +177,39 @@ test("a builder is a thenable: then and catch work without await", async () => {
   assert.equal(viaThen.data.length, 1);
   const viaCatch = await client.from(tasks.id).select().limit(1).catch(() => "unreached");
   assert.equal(viaCatch.data.length, 1);
+});
+
+// the query string the SDK sends is exactly the documented REST query (docs/query.md)
+const SENT = [
+  [(q) => q.eq("Score", null), "Score=is.null"],
+  [(q) => q.neq("Score", null), "Score=not.is.null"],
+  [(q) => q.not("Score", "eq", null), "Score=not.is.null"],
+  [(q) => q.gte("Due", new Date("2026-01-28T00:00:00Z")), "Due=gte.2026-01-28T00%3A00%3A00.000Z"],
+  [(q) => q.in("Title", ["a", "b,c"]), "Title=in.(a%2C%22b%2Cc%22)"],
+  [(q) => q.contains("Tags", ["x", "y"]), "Tags=cs.%7Bx%2Cy%7D"],
+  [(q) => q.or("Score.gte.10,Done.is.true"), "or=(Score.gte.10%2CDone.is.true)"],
+  [(q) => q.select(["Title", "Owner(Name)"]), "select=Title%2COwner(Name)"],
+  [(q) => q.select(["Title", "Owner(Name, Age)"]), "select=Title%2COwner(Name%2CAge)"],
+  [(q) => q.select(""), "select="], // no field, as on every door
+  [(q) => q.select("*"), ""],
+];
+
+test("the builder sends the documented REST query", async () => {
+  const seen = [];
+  const recording = createClient(URL_, { token: TOKEN, fetch: (url, init) => { seen.push(String(url)); return fetch(url, init); } });
+  for (const [build, query] of SENT) {
+    seen.length = 0;
+    const { error } = await build(recording.from(tasks.id).select());
+    assert.equal(error, null, query);
+    const url = seen.find((u) => u.includes("/records"));
+    assert.equal(decodeURIComponent(url.split("?")[1] ?? ""), decodeURIComponent(query));
+  }
+});
+
+test("an array select with an embedding embeds, as the text form does", async () => {
+  const a = await client.from(tasks.id).select(["Title", "Owner(Name)"]).eq("Title", "task 03").single();
+  const b = await client.from(tasks.id).select("Title,Owner(Name)").eq("Title", "task 03").single();
+  assert.equal(a.error, null);
+  assert.deepEqual(a.data, b.data);
+  assert.equal(a.data.Owner.Name, "Bob");
 });

@@ -54,17 +54,21 @@ GRACE_S = 1.0
 START_TIMEOUT_S = 20.0
 
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "js_worker.py")
-_PLACEHOLDER = re.compile(r"\{([^{}\s:;,()'\"`=\[\]+*/<>!?|&^%~.\n\\-][^{}:;,()'\"`=\[\]\n\\]*?)\}")
-_FIELD_ACCESS = re.compile(
+PLACEHOLDER = re.compile(r"\{([^{}\s:;,()'\"`=\[\]+*/<>!?|&^%~.\n\\-][^{}:;,()'\"`=\[\]\n\\]*?)\}")
+FIELD_ACCESS = re.compile(
     r"\bfields\s*(?:\[\s*(\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*')\s*\]|\.\s*([A-Za-z_$][\w$]*))"
 )
 # Comments and string/template literals, inside which {braces} are left alone.
-_SKIP = re.compile(
+SKIP = re.compile(
     r"//[^\n]*|/\*.*?\*/|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|`(?:[^`\\]|\\.)*`", re.DOTALL
 )
 
 
-def _js_string(literal: str) -> str:
+# The scanner pieces above are shared with ``storage/refs.py``, which rewrites column
+# references to ids and back with exactly the rules used here to find them.
+
+
+def js_string(literal: str) -> str:
     """Decode a JavaScript string literal (JSON escapes; best effort for the rest)."""
     body = literal[1:-1]
     if literal[0] == "'":
@@ -80,34 +84,34 @@ def _rewrite(source: str) -> tuple[str, frozenset[str]]:
     names: set[str] = set()
     out: list[str] = []
     last = 0
-    for skip in _SKIP.finditer(source):
+    for skip in SKIP.finditer(source):
         out.append(_replace_placeholders(source[last:skip.start()], names))
         out.append(skip.group(0))
         last = skip.end()
     out.append(_replace_placeholders(source[last:], names))
     code = "".join(out)
-    for m in _FIELD_ACCESS.finditer(code):
-        names.add(_js_string(m.group(1)) if m.group(1) else m.group(2))
+    for m in FIELD_ACCESS.finditer(code):
+        names.add(js_string(m.group(1)) if m.group(1) else m.group(2))
     return code, frozenset(names)
 
 
-_KEYWORD = re.compile(
+KEYWORD = re.compile(
     r"(?:return|throw|break|continue|var|let|const|if|for|while|do|switch|try|new|delete|typeof|void"
     r"|yield|await|function|class)\b"
 )
-_BLOCK_BEFORE = re.compile(r"(?:\)|=>|\belse|\bdo|\btry|\bfinally)\s*$")
+BLOCK_BEFORE = re.compile(r"(?:\)|=>|\belse|\bdo|\btry|\bfinally)\s*$")
 
 
 def _replace_placeholders(chunk: str, names: set[str]) -> str:
     def repl(m: re.Match[str]) -> str:
         name = m.group(1)
         # Braces after ")", "=>", else/do/try/finally open a block; keywords start statements.
-        if name != name.strip() or _KEYWORD.match(name) or _BLOCK_BEFORE.search(chunk, 0, m.start()):
+        if name != name.strip() or KEYWORD.match(name) or BLOCK_BEFORE.search(chunk, 0, m.start()):
             return m.group(0)
         names.add(name)
         return f"fields[{json.dumps(name)}]"
 
-    return _PLACEHOLDER.sub(repl, chunk)
+    return PLACEHOLDER.sub(repl, chunk)
 
 
 class _Worker:

@@ -24,8 +24,9 @@ from typing import Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from storage.ddl import search_expr
 from storage.query.parse import Op
-from storage.query.plan import Embed, JsonOperand, Kind, PlannedFilter, PlannedOrder, QueryPlan
+from storage.query.plan import Embed, JsonOperand, Kind, PlannedFilter, PlannedGroup, PlannedOrder, QueryPlan
 
 TABLE_ALIAS = "t"
 _EMBED_ALIAS = "r"
@@ -48,24 +49,34 @@ _NUMERIC_TEXT_RE = r"^\s*[-+]?([0-9]{1,100}(\.[0-9]{0,100})?|\.[0-9]{1,100})([eE
 Fragment = tuple[sql.Composable, list[Any]]
 
 
-def build_where(filters: Sequence[PlannedFilter], alias: str = TABLE_ALIAS) -> Fragment:
+def build_where(
+    filters: Sequence[PlannedFilter | PlannedGroup], alias: str = TABLE_ALIAS
+) -> Fragment:
     """The AND of ``filters`` as a boolean SQL expression over ``alias``, and its params.
 
-    No filters give ``TRUE``. Negated filters match where the condition is false or NULL.
+    No filters give ``TRUE``. Negated filters and groups match where the condition is
+    false or NULL.
     """
     if not filters:
         return sql.SQL("TRUE"), []
+    return _junction(filters, " AND ", alias)
+
+
+def _junction(filters: Sequence[PlannedFilter | PlannedGroup], glue: str, alias: str) -> Fragment:
     parts: list[sql.Composable] = []
     params: list[Any] = []
     for f in filters:
-        cond, p = _condition(f, sql.Identifier(alias, f.target.physical))
+        if isinstance(f, PlannedGroup):
+            cond, p = _junction(f.items, " OR " if f.kind == "or" else " AND ", alias)
+        else:
+            cond, p = _condition(f, sql.Identifier(alias, f.target.physical))
         if f.negate:
             cond = sql.SQL("({}) IS NOT TRUE").format(cond)
         else:
             cond = sql.SQL("({})").format(cond)
         parts.append(cond)
         params.extend(p)
-    return sql.SQL(" AND ").join(parts), params
+    return sql.SQL(glue).join(parts), params
 
 
 def build_list(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
@@ -98,6 +109,29 @@ def build_count(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     """``SELECT count(*)`` over the same WHERE clause as :func:`build_list`."""
     where, params = build_where(plan.filters)
     query = sql.SQL("SELECT count(*) FROM {} AS {} WHERE {}").format(
+        _table(plan.table.workspace_id, plan.table.id), sql.Identifier(TABLE_ALIAS), where
+    )
+    return query, params
+
+
+def build_counter(plan: QueryPlan) -> tuple[sql.Composed, list[Any]] | None:
+    """For an unfiltered plan, the exact count read from the table's row counter
+    (``wds.row_counts``, migration m0013; ``count(*)`` when the table has no counter row),
+    else ``None``. Needs ``wds.row_counts`` to exist (:func:`storage.query.listing.has_row_counter`)."""
+    if plan.filters:
+        return None
+    query = sql.SQL(
+        "SELECT coalesce((SELECT sum(n) FROM wds.row_counts WHERE table_id = %s AND workspace_id = %s),"
+        " (SELECT count(*) FROM {}))::bigint"
+    ).format(_table(plan.table.workspace_id, plan.table.id))
+    return query, [plan.table.id, plan.table.workspace_id]
+
+
+def build_estimate(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
+    """``EXPLAIN (FORMAT JSON)`` of the rows :func:`build_count` counts: the planner's
+    estimate of their number is the top node's ``Plan Rows`` (``Prefer: count=planned``)."""
+    where, params = build_where(plan.filters)
+    query = sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM {} AS {} WHERE {}").format(
         _table(plan.table.workspace_id, plan.table.id), sql.Identifier(TABLE_ALIAS), where
     )
     return query, params
@@ -138,10 +172,28 @@ def _condition(f: PlannedFilter, c: sql.Composable) -> Fragment:
         # a checkbox never set reads as false
         c = sql.SQL("coalesce({}, false)").format(c)
     if op in (Op.LIKE, Op.ILIKE):
-        return sql.SQL("{} " + op.value.upper() + " %s::text").format(c), [value]
+        return _like(op, c, value)
     if op is Op.IN:
         return sql.SQL("{} = ANY({})").format(c, _typed_param(kind, array=True)), [list(value)]
     return sql.SQL("{} " + _COMPARE[op] + " {}").format(c, _typed_param(kind)), [value]
+
+
+def _like(op: Op, c: sql.Composable, value: Any) -> tuple[sql.Composable, list[Any]]:
+    """``ilike``: both sides lower-cased under the ``pg_c_utf8`` collation, then ``LIKE``.
+
+    The database runs with ``--locale=C``, where ILIKE folds ASCII letters only ('É'
+    would not match 'é'); PostgreSQL's builtin C.UTF-8 collation (17+) applies Unicode's
+    simple case mapping (docs/query.md). ``lower(c COLLATE "pg_c_utf8")`` is also the
+    expression each text column's trigram index is built on (:func:`storage.ddl.search_expr`),
+    so a leading-wildcard pattern reads the index: the index's own case folding (the
+    database's, ASCII only) then sees the same already-lowered text on both sides, which
+    keeps its answers exact. ``like`` (case-sensitive) uses the same index as a superset
+    and checks the exact pattern beside it.
+    """
+    folded = sql.SQL('{} LIKE lower(%s::text COLLATE "pg_c_utf8")').format(search_expr(c))
+    if op is Op.ILIKE:
+        return folded, [value]
+    return sql.SQL("({} AND {} LIKE %s::text)").format(folded, c), [value, value]
 
 
 def _is(kind: Kind, value: str, c: sql.Composable) -> sql.Composable:
@@ -160,7 +212,7 @@ def _is(kind: Kind, value: str, c: sql.Composable) -> sql.Composable:
 def _json_condition(op: Op, value: Any, c: sql.Composable) -> Fragment:
     text = _json_text(c)
     if op in (Op.LIKE, Op.ILIKE):
-        return sql.SQL("{} " + op.value.upper() + " %s::text").format(text), [value]
+        return _like(op, text, value)
     if op is Op.IN:
         operands: tuple[JsonOperand, ...] = value
         numbers = [o.number for o in operands if o.number is not None]

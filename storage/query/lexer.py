@@ -59,8 +59,10 @@ def parse_list(text: str, open_: str, close: str, *, required: bool) -> tuple[st
         i += 1  # the comma
 
 
-def split_top(text: str) -> list[str]:
-    """Split on commas outside double quotes and parentheses."""
+def split_top(text: str, *, braces: bool = False) -> list[str]:
+    """Split on commas outside double quotes and parentheses (and ``{}`` with ``braces``:
+    the conditions of a group, whose ``cs.{a,b}`` lists hold commas)."""
+    opens, closes = ("({", ")}") if braces else ("(", ")")
     parts: list[str] = []
     buf: list[str] = []
     depth, quoted, i = 0, False, 0
@@ -72,9 +74,9 @@ def split_top(text: str) -> list[str]:
             continue
         if ch == '"':
             quoted = not quoted
-        elif not quoted and ch == "(":
+        elif not quoted and ch in opens:
             depth += 1
-        elif not quoted and ch == ")":
+        elif not quoted and ch in closes:
             depth -= 1
         elif not quoted and depth == 0 and ch == ",":
             parts.append("".join(buf))

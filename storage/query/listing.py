@@ -9,23 +9,107 @@ REPEATABLE READ transaction.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from enum import StrEnum
 from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import tuple_row
 
-from storage.query.build import build_count, build_list
+from storage.query.build import build_count, build_counter, build_estimate, build_list
 from storage.query.plan import Embed, QueryPlan
 from storage.schema import ColumnMeta, ColumnType
 from storage.values import decode_value, iso_text
 
 
+class CountMode(StrEnum):
+    """How a list's total is found (PostgREST's ``Prefer: count=...``)."""
+
+    EXACT = "exact"  # count(*) of the matches; an unfiltered table reads its row counter
+    PLANNED = "planned"  # the planner's estimate (EXPLAIN): no row is read
+    ESTIMATED = "estimated"  # exact below ESTIMATE_EXACT_MAX planned rows, planned above
+
+
+# ``count=estimated`` counts exactly while the planner expects fewer matches than this
+# (PostgREST's bound is db-max-rows); above it an exact count would read too many rows
+ESTIMATE_EXACT_MAX = 100_000
+
+Statement = tuple[sql.Composed | bytes, list[Any] | None]
+
+
+def count_mode(count: bool | str | CountMode | None) -> CountMode | None:
+    """``True`` → exact, ``False``/``None`` → no count, a mode's name → that mode."""
+    if count is None or count is False:
+        return None
+    if count is True:
+        return CountMode.EXACT
+    return CountMode(count)
+
+
+@dataclass(frozen=True, slots=True)
+class CountQueries:
+    """The statements a list's total may need: ``exact`` (count(*)), ``counter`` (the
+    row counter of an unfiltered table, else ``None``) and ``estimate`` (EXPLAIN)."""
+
+    exact: Statement
+    counter: Statement | None
+    estimate: Statement
+
+
+_COUNTED: set[tuple[str, str, str]] = set()  # databases known to have wds.row_counts
+
+
+async def has_row_counter(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether the database keeps row counters (migration m0013 applied; a scratch
+    database built without migrating has none). Positive answers are remembered."""
+    info = conn.info
+    key = (str(info.host), str(info.port), str(info.dbname))
+    if key in _COUNTED:
+        return True
+    cur = conn.cursor(row_factory=tuple_row)
+    row = await (await cur.execute("SELECT to_regclass('wds.row_counts') IS NOT NULL")).fetchone()
+    if row is not None and row[0]:
+        _COUNTED.add(key)
+        return True
+    return False
+
+
+async def page_and_total(
+    conn: psycopg.AsyncConnection[Any],
+    page_sql: sql.Composed | bytes,
+    page_params: list[Any] | None,
+    mode: CountMode | None,
+    counts: CountQueries,
+) -> tuple[list[tuple[Any, ...]], int | None]:
+    """The page's rows and the total ``mode`` asks for (``None`` without a mode).
+
+    Exact: count(*) in the page's round trip, or the row counter of an unfiltered table.
+    Planned: the planner's estimate, in the page's round trip. Estimated: exact for an
+    unfiltered table (its counter costs nothing), else the estimate, then count(*) in a
+    second round trip when the estimate is below :data:`ESTIMATE_EXACT_MAX`.
+    """
+    if mode is None:
+        return await fetch_page(conn, page_sql, page_params, None)
+    counter = counts.counter if counts.counter is not None and await has_row_counter(conn) else None
+    if mode is CountMode.EXACT or (mode is CountMode.ESTIMATED and counter is not None):
+        return await fetch_page(conn, page_sql, page_params, counter or counts.exact)
+    rows, planned = await fetch_page(conn, page_sql, page_params, counts.estimate, planned=True)
+    if mode is CountMode.ESTIMATED and (planned or 0) < ESTIMATE_EXACT_MAX:
+        cur = conn.cursor(row_factory=tuple_row)
+        found = await (await cur.execute(*counts.exact)).fetchone()
+        return rows, int(found[0]) if found is not None else 0
+    return rows, planned
+
+
 async def list_records(
-    conn: psycopg.AsyncConnection[Any], plan: QueryPlan, *, count: bool
+    conn: psycopg.AsyncConnection[Any], plan: QueryPlan, *, count: bool | str | CountMode | None
 ) -> tuple[list[dict[str, Any]], int | None]:
-    """Fetch one page of records for ``plan`` and, when ``count``, the exact total.
+    """Fetch one page of records for ``plan`` and, when ``count``, the total.
+
+    ``count``: ``True`` or a :class:`CountMode` (``True`` is exact); see :func:`page_and_total`.
 
     Returns:
         The records as ``{"id", "fields", "created_at", "updated_at"}`` dicts (fields
@@ -33,8 +117,12 @@ async def list_records(
         of rows matching the filters (``None`` unless ``count``).
     """
     page_sql, page_params = build_list(plan)
-    count_query = build_count(plan) if count else None
-    rows, total = await fetch_page(conn, page_sql, page_params, count_query)
+    mode = count_mode(count)
+    counts = CountQueries(build_count(plan), build_counter(plan), build_estimate(plan)) if mode else None
+    if counts is None:
+        rows, total = await fetch_page(conn, page_sql, page_params, None)
+    else:
+        rows, total = await page_and_total(conn, page_sql, page_params, mode, counts)
     return [decode_row(plan, row) for row in rows], total
 
 
@@ -43,9 +131,13 @@ async def fetch_page(
     page_sql: sql.Composed | bytes,
     page_params: list[Any] | None,
     count_query: tuple[sql.Composed | bytes, list[Any] | None] | None,
+    *,
+    planned: bool = False,
 ) -> tuple[list[tuple[Any, ...]], int | None]:
     """Run a page query and, when given, its count query in one round trip (pipeline mode).
-    ``None`` parameters: the text has its values bound already (no placeholders)."""
+    ``None`` parameters: the text has its values bound already (no placeholders).
+    ``planned``: the count query is an ``EXPLAIN (FORMAT JSON)``; its top node's row
+    estimate is the total."""
     if count_query is None:
         cur = conn.cursor(row_factory=tuple_row)
         return await (await cur.execute(page_sql, page_params)).fetchall(), None
@@ -54,7 +146,16 @@ async def fetch_page(
         count_cur = await conn.cursor(row_factory=tuple_row).execute(*count_query)
     rows = await page_cur.fetchall()
     count_row = await count_cur.fetchone()
+    if planned:
+        return rows, _plan_rows(count_row[0]) if count_row is not None else 0
     return rows, int(count_row[0]) if count_row is not None else 0
+
+
+def _plan_rows(explained: Any) -> int:
+    """``Plan Rows`` of the top node of an ``EXPLAIN (FORMAT JSON)`` result."""
+    if isinstance(explained, (str, bytes)):  # EXPLAIN's column is json: decoded already
+        explained = json.loads(explained)
+    return int(explained[0]["Plan"]["Plan Rows"])
 
 
 def decode_row(plan: QueryPlan, row: tuple[Any, ...]) -> dict[str, Any]:

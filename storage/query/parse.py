@@ -13,12 +13,22 @@ Grammar (PostgREST style)::
     <Column>=not.<op>.<value>         negation of any operator
     filter[<Column>][<op>]=<value>    legacy form; <op> may be ``not.eq`` etc.
     order=<Col>.asc,<Col>.desc.nullslast   sort=-<Col>,<Col>
-    limit=<n>  offset=<n>  select=a,b,Rel(X,Y),*  expand=Rel1,Rel2
+    limit=<n>  offset=<n>  select=a,b,Rel(X,Y),*  expand=Rel1,Rel2  count=exact  view=<id>
+    or=(<cond>,<cond>,...)  and=(...)  not.or=(...)  not.and=(...)
+        <cond> is <Column>.<op>.<value>, <Column>.not.<op>.<value> or a nested
+        and(...) / or(...) / not.and(...) / not.or(...); a column name holding dots or
+        commas is double-quoted ("My.col".eq.1), and so is a value holding commas or
+        parentheses (Title.eq."a,b")
 
 Every other parameter name that is not reserved (:data:`RESERVED_PARAMS`) is a column
-filter; repeated keys are all kept and AND together. Names in ``order``, ``sort``,
-``select`` and ``expand`` may be double-quoted to hold commas, dots or parentheses.
-For repeated ``limit``/``offset`` the last one wins.
+filter; repeated column filters and groups are all kept and AND together. Names in
+``order``, ``sort``, ``select`` and ``expand`` may be double-quoted to hold commas, dots
+or parentheses. The other parameters are single-valued: giving one twice (or ``order``
+and ``sort`` together) is ``REPEATED_PARAMETER``, never "the last one wins".
+
+The JSON doors (MCP ``list_records``, run-actions, realtime, views) go through
+:func:`parse_arguments` / :func:`parse_filter_object` / :func:`parse_filter_list`, which
+build the same :class:`Query` with the same errors (docs/query.md).
 
 >>> q = parse_params([("Status", "eq.Done"), ("Score", "not.gt.5"), ("order", "Score.desc")])
 >>> q.filters[0]
@@ -34,16 +44,17 @@ Filter(column='Status', op=<Op.EQ: 'eq'>, value='Done', negate=False)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-from storage.errors import InvalidValue, UnknownOperator, ValidationError
+from storage.errors import InvalidValue, ServiceError, UnknownOperator, ValidationError
 from storage.plans import IN_MAX, PAGE_DEFAULT, PAGE_MAX
 from storage.query.lexer import (
     name_and_rest,
     parse_list,
     partition_unquoted,
+    read_quoted,
     split_top,
     unquote_name,
 )
@@ -53,10 +64,15 @@ MAX_LIMIT = PAGE_MAX
 MAX_IN_VALUES = IN_MAX
 MAX_OFFSET = 2**63 - 1  # beyond bigint PostgreSQL would fail at run time
 
-# Parameters that are never column filters; the API layer handles view/run_pipeline/count.
+# Parameters that are never column filters.
 RESERVED_PARAMS = frozenset(
     {"order", "sort", "limit", "offset", "select", "expand", "view", "run_pipeline", "count"}
 )
+# Parameters naming a boolean group of conditions (PostgREST's logic trees).
+GROUP_PARAMS = frozenset({"or", "and", "not.or", "not.and"})
+# The parameters a single-record read accepts.
+RECORD_PARAMS = frozenset({"select", "expand"})
+MAX_GROUP_DEPTH = 8  # nesting of and(...)/or(...) groups
 
 
 class Op(StrEnum):
@@ -93,6 +109,25 @@ class Filter:
 
 
 @dataclass(frozen=True, slots=True)
+class Group:
+    """``and``/``or`` of conditions and nested groups, negated when ``negate``.
+
+    ``source`` is the group's text as written (``(a.eq.1,b.gt.2)``), for doors that pass
+    filters on in their JSON list form (:func:`filter_items`).
+    """
+
+    kind: Literal["and", "or"]
+    items: tuple[Filter | Group, ...]
+    negate: bool = False
+    source: str = field(default="", compare=False)
+
+    @property
+    def column(self) -> None:
+        """A group names no single column (callers keyed on ``Filter.column`` skip it)."""
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class OrderTerm:
     column: str
     desc: bool = False
@@ -112,12 +147,14 @@ class SelectItem:
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    filters: tuple[Filter, ...] = ()
+    filters: tuple[Filter | Group, ...] = ()
     order: tuple[OrderTerm, ...] = ()
     limit: int = DEFAULT_LIMIT
     offset: int = 0
-    select: tuple[SelectItem, ...] | None = None  # None: every field
+    select: tuple[SelectItem, ...] | None = None  # None: every field; (): no field
     expand: tuple[str, ...] = ()
+    count: bool = False  # count=exact: the exact number of matches is wanted
+    view: str | None = None  # a saved view whose filters and sort apply
 
 
 _OPS = {op.value: op for op in Op}
@@ -130,48 +167,233 @@ def parse_params(params: Sequence[tuple[str, str]]) -> Query:
     Raises:
         UnknownOperator: a filter names an operator outside :class:`Op`.
         InvalidValue: a malformed value (bad ``is`` value, unbalanced quotes in a list).
-        ValidationError: malformed ``limit``/``offset``/``order``/``select``.
+        ValidationError: malformed ``limit``/``offset``/``order``/``select``/``count``
+            or group.
+        ServiceError: ``REPEATED_PARAMETER`` (a single-valued parameter given twice),
+            ``UNKNOWN_PARAMETER`` (``run_pipeline``, which only writes take).
 
     >>> parse_params([("filter[Name][not.eq]", "x"), ("limit", "5")])
-    Query(filters=(Filter(column='Name', op=<Op.EQ: 'eq'>, value='x', negate=True),), order=(), limit=5, offset=0, select=None, expand=())
+    Query(filters=(Filter(column='Name', op=<Op.EQ: 'eq'>, value='x', negate=True),), order=(), limit=5, offset=0, select=None, expand=(), count=False, view=None)
     >>> parse_params([("sort", "-created_at,Name")]).order
     (OrderTerm(column='created_at', desc=True, nulls=None), OrderTerm(column='Name', desc=False, nulls=None))
     >>> parse_params([("select", "Name,Owner(Email,Team)")]).select
     (SelectItem(name='Name', fields=None), SelectItem(name='Owner', fields=('Email', 'Team')))
+    >>> parse_params([("limit", "5"), ("limit", "7")])
+    Traceback (most recent call last):
+    storage.errors.ServiceError: parameter 'limit' is given more than once
     """
-    filters: list[Filter] = []
-    order: list[OrderTerm] = []
-    select: list[SelectItem] | None = None
-    expand: list[str] = []
-    limit, offset = DEFAULT_LIMIT, 0
+    filters: list[Filter | Group] = []
+    single: dict[str, tuple[str, str]] = {}  # slot → (key as written, value)
     for key, value in params:
         legacy = _legacy_key(key)
         if legacy is not None:
             filters.append(parse_legacy(legacy[0], legacy[1], value))
-        elif key == "order":
-            order.extend(parse_order(value))
-        elif key == "sort":
-            order.extend(parse_sort(value))
-        elif key == "limit":
-            limit = _parse_int("limit", value)
-        elif key == "offset":
-            offset = _parse_int("offset", value)
-        elif key == "select":
-            select = (select or []) + list(parse_select(value))
-        elif key == "expand":
-            expand.extend(unquote_name(p) for p in split_top(value) if p.strip())
+        elif key in GROUP_PARAMS:
+            filters.append(parse_group(key, value))
         elif key in RESERVED_PARAMS:
-            continue
+            if key == "run_pipeline":
+                raise ServiceError("query parameter 'run_pipeline' applies to writes only",
+                                   code="UNKNOWN_PARAMETER")
+            slot = "order" if key == "sort" else key
+            if slot in single:
+                raise _repeated(key)
+            single[slot] = (key, value)
         else:
             filters.append(parse_filter(key, value))
+    order: tuple[OrderTerm, ...] = ()
+    if "order" in single:
+        key, text = single["order"]
+        order = parse_order(text) if key == "order" else parse_sort(text)
+
+    def value(slot: str) -> str | None:
+        return single[slot][1] if slot in single else None
+
+    select, expand, count = value("select"), value("expand"), value("count")
+    limit, offset = value("limit"), value("offset")
     return Query(
         filters=tuple(filters),
-        order=tuple(order),
-        limit=limit,
-        offset=offset,
-        select=None if select is None else tuple(select),
-        expand=tuple(expand),
+        order=order,
+        limit=DEFAULT_LIMIT if limit is None else parse_int("limit", limit),
+        offset=0 if offset is None else parse_int("offset", offset),
+        select=None if select is None else parse_select(select),
+        expand=() if expand is None else parse_expand(expand),
+        count=False if count is None else parse_count(count),
+        view=value("view"),
     )
+
+
+def parse_record_params(params: Sequence[tuple[str, str]]) -> Query:
+    """The query of a single-record read: ``select`` and ``expand`` only, each once.
+
+    >>> parse_record_params([("select", "Title")]).select
+    (SelectItem(name='Title', fields=None),)
+    >>> parse_record_params([("view", "1")])
+    Traceback (most recent call last):
+    storage.errors.ServiceError: query parameter 'view' does not apply to reading one record; only select and expand do
+    """
+    seen: set[str] = set()
+    for key, _ in params:
+        if key not in RECORD_PARAMS:
+            raise ServiceError(f"query parameter {key!r} does not apply to reading one record;"
+                               " only select and expand do", code="UNKNOWN_PARAMETER")
+        if key in seen:
+            raise _repeated(key)
+        seen.add(key)
+    return parse_params(params)
+
+
+def parse_arguments(args: Mapping[str, Any], *, default_limit: int = DEFAULT_LIMIT) -> Query:
+    """The JSON doors' form of a list query (MCP ``list_records``, the agent chat):
+    ``filters`` (object or list form), ``order``, ``select``, ``expand`` (text in the REST
+    grammar or a list of terms), ``limit``, ``offset``, ``count`` (boolean) and ``view``.
+
+    Every value is checked here with the REST door's messages: ``limit: 10.0`` is ten
+    (JSON has one number type), ``limit: 10.5``, ``"10"``, ``true`` or ``-1`` are
+    ``VALIDATION_ERROR``; an empty ``select`` selects no field, as ``select=`` does.
+
+    >>> parse_arguments({"filters": {"Score": "gt.1"}, "limit": 10.0, "select": ["Title", "Owner(Name)"]}).limit
+    10
+    """
+    raw = args.get("filters")
+    filters: tuple[Filter | Group, ...] = ()
+    if isinstance(raw, Mapping):
+        filters = parse_filter_object(raw)
+    elif raw is not None:
+        filters = parse_filter_list(raw)
+    order = terms_text("order", args.get("order"))
+    select = terms_text("select", args.get("select"))
+    expand = terms_text("expand", args.get("expand"))
+    view = args.get("view")
+    if view is not None and (isinstance(view, bool) or not isinstance(view, (str, int))):
+        raise ValidationError("view must be a view id")
+    count = args.get("count")
+    if count is None:
+        count = False
+    if isinstance(count, str) and count in ("exact", "planned", "estimated"):
+        count = True  # the door reads the mode itself (storage.query.listing.count_mode)
+    if not isinstance(count, bool):
+        raise ValidationError('count must be true, false, "exact", "planned" or "estimated"')
+    return Query(
+        filters=filters,
+        order=parse_order(order) if order is not None else (),
+        limit=parse_int("limit", args["limit"]) if args.get("limit") is not None else default_limit,
+        offset=parse_int("offset", args["offset"]) if args.get("offset") is not None else 0,
+        select=parse_select(select) if select is not None else None,
+        expand=parse_expand(expand) if expand is not None else (),
+        count=count,
+        view=None if view is None else str(view),
+    )
+
+
+def terms_text(name: str, value: Any) -> str | None:
+    """A JSON door's ``order``/``select``/``expand``: REST text, or a list of terms
+    (each term is taken as written: ``"Owner(Name)"`` embeds, ``"\"a,b\""`` quotes)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ",".join(value)
+    raise ValidationError(f"{name} must be text or a list of texts")
+
+
+def parse_expand(text: str) -> tuple[str, ...]:
+    """``expand=Rel1,Rel2``; names may be double-quoted."""
+    return tuple(unquote_name(p) for p in split_top(text) if p.strip())
+
+
+def parse_count(text: str) -> bool:
+    """``count=exact`` (as ``Prefer: count=exact``); nothing else is accepted."""
+    if text.strip().lower() != "exact":
+        raise ValidationError("count must be exact (count=exact)")
+    return True
+
+
+def parse_group(key: str, text: str, *, depth: int = 0) -> Group:
+    """Parse ``or=(...)`` / ``and=(...)`` (``key`` may be ``not.or``/``not.and``).
+
+    >>> g = parse_group("or", "(Score.gte.10,and(Status.eq.done,Title.ilike.*x*))")
+    >>> g.kind, g.items[0], g.items[1].kind, g.items[1].items[1].value
+    ('or', Filter(column='Score', op=<Op.GTE: 'gte'>, value='10', negate=False), 'and', '*x*')
+    >>> parse_group("not.and", '("A.b".eq."x,y",N.not.is.null)').items
+    (Filter(column='A.b', op=<Op.EQ: 'eq'>, value='x,y', negate=False), Filter(column='N', op=<Op.IS: 'is'>, value='null', negate=True))
+    """
+    negate = key.startswith("not.")
+    kind = key[4:] if negate else key
+    if kind not in ("and", "or"):
+        raise ValidationError(f"unknown group {key!r}: expected and, or, not.and or not.or")
+    if depth >= MAX_GROUP_DEPTH:
+        raise ValidationError(f"groups nest at most {MAX_GROUP_DEPTH} deep")
+    body = text.strip()
+    if not (body.startswith("(") and body.endswith(")")):
+        raise ValidationError(f"{key} takes a parenthesised list of conditions, e.g. {kind}=(A.eq.1,B.gt.2)")
+    items: list[Filter | Group] = []
+    for part in split_top(body[1:-1], braces=True):
+        part = part.strip()
+        if not part:
+            raise ValidationError(f"empty condition in {key}={text}")
+        nested = _nested_group(part)
+        if nested is not None:
+            items.append(parse_group(nested[0], nested[1], depth=depth + 1))
+        else:
+            items.append(_group_condition(part))
+    if not items:
+        raise ValidationError(f"{key}=() holds no condition")
+    return Group(kind, tuple(items), negate, body)  # type: ignore[arg-type]
+
+
+def _nested_group(part: str) -> tuple[str, str] | None:
+    for key in ("not.and", "not.or", "and", "or"):
+        if part.startswith(key + "(") and part.endswith(")"):
+            return key, part[len(key):]
+    return None
+
+
+def _group_condition(part: str) -> Filter:
+    """``<Column>.<op>.<value>`` inside a group; the first ``.<op>.`` ends the name."""
+    if part.startswith('"'):
+        column, rest = read_quoted(part)
+        if not rest.startswith("."):
+            raise ValidationError(f"bad condition {part!r}: expected \"<Column>\".<op>.<value>")
+        expr = rest[1:]
+    else:
+        column, expr = "", ""
+        for i, ch in enumerate(part):
+            if ch != ".":
+                continue
+            rest = part[i + 1 :]
+            head = rest[4:] if rest.startswith("not.") else rest
+            name = head.partition(".")[0]
+            if name in _OPS and "." in head:
+                column, expr = part[:i], rest
+                break
+        if not column:
+            raise ValidationError(f"bad condition {part!r}: expected <Column>.<op>.<value>")
+    f = parse_filter(column, expr)
+    if isinstance(f.value, str) and f.op is not Op.IS:
+        value = f.value.strip()
+        if len(value) >= 2 and value.startswith('"') and value.endswith('"'):
+            inner, _ = read_quoted(value)
+            f = Filter(f.column, f.op, inner, f.negate)
+    return f
+
+
+def filter_items(filters: Sequence[Filter | Group]) -> list[dict[str, Any]]:
+    """Parsed filters in the JSON list form :func:`parse_filter_list` reads back
+    (``{column, op, value}``; a group as ``{"or": "(...)"}``)."""
+    out: list[dict[str, Any]] = []
+    for f in filters:
+        if isinstance(f, Group):
+            out.append({("not." if f.negate else "") + f.kind: f.source})
+        else:
+            out.append({"column": f.column, "op": ("not." if f.negate else "") + f.op.value,
+                        "value": list(f.value) if isinstance(f.value, tuple) else f.value})
+    return out
+
+
+def _repeated(key: str) -> ServiceError:
+    other = {"order": " (or together with sort)", "sort": " (or together with order)"}.get(key, "")
+    return ServiceError(f"parameter {key!r} is given more than once{other}", code="REPEATED_PARAMETER")
 
 
 def parse_filter(column: str, expr: str) -> Filter:
@@ -216,41 +438,54 @@ def parse_legacy(column: str, op_text: str | None, raw: str) -> Filter:
     return Filter(column, op, _op_value(column, op, raw, bracketed=False), negate)
 
 
-def parse_filter_object(obj: Mapping[str, Any]) -> tuple[Filter, ...]:
+def parse_filter_object(obj: Mapping[str, Any]) -> tuple[Filter | Group, ...]:
     """Parse the MCP/SDK/view form ``{column: "op.value"}``.
 
     Non-string values are accepted for convenience: ``None`` means ``is.null``, a boolean
     ``is.true``/``is.false``, a number ``eq.<n>`` and a list ``in.(...)``. A list of
     expressions under one column ANDs them (``{"Score": ["gt.1", "lt.5"]}`` is not that:
     a list is ``in``; use the REST form twice or :func:`parse_filter_list` for ranges).
+    The keys ``or``, ``and``, ``not.or`` and ``not.and`` hold a group in the REST grammar
+    (``{"or": "(Score.gte.10,Status.eq.done)"}``).
 
     >>> parse_filter_object({"Score": "gte.3", "Tag": ["a", "b"], "Owner": None})
     (Filter(column='Score', op=<Op.GTE: 'gte'>, value='3', negate=False), Filter(column='Tag', op=<Op.IN: 'in'>, value=('a', 'b'), negate=False), Filter(column='Owner', op=<Op.IS: 'is'>, value='null', negate=False))
     """
     if not isinstance(obj, Mapping):
         raise ValidationError("filters must be an object {column: \"op.value\"}")
-    out: list[Filter] = []
+    out: list[Filter | Group] = []
     for column, expr in obj.items():
-        if isinstance(expr, str):
+        if column in GROUP_PARAMS:
+            if not isinstance(expr, str):
+                raise ValidationError(f"{column} takes the REST group text, e.g. \"(A.eq.1,B.gt.2)\"")
+            out.append(parse_group(column, expr))
+        elif isinstance(expr, str):
             out.append(parse_filter(str(column), expr))
         else:
             out.append(_filter_from_json(str(column), None, expr))
     return tuple(out)
 
 
-def parse_filter_list(items: Sequence[Mapping[str, Any]]) -> tuple[Filter, ...]:
+def parse_filter_list(items: Sequence[Mapping[str, Any]]) -> tuple[Filter | Group, ...]:
     """Parse a list of ``{column, op, value}`` objects (run-actions, write-by-filter).
 
     ``op`` may carry ``not.`` (``"not.eq"``) or the item may set ``"negate": true``;
     ``value`` may be text, a number, a boolean, ``null`` or a list (for ``in``/``cs``).
+    An item ``{"or": "(...)"}`` (or ``and``, ``not.or``, ``not.and``) is a group.
 
     >>> parse_filter_list([{"column": "Score", "op": "not.lt", "value": 2}])
     (Filter(column='Score', op=<Op.LT: 'lt'>, value='2', negate=True),)
     """
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
         raise ValidationError("filters must be a list of {column, op, value} objects")
-    out: list[Filter] = []
+    out: list[Filter | Group] = []
     for item in items:
+        if isinstance(item, Mapping) and len(item) == 1 and next(iter(item)) in GROUP_PARAMS:
+            key, text = next(iter(item.items()))
+            if not isinstance(text, str):
+                raise ValidationError(f"{key} takes the REST group text, e.g. \"(A.eq.1,B.gt.2)\"")
+            out.append(parse_group(key, text))
+            continue
         if not isinstance(item, Mapping) or not isinstance(item.get("column"), str):
             raise ValidationError("each filter needs a string 'column'")
         op_text = item.get("op", "eq")
@@ -394,16 +629,32 @@ def _json_text(value: Any) -> str:
     raise InvalidValue(f"unsupported filter value {value!r}")
 
 
-def _parse_int(name: str, text: str) -> int:
-    t = text.strip()
-    if not t.isascii() or not t.isdigit():
+def parse_int(name: str, value: Any) -> int:
+    """``limit``/``offset`` from any door: digits, or (JSON doors) an integral number.
+
+    Every other value — a sign, a fraction, text, a boolean — is the one message
+    ``<name> must be a non-negative integer``.
+    """
+    if isinstance(value, bool):
         raise ValidationError(f"{name} must be a non-negative integer")
-    # bound the length first: int() refuses very long digit strings, and anything this
-    # long is out of range anyway (limit → LIMIT_TOO_LARGE in the planner)
-    value = int(t) if len(t) <= 19 else MAX_OFFSET + 1
-    if name == "offset" and value > MAX_OFFSET:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int):
+        if value < 0:
+            raise ValidationError(f"{name} must be a non-negative integer")
+        number = value
+    elif isinstance(value, str):
+        t = value.strip()
+        if not t.isascii() or not t.isdigit():
+            raise ValidationError(f"{name} must be a non-negative integer")
+        # bound the length first: int() refuses very long digit strings, and anything this
+        # long is out of range anyway (limit → LIMIT_TOO_LARGE in the planner)
+        number = int(t) if len(t) <= 19 else MAX_OFFSET + 1
+    else:
+        raise ValidationError(f"{name} must be a non-negative integer")
+    if name == "offset" and number > MAX_OFFSET:
         raise ValidationError("offset is too large")
-    return value
+    return min(number, MAX_OFFSET + 1)
 
 
 def _legacy_key(key: str) -> tuple[str, str | None] | None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from storage.errors import Forbidden, InvalidValue, ServiceError, UnknownColumn, UnknownOperator
-from storage.query.parse import MAX_IN_VALUES, MAX_LIMIT, MAX_OFFSET, Filter, Op, Query
+from storage.query.parse import MAX_IN_VALUES, MAX_LIMIT, MAX_OFFSET, Filter, Group, Op, Query
 from storage.query.targets import (
     JsonOperand,
     Kind,
@@ -79,6 +79,18 @@ class PlannedFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class PlannedGroup:
+    """``and``/``or`` of planned conditions; negated like a filter (false *or* unknown)."""
+
+    kind: Literal["and", "or"]
+    items: tuple[PlannedFilter | PlannedGroup, ...]
+    negate: bool = False
+
+
+Planned = PlannedFilter | PlannedGroup
+
+
+@dataclass(frozen=True, slots=True)
 class PlannedOrder:
     target: Target
     desc: bool = False
@@ -105,7 +117,7 @@ class QueryPlan:
     """
 
     table: TableMeta
-    filters: tuple[PlannedFilter, ...]
+    filters: tuple[PlannedFilter | PlannedGroup, ...]
     order: tuple[PlannedOrder, ...]
     fields: tuple[ColumnMeta, ...]
     embeds: tuple[Embed, ...]
@@ -114,7 +126,9 @@ class QueryPlan:
     offset: int
 
 
-def plan_filters(filters: Sequence[Filter], table: TableMeta) -> tuple[PlannedFilter, ...]:
+def plan_filters(
+    filters: Sequence[Filter | Group], table: TableMeta
+) -> tuple[PlannedFilter | PlannedGroup, ...]:
     """Resolve and type parsed filters against ``table`` (see the module docstring).
 
     Raises:
@@ -124,7 +138,13 @@ def plan_filters(filters: Sequence[Filter], table: TableMeta) -> tuple[PlannedFi
         ServiceError: code ``INVALID_OPTION`` (unknown select option) or
             ``TOO_MANY_VALUES`` (more than 200 values in ``in``/``cs``).
     """
-    return tuple(_plan_filter(f, resolve_target(table, f.column)) for f in filters)
+    return tuple(_plan_one(f, table) for f in filters)
+
+
+def _plan_one(f: Filter | Group, table: TableMeta) -> PlannedFilter | PlannedGroup:
+    if isinstance(f, Group):
+        return PlannedGroup(f.kind, tuple(_plan_one(i, table) for i in f.items), f.negate)
+    return _plan_filter(f, resolve_target(table, f.column))
 
 
 def plan_query(
@@ -309,6 +329,7 @@ __all__ = [
     "JsonOperand",
     "Kind",
     "PlannedFilter",
+    "PlannedGroup",
     "PlannedOrder",
     "QueryPlan",
     "Target",

@@ -1,8 +1,8 @@
 """Render a page of records as JSON inside PostgreSQL (the PostgREST way).
 
 For plain lists (no embedded relations, no file columns, at most 50 fields) the page is
-aggregated with ``json_agg`` into one text value, which the API splices into its
-response without decoding a single row in Python. Values render exactly as
+aggregated with ``string_agg`` into one compact JSON text (:func:`record_text`), which
+the API splices into its response without decoding a single row in Python. Values render exactly as
 :func:`storage.values.decode_value` does (checked by tests that compare both paths):
 checkbox NULL → false, multi_select NULL → [], integral numbers as integers below 2^53,
 timestamps as ISO-8601 in UTC (the pool's sessions run with ``timezone=UTC``) without
@@ -15,12 +15,21 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import psycopg
 from psycopg import sql
 
 from storage.db import bound_once
-from storage.query.build import TABLE_ALIAS, _order_by, _table, build_count, build_where
-from storage.query.listing import fetch_page
+from storage.query.build import (
+    TABLE_ALIAS,
+    _order_by,
+    _table,
+    build_count,
+    build_counter,
+    build_estimate,
+    build_where,
+)
+from storage.query.listing import CountMode, CountQueries, count_mode, fetch_page, page_and_total
 from storage.query.plan import QueryPlan
 from storage.schema import ColumnMeta, ColumnType, WorkspaceSchema
 
@@ -71,11 +80,32 @@ def record_object(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str
              outcome=outcome)
 
 
+def record_text(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str) -> sql.Composed:
+    """One API record over the row ``alias`` as *compact* JSON text, the bytes orjson
+    writes (``json_build_object`` writes ``{"id" : 1, "f" : 2}``), assembled from each
+    value's ``to_json`` text; takes per column its JSON-encoded name and a colon as a
+    parameter (``%s`` each, :func:`field_keys`). A computed column's value is jsonb, whose
+    text is not compact (``{"a": 1}``): pages with one are compacted afterwards
+    (:attr:`PreparedList.compact`)."""
+    pairs = [sql.SQL("%s::text || coalesce(to_json({})::text, 'null')").format(
+        value_json(col, sql.Identifier(alias, col.physical))) for col in columns]
+    fields = sql.SQL(" || ',' || ").join(pairs) if pairs else sql.SQL("''")
+    return sql.SQL(
+        "('{{\"id\":' || {a}.id::text || ',\"fields\":{{' || {fields} || '}},\"created_at\":'"
+        " || to_json({a}.created_at)::text || ',\"updated_at\":' || to_json({a}.updated_at)::text || '}}')"
+    ).format(a=sql.Identifier(alias), fields=fields)
+
+
+def field_keys(columns: tuple[ColumnMeta, ...] | list[ColumnMeta]) -> list[str]:
+    """The parameters of :func:`record_text`: ``"<name>":`` per column, JSON-encoded."""
+    return [orjson.dumps(col.name).decode() + ":" for col in columns]
+
+
 def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     """One statement returning the page as a JSON array text (``'[]'`` when empty) and
     the number of records on it."""
-    params: list[Any] = [col.name for col in plan.output]
-    obj = record_object(plan.output, TABLE_ALIAS)
+    params: list[Any] = field_keys(plan.output)
+    obj = record_text(plan.output, TABLE_ALIAS)
     outer_order, outer_params = _order_by(plan.order)
     params.extend(outer_params)
     where, where_params = build_where(plan.filters)
@@ -84,7 +114,7 @@ def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     params.extend(inner_params)
     params.extend([plan.limit, plan.offset])
     query = sql.SQL(
-        "SELECT coalesce(json_agg({obj} ORDER BY {outer_order}), '[]')::text, count(*)"
+        "SELECT '[' || coalesce(string_agg({obj}, ',' ORDER BY {outer_order}), '') || ']', count(*)"
         " FROM (SELECT * FROM {table} AS {a} WHERE {where} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}"
     ).format(
         obj=obj, outer_order=outer_order, table=_table(plan.table.workspace_id, plan.table.id),
@@ -104,6 +134,11 @@ class PreparedList:
     page_params: tuple[Any, ...]
     count_sql: bytes
     count_params: tuple[Any, ...]
+    estimate_sql: bytes = b""  # EXPLAIN of the counted rows (count=planned / estimated)
+    estimate_params: tuple[Any, ...] = ()
+    counter_sql: bytes | None = None  # an unfiltered table's row-counter read
+    counter_params: tuple[Any, ...] = ()
+    compact: bool = False  # the page holds jsonb values: compact it (storage.jsontext.compact)
     # the statements with their values bound (storage.db.bound_once), as list_records_json sends them
     bound: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
@@ -138,18 +173,36 @@ def prepare_list_json(plan: QueryPlan) -> PreparedList:
     Every value is a bound parameter, so the text needs no connection to render."""
     page_sql, page_params = build_list_json(plan)
     count_sql, count_params = build_count(plan)
+    estimate_sql, estimate_params = build_estimate(plan)
+    counter = build_counter(plan)
     return PreparedList(plan.limit, plan.offset, page_sql.as_bytes(None), tuple(page_params),
-                        count_sql.as_bytes(None), tuple(count_params))
+                        count_sql.as_bytes(None), tuple(count_params),
+                        estimate_sql.as_bytes(None), tuple(estimate_params),
+                        counter[0].as_bytes(None) if counter else None, tuple(counter[1]) if counter else (),
+                        compact=any(col.computed for col in plan.output))
 
 
 async def list_records_json(
-    conn: psycopg.AsyncConnection[Any], plan: QueryPlan | PreparedList, *, count: bool
+    conn: psycopg.AsyncConnection[Any], plan: QueryPlan | PreparedList, *,
+    count: bool | str | CountMode | None,
 ) -> tuple[str, int, int | None]:
-    """The page as JSON text, the number of records on it, and the exact total if asked."""
+    """The page as JSON text, the number of records on it, and the total if asked
+    (``count``: ``True`` or a :class:`~storage.query.listing.CountMode`; ``True`` is exact)."""
     prepared = plan if isinstance(plan, PreparedList) else prepare_list_json(plan)
     page_sql = bound_once(conn, prepared.bound, "page", prepared.page_sql, prepared.page_params)
-    count_sql = bound_once(conn, prepared.bound, "count", prepared.count_sql, prepared.count_params) if count else None
-    rows, total = await fetch_page(conn, page_sql, None, (count_sql, None) if count_sql is not None else None)
+    mode = count_mode(count)
+    if mode is None:
+        rows, total = await fetch_page(conn, page_sql, None, None)
+    else:
+        def bound(key: str, text: bytes, params: tuple[Any, ...]) -> tuple[bytes, None]:
+            return bound_once(conn, prepared.bound, key, text, params), None
+
+        counts = CountQueries(
+            bound("count", prepared.count_sql, prepared.count_params),
+            bound("counter", prepared.counter_sql, prepared.counter_params) if prepared.counter_sql else None,
+            bound("estimate", prepared.estimate_sql, prepared.estimate_params),
+        )
+        rows, total = await page_and_total(conn, page_sql, None, mode, counts)
     page = rows[0] if rows else None
     if page is None:
         return "[]", 0, total

@@ -26,7 +26,7 @@ from storage.query import (
     plan_filters,
     plan_query,
 )
-from storage.query.parse import parse_order, parse_select, parse_sort
+from storage.query.parse import GROUP_PARAMS, Group, parse_arguments, parse_group, parse_order, parse_select, parse_sort
 from storage.schema import ColumnMeta, ColumnType, Option, TableMeta
 
 C = ColumnType
@@ -57,7 +57,7 @@ PIECES = st.sampled_from([op.value for op in Op] + [
     "nullsfirst", "nullslast", "*", "1e309", "-0", "2024-02-30", "%", "_", " ", "\x00", "é",
 ])
 NOISE = st.one_of(st.text(max_size=30), st.lists(st.one_of(PIECES, st.text(max_size=4)), max_size=12).map("".join))
-KEYS = st.one_of(st.sampled_from(sorted(RESERVED_PARAMS) + COLUMNS), NOISE,
+KEYS = st.one_of(st.sampled_from(sorted(RESERVED_PARAMS | GROUP_PARAMS) + COLUMNS), NOISE,
                  st.tuples(st.sampled_from(COLUMNS), NOISE).map(lambda kv: f"filter[{kv[0]}][{kv[1]}]"))
 JSONISH = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=10)),
@@ -162,7 +162,7 @@ def render_select(items: tuple[SelectItem, ...]) -> str:
 
 
 column_names = st.text(min_size=1, max_size=12).filter(
-    lambda s: s not in RESERVED_PARAMS and not s.startswith("filter["))
+    lambda s: s not in RESERVED_PARAMS and s not in GROUP_PARAMS and not s.startswith("filter["))
 scalar_ops = st.sampled_from([Op.EQ, Op.NEQ, Op.GT, Op.GTE, Op.LT, Op.LTE, Op.LIKE, Op.ILIKE])
 items = st.lists(st.text(max_size=8), max_size=5).map(tuple)
 filters = st.one_of(
@@ -222,3 +222,96 @@ select_items = st.one_of(
 @given(st.lists(select_items, min_size=1, max_size=4).map(tuple))
 def test_select_printed_parses_back_equal(selected: tuple[SelectItem, ...]) -> None:
     assert parse_params([("select", render_select(selected))]).select == selected
+
+
+# ---------------------------------------------------------------- boolean groups and the JSON doors
+
+def render_group(g: Group) -> str:
+    """A group's ``(...)`` text: names and scalar values double-quoted."""
+    parts = []
+    for item in g.items:
+        if isinstance(item, Group):
+            parts.append(("not." if item.negate else "") + item.kind + render_group(item))
+            continue
+        head = quote(item.column) + "." + ("not." if item.negate else "") + item.op.value + "."
+        if item.op is Op.IN:
+            parts.append(head + "(" + ",".join(quote(v) for v in item.value) + ")")
+        elif item.op is Op.CS:
+            parts.append(head + "{" + ",".join(quote(v) for v in item.value) + "}")
+        elif item.op is Op.IS:
+            parts.append(head + str(item.value))
+        else:
+            parts.append(head + quote(str(item.value)))
+    return "(" + ",".join(parts) + ")"
+
+
+groups = st.recursive(
+    st.builds(Group, st.sampled_from(["and", "or"]), st.lists(filters, min_size=1, max_size=3).map(tuple),
+              st.booleans()),
+    lambda inner: st.builds(Group, st.sampled_from(["and", "or"]),
+                            st.lists(st.one_of(filters, inner), min_size=1, max_size=3).map(tuple), st.booleans()),
+    max_leaves=6,
+)
+
+
+@PROFILE
+@given(groups)
+def test_groups_printed_in_the_rest_grammar_parse_back_equal(g: Group) -> None:
+    key = ("not." if g.negate else "") + g.kind
+    assert parse_params([(key, render_group(g))]).filters == (g,)
+    assert parse_filter_object({key: render_group(g)}) == (g,)
+    assert parse_filter_list([{key: render_group(g)}]) == (g,)
+
+
+@PROFILE
+@given(NOISE, st.sampled_from(sorted(GROUP_PARAMS)))
+def test_group_noise_parses_plans_or_raises_a_service_error(text: str, key: str) -> None:
+    try:
+        plan_filters(parse_group(key, text), MAIN) if False else plan_filters((parse_group(key, text),), MAIN)
+    except ServiceError:
+        pass
+
+
+@PROFILE
+@given(st.dictionaries(st.sampled_from(["filters", "order", "select", "expand", "limit", "offset", "count", "view"]),
+                       JSONISH, max_size=5))
+def test_json_door_arguments_parse_or_raise_a_service_error(args: dict[str, Any]) -> None:
+    try:
+        query = parse_arguments(args)
+        plan_query(query, MAIN, can_read=lambda _id: True, get_table=TABLES.get)
+    except ServiceError:
+        pass
+
+
+@PROFILE
+@given(st.lists(filters, max_size=3, unique_by=lambda f: f.column),
+       st.one_of(st.none(), st.integers(min_value=0, max_value=2000), st.floats(min_value=0, max_value=2000)),
+       st.one_of(st.none(), st.integers(min_value=0, max_value=10**6)),
+       st.one_of(st.none(), st.text(max_size=10)))
+def test_the_json_door_reads_the_same_query_as_the_query_string(fs: list[Filter], limit: Any, offset: Any,
+                                                                select: str | None) -> None:
+    """The same query through REST pairs and MCP arguments: equal Query, or the same error."""
+    pairs = [(f.column, render_value(f)) for f in fs]
+    args: dict[str, Any] = {"filters": {f.column: render_value(f) for f in fs}}
+    if limit is not None:
+        pairs.append(("limit", repr(limit) if isinstance(limit, float) else str(limit)))
+        args["limit"] = limit
+    if offset is not None:
+        pairs.append(("offset", str(offset)))
+        args["offset"] = offset
+    if select is not None:
+        pairs.append(("select", select))
+        args["select"] = select
+
+    def run(parse: Any, value: Any) -> Any:
+        try:
+            return parse(value)
+        except ServiceError as exc:
+            return (exc.code, exc.message)
+
+    rest, mcp = run(parse_params, pairs), run(parse_arguments, args)
+    if isinstance(limit, float) and limit.is_integer():
+        # JSON has one number type: 10.0 is ten there, while the query string "10.0" is text
+        assert isinstance(rest, tuple) and rest[0] == "VALIDATION_ERROR"
+        return
+    assert rest == mcp

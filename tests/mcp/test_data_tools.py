@@ -85,7 +85,7 @@ async def test_create_record_runs_the_pipeline_and_returns_computed_values(ws, m
     ("list_records", {"filters": {"Nope": "eq.1"}}, "UNKNOWN_COLUMN"),
     ("list_records", {"filters": {"Score": "zz.1"}}, "UNKNOWN_OPERATOR"),
     ("list_records", {"order": "Nope.desc"}, "UNKNOWN_COLUMN"),
-    ("list_records", {"limit": 201}, "LIMIT_TOO_LARGE"),
+    ("list_records", {"limit": 1001}, "LIMIT_TOO_LARGE"),
     ("semantic_search", {"query": "urgent things"}, "NOT_CONFIGURED"),
 ])
 async def test_data_tool_errors_carry_the_rest_codes(ws, mcp, table, tool, args, code):
@@ -105,12 +105,15 @@ async def test_compute_cell_refuses_data_columns(ws, mcp, table):
 async def test_list_records_pages_with_metadata_and_a_hint(ws, mcp, table):
     seed(ws, table, 30)
     async with mcp(ws.builder_token) as c:
-        first = data(await c.call_tool("list_records", {"table_id": "Tasks", "order": "Score.asc"}))
+        default = data(await c.call_tool("list_records", {"table_id": "Tasks"}))
+        assert (default["limit"], len(default["records"]), default["has_more"]) == (100, 30, False)  # as REST
+        first = data(await c.call_tool("list_records", {"table_id": "Tasks", "order": "Score.asc", "limit": 25.0}))
         # no count asked: has_more comes from one record past the page, and there is no total
         assert (first["limit"], first["offset"], first["has_more"]) == (25, 0, True) and "total" not in first
         assert len(first["records"]) == 25 and "offset=25" in first["hint"]
         assert [r["fields"]["Score"] for r in first["records"]] == list(range(25))
-        counted = data(await c.call_tool("list_records", {"table_id": "Tasks", "order": "Score.asc", "count": True}))
+        counted = data(await c.call_tool("list_records", {"table_id": "Tasks", "order": "Score.asc", "count": True,
+                                                          "limit": 25}))
         assert (counted["limit"], counted["offset"], counted["total"], counted["has_more"]) == (25, 0, 30, True)
         assert counted["records"] == first["records"] and "5 more record(s)" in counted["hint"]
         rest = data(await c.call_tool("list_records", {"table_id": "Tasks", "order": "Score.asc", "offset": 25}))

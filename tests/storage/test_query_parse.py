@@ -121,9 +121,19 @@ def test_defaults_when_nothing_is_given() -> None:
     assert parse_params([]) == Query(limit=DEFAULT_LIMIT, offset=0)
 
 
-def test_paging_parameters_last_one_wins() -> None:
-    q = parse_params([("limit", "5"), ("offset", "10"), ("limit", "0")])
-    assert (q.limit, q.offset) == (0, 10)
+@pytest.mark.parametrize("params", [
+    [("limit", "5"), ("offset", "10"), ("limit", "0")],
+    [("offset", "1"), ("offset", "1")],
+    [("order", "A.desc"), ("sort", "B")],
+    [("select", "A"), ("select", "B")],
+    [("expand", "A"), ("expand", "B")],
+    [("view", "1"), ("view", "2")],
+    [("count", "exact"), ("count", "exact")],
+])
+def test_single_valued_parameters_given_twice_are_refused(params: list[tuple[str, str]]) -> None:
+    with pytest.raises(ServiceError) as info:
+        parse_params(params)
+    assert info.value.code == "REPEATED_PARAMETER"
 
 
 def test_limit_above_maximum_is_left_to_the_planner() -> None:
@@ -144,7 +154,6 @@ def test_limit_above_maximum_is_left_to_the_planner() -> None:
         ([("order", "id.desc,,")], (OrderTerm("id", True),)),
         ([("sort", "-created_at,Name")], (OrderTerm("created_at", True), OrderTerm("Name"))),
         ([("sort", '-"-x"')], (OrderTerm("-x", True),)),
-        ([("order", "A.desc"), ("sort", "B")], (OrderTerm("A", True), OrderTerm("B"))),
     ],
 )
 def test_order_and_sort(params: list[tuple[str, str]], expected: tuple[OrderTerm, ...]) -> None:
@@ -166,14 +175,20 @@ def test_select(value: str, expected: tuple[SelectItem, ...]) -> None:
     assert parse_params([("select", value)]).select == expected
 
 
-def test_expand_accepts_commas_and_repeats() -> None:
-    q = parse_params([("expand", "Owner,Team"), ("expand", '"A,B"')])
+def test_expand_accepts_commas() -> None:
+    q = parse_params([("expand", 'Owner,Team,"A,B"')])
     assert q.expand == ("Owner", "Team", "A,B")
 
 
 def test_reserved_parameters_are_not_filters() -> None:
-    q = parse_params([("view", "3"), ("run_pipeline", "true"), ("count", "exact")])
-    assert q.filters == ()
+    q = parse_params([("view", "3"), ("count", "exact")])
+    assert (q.filters, q.view, q.count) == ((), "3", True)
+    with pytest.raises(ServiceError) as info:
+        parse_params([("run_pipeline", "true")])
+    assert info.value.code == "UNKNOWN_PARAMETER"
+    with pytest.raises(ServiceError) as info:
+        parse_params([("count", "planned")])
+    assert info.value.code == "VALIDATION_ERROR"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,472 @@
+"""The query contract matrix (docs/query.md): the same query expressions through every door.
+
+Each case is a REST query string. It runs through
+
+* REST, fast path (api/fastpath.py) and slow path (an API process with
+  ``WDS_FAST_READS=false``): same status, same body bytes, same count headers;
+* MCP ``list_records`` with the same query as tool arguments: the same records, or the
+  same ``{error, code}``;
+* run-actions (filter-only cases): the run's ``total`` is the REST count, or the same
+  ``{error, code}``;
+* realtime (filter-only cases): a subscription with the same filter receives exactly the
+  changes of the records REST lists, or the same ``{error, code}``.
+
+``{p1}``, ``{id3}`` and ``{opt:done}`` in a case stand for ids known once the data exist.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from tests.conftest import ApiProcess, Services, Workspace, running_api
+from tests.realtime.conftest import open_ws, recv, subscribe
+
+MCP_PATH = "/functions/v1/mcp-server"
+MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+# (name, REST query pairs). Cases whose first pair is a filter (and nothing but filters
+# and groups) also run through run-actions and realtime.
+CASES: list[tuple[str, list[tuple[str, str]]]] = [
+    # operators
+    ("eq", [("Title", "eq.alpha")]),
+    ("neq", [("Title", "neq.alpha")]),
+    ("gt", [("Score", "gt.2")]),
+    ("gte decimal", [("Score", "gte.2.5")]),
+    ("lt", [("Score", "lt.0")]),
+    ("lte", [("Score", "lte.0")]),
+    ("like", [("Title", "like.*a*")]),
+    ("like underscore is literal", [("Title", "like.a_b")]),
+    ("like percent wildcard", [("Title", "like.50%")]),
+    ("ilike unicode upper finds lower", [("Title", "ilike.*É*")]),
+    ("ilike unicode lower finds upper", [("Title", "ilike.*é*")]),
+    ("ilike greek", [("Title", "ilike.ωMEGA*")]),
+    ("ilike titlecase digraph", [("Title", "ilike.ǆ*")]),
+    ("in with quoted item", [("Title", 'in.(alpha,Beta,"a,b")')]),
+    ("cs two", [("Tags", "cs.{red,blue}")]),
+    ("cs one", [("Tags", "cs.{red}")]),
+    ("is null text", [("Title", "is.null")]),
+    ("is true", [("Done", "is.true")]),
+    ("is false", [("Done", "is.false")]),
+    ("eq false counts unset", [("Done", "eq.false")]),
+    ("not eq", [("Title", "not.eq.alpha")]),
+    ("not gt keeps nulls", [("Score", "not.gt.2")]),
+    ("not ilike unicode", [("Title", "not.ilike.*é*")]),
+    ("not is null", [("Title", "not.is.null")]),
+    ("not cs", [("Tags", "not.cs.{red}")]),
+    ("legacy form", [("filter[Score][gte]", "7")]),
+    ("two filters and", [("Score", "gt.0"), ("Done", "is.true")]),
+    ("same column twice", [("Score", "gt.0"), ("Score", "lt.10")]),
+    # option ids and labels
+    ("select label", [("Status", "eq.done")]),
+    ("select option id", [("Status", "eq.{opt:done}")]),
+    ("select in labels", [("Status", "in.(todo,Ärger)")]),
+    ("select ilike unicode label", [("Status", "ilike.ä*")]),
+    ("select neq", [("Status", "neq.todo")]),
+    ("select is null", [("Status", "is.null")]),
+    ("multi eq", [("Tags", "eq.red")]),
+    ("multi in", [("Tags", "in.(red)")]),
+    ("multi is null", [("Tags", "is.null")]),
+    # dates
+    ("date gte day", [("Due", "gte.2026-01-01")]),
+    ("date lt instant", [("Due", "lt.2026-01-02T00:00:00Z")]),
+    ("date eq day is midnight", [("Due", "eq.2026-01-01")]),
+    ("date is null", [("Due", "is.null")]),
+    ("date bad", [("Due", "gt.yesterday")]),
+    # relations and system columns
+    ("relation eq", [("Owner", "eq.{p1}")]),
+    ("relation is null", [("Owner", "is.null")]),
+    ("id in", [("id", "in.({id0},{id3})")]),
+    ("created_at gte", [("created_at", "gte.2000-01-01")]),
+    # null from JSON doors
+    ("null score", [("Score", "is.null")]),
+    # boolean groups
+    ("or with nested and", [("or", "(Score.gte.10,and(Status.eq.done,Title.ilike.*e*))")]),
+    ("not.or", [("not.or", "(Score.gte.10,Done.is.true)")]),
+    ("and group", [("and", "(Score.gt.0,Score.lt.10)")]),
+    ("or quoted value", [("or", '(Title.ilike.*É*,Title.eq."a,b")')]),
+    ("or cs and is", [("or", "(Tags.cs.{red,blue},Owner.is.null)")]),
+    ("or not inside", [("or", "(Title.not.ilike.*a*,Score.is.null)")]),
+    ("not.and", [("not.and", "(Done.is.true,Score.gt.5)")]),
+    ("two or groups", [("or", "(Score.gt.1,Title.is.null)"), ("or", "(Score.lt.50,Done.is.false)")]),
+    ("or with filter", [("Done", "is.true"), ("or", "(Score.lt.2,Title.ilike.*ω*)")]),
+    ("or unknown column", [("or", "(Nope.eq.1,Score.gt.1)")]),
+    ("or bad value", [("or", "(Score.eq.abc)")]),
+    ("or without parens", [("or", "Score.eq.1")]),
+    ("or empty", [("or", "()")]),
+    ("or bad condition", [("or", "(Score.zz.1)")]),
+    # select, expand, order
+    ("select two ordered", [("select", "Title,Score"), ("order", "Score.desc.nullslast")]),
+    ("select empty", [("select", ""), ("order", "id")]),
+    ("select embedding", [("select", "Title,Owner(Name)"), ("order", "id")]),
+    ("expand", [("expand", "Owner"), ("order", "id")]),
+    ("order text byte order", [("order", "Title.asc")]),
+    ("order select by options", [("order", "Status.desc,id.asc")]),
+    ("select unknown", [("select", "Nope")]),
+    ("expand not a relation", [("expand", "Title")]),
+    ("order unknown", [("order", "Nope.desc")]),
+    # paging edges
+    ("limit", [("limit", "3"), ("order", "id")]),
+    ("limit offset", [("limit", "3"), ("offset", "8"), ("order", "id")]),
+    ("limit zero", [("limit", "0")]),
+    ("offset past end", [("offset", "100")]),
+    ("limit maximum", [("limit", "1000")]),
+    ("limit too large", [("limit", "1001")]),
+    ("limit text", [("limit", "abc")]),
+    ("limit negative", [("limit", "-1")]),
+    ("limit fraction", [("limit", "10.5")]),
+    ("offset text", [("offset", "x")]),
+    ("count", [("count", "exact"), ("Score", "gt.1")]),
+    ("count bad", [("count", "planned")]),
+    # client mistakes
+    ("unknown column", [("Nope", "eq.1")]),
+    ("unknown operator", [("Score", "zz.1")]),
+    ("bad number", [("Score", "eq.abc")]),
+    ("bad option", [("Status", "eq.maybe")]),
+    ("bad is", [("Done", "is.maybe")]),
+    ("operator not for type", [("Done", "gt.1")]),
+    ("filter without value", [("Score", "eq")]),
+    ("bad in list", [("Title", 'in.("a,b)')]),
+    # REST only: repeats and unknown parameters
+    ("repeated limit", [("limit", "5"), ("limit", "7")]),
+    ("order and sort", [("order", "id"), ("sort", "-id")]),
+    ("repeated select", [("select", "Title"), ("select", "Score")]),
+    ("repeated view", [("view", "1"), ("view", "2")]),
+    ("run_pipeline on a read", [("run_pipeline", "false")]),
+]
+REST_ONLY = {"count bad", "repeated limit", "order and sort", "repeated select", "repeated view", "run_pipeline on a read",
+             "legacy form", "same column twice", "two or groups"}
+GROUP_KEYS = {"or", "and", "not.or", "not.and"}
+PAGING_KEYS = {"select", "expand", "order", "sort", "limit", "offset", "count", "view", "run_pipeline"}
+
+ROWS: list[dict[str, Any]] = [
+    {"Title": "alpha", "Score": 1, "Done": True, "Status": "todo", "Tags": ["red"], "Due": "2026-01-01", "Owner": "p1"},
+    {"Title": "Beta", "Score": 2.5, "Done": False, "Status": "done", "Tags": ["blue"], "Due": "2026-01-02T12:00:00Z"},
+    {"Title": "épsilon", "Score": 10, "Status": "Ärger", "Tags": ["red", "blue"]},
+    {"Title": "ÉCOLE", "Score": -3, "Done": True, "Status": "done", "Tags": [], "Due": "2025-12-31"},
+    {"Title": "Straße", "Score": 0, "Done": False, "Due": "2026-02-01"},
+    {"Title": "50% off", "Score": 100, "Done": True, "Status": "todo", "Tags": ["blue"], "Due": "2026-01-01"},
+    {"Score": None, "Done": False, "Status": "todo", "Tags": ["red"]},
+    {"Title": "a_b", "Score": 7, "Done": True, "Status": "done", "Tags": ["red"], "Due": "2026-01-15", "Owner": "p2"},
+    {"Title": "ǅemal", "Score": 7, "Done": False, "Status": "Ärger", "Tags": ["blue"]},
+    {"Title": "Ωmega ω", "Score": 1e6, "Done": True, "Status": "todo", "Tags": []},
+    {"Title": "axb", "Score": 3, "Status": "done"},
+]
+
+
+def _filter_only(pairs: list[tuple[str, str]]) -> bool:
+    return all(k not in PAGING_KEYS for k, _ in pairs)
+
+
+@pytest.fixture(scope="module")
+def slow_api(services: Services) -> Iterator[ApiProcess]:
+    yield from running_api(services, name="api-contract-slow", WDS_FAST_READS="false")
+
+
+@pytest.fixture(scope="module")
+def world(make_module_workspace: Any) -> dict[str, Any]:
+    ws: Workspace = make_module_workspace("enterprise")
+    people = ws.create_table("People", [{"name": "Name", "type": "text"}])
+    p = [ws.api.post(f"/tables/{people['id']}/records", json={"fields": {"Name": n}}).json()["id"]
+         for n in ("Ada", "Bob")]
+    t = ws.create_table("Items", [
+        {"name": "Title", "type": "text"},
+        {"name": "Score", "type": "number"},
+        {"name": "Done", "type": "checkbox"},
+        {"name": "Status", "type": "single_select", "options": ["todo", "done", "Ärger"]},
+        {"name": "Tags", "type": "multi_select", "options": ["red", "blue"]},
+        {"name": "Due", "type": "date"},
+        {"name": "Owner", "type": "relation", "relation_table_id": people["id"]},
+        {"name": "Note", "type": "text"},
+    ])
+    rows = []
+    for row in ROWS:
+        fields = {k: v for k, v in row.items() if v is not None}
+        if "Owner" in fields:
+            fields["Owner"] = p[0] if fields["Owner"] == "p1" else p[1]
+        rows.append({"fields": fields})
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows, "run_pipeline": False})
+    assert r.status_code == 200 and all("record" in x for x in r.json()["results"]), r.text
+    ids = [x["record"]["id"] for x in r.json()["results"]]
+    cols = ws.api.get(f"/tables/{t['id']}/columns").json()
+    cols = cols.get("columns", cols) if isinstance(cols, dict) else cols
+    status = next(c for c in cols if c["name"] == "Status")
+    subs = {"p1": str(p[0]), "p2": str(p[1]), **{f"id{i}": str(v) for i, v in enumerate(ids)},
+            **{f"opt:{o['label']}": o["id"] for o in status["options"]}}
+    sentinel = ws.create_table("Sentinel", [{"name": "N", "type": "number"}])
+    return {"ws": ws, "table": t["id"], "people": people["id"], "ids": ids, "subs": subs, "sentinel": sentinel["id"]}
+
+
+@pytest.fixture(scope="module")
+def make_module_workspace(admin: httpx.Client, base_url: str) -> Iterator[Any]:
+    import secrets
+
+    made: list[Workspace] = []
+
+    def make(plan: str = "pro") -> Workspace:
+        r = admin.post("/workspaces", json={"name": f"ws-{secrets.token_hex(4)}", "plan": plan})
+        assert r.status_code == 201, r.text
+        ws_id = r.json()["id"]
+        tok = admin.post(f"/workspaces/{ws_id}/tokens", json={"type": "vibe_mcp", "name": "builder"})
+        assert tok.status_code == 201, tok.text
+        ws = Workspace(ws_id, base_url, admin, tok.json()["token"])
+        made.append(ws)
+        return ws
+
+    yield make
+    for ws in made:
+        ws.close()
+
+
+def _subst(pairs: list[tuple[str, str]], subs: dict[str, str]) -> list[tuple[str, str]]:
+    return [(k, re.sub(r"\{(p\d|id\d+|opt:[^}]+)\}", lambda m: subs[m[1]], v)) for k, v in pairs]
+
+
+def _qs(pairs: list[tuple[str, str]]) -> str:
+    return "&".join(f"{quote(k, safe='[]')}={quote(v, safe='')}" for k, v in pairs)
+
+
+def _rest(base_url: str, token: str, table: int, pairs: list[tuple[str, str]], **headers: str) -> httpx.Response:
+    url = f"{base_url}/functions/v1/rest-api/tables/{table}/records?{_qs(pairs)}"
+    return httpx.get(url, headers={"Authorization": f"Bearer {token}", **headers}, timeout=60)
+
+
+def _mcp_args(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """The REST query as list_records arguments (the JSON doors' form of the same query)."""
+    args: dict[str, Any] = {}
+    filters: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in ("limit", "offset"):
+            args[k] = int(v) if re.fullmatch(r"-?\d+", v) else (float(v) if re.fullmatch(r"-?\d+\.\d+", v) else v)
+        elif k == "count":
+            args["count"] = True if v == "exact" else v
+        elif k in ("select", "expand", "order", "view"):
+            args[k] = v
+        else:
+            assert k not in filters, "one expression per column in this form"
+            filters[k] = v
+    if filters:
+        args["filters"] = filters
+    return args
+
+
+def _mcp(base_url: str, token: str, tool: str, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": args}}
+    r = httpx.post(base_url + MCP_PATH, content=json.dumps(body), timeout=60,
+                   headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"})
+    assert r.status_code == 200, r.text
+    result = r.json()["result"]
+    return not result.get("isError"), result["structuredContent"]
+
+
+def _error(body: dict[str, Any]) -> dict[str, Any]:
+    return {"error": body["error"], "code": body["code"]}
+
+
+@pytest.mark.parametrize("name", [c[0] for c in CASES])
+def test_rest_fast_and_slow_and_mcp_agree(name: str, world: dict[str, Any], base_url: str, slow_api: ApiProcess) -> None:
+    pairs = _subst(dict(CASES)[name], world["subs"])
+    token = world["ws"].builder_token
+    fast = _rest(base_url, token, world["table"], pairs, Prefer="count=exact")
+    slow = _rest(slow_api.base_url, token, world["table"], pairs, Prefer="count=exact")
+    assert (fast.status_code, fast.content) == (slow.status_code, slow.content), name
+    for h in ("content-type", "x-total-count", "content-range"):
+        assert fast.headers.get(h) == slow.headers.get(h), (name, h)
+    assert fast.status_code in (200, 400), fast.text
+    if fast.status_code == 200:
+        # compact JSON, as every body the API writes
+        assert b'" : ' not in fast.content and b'", "' not in fast.content.replace(b'\\"', b"")
+    if name in REST_ONLY:
+        assert fast.status_code == 400 or name in ("legacy form", "same column twice", "two or groups")
+        return
+    ok, out = _mcp(base_url, token, "list_records", {"table_id": world["table"], **_mcp_args(pairs)})
+    body = fast.json()
+    if fast.status_code == 400:
+        assert not ok and _error(out) == _error(body), (name, out, body)
+        return
+    assert ok, (name, out)
+    assert (out["records"], out["limit"], out["offset"]) == (body["records"], body["limit"], body["offset"]), name
+    if "count" in dict(pairs):
+        assert out["total"] == int(fast.headers["x-total-count"])
+
+
+EXPECTED_ROWS = {
+    # a few cases pinned to the rows they must find (the doors could agree and all be wrong)
+    "ilike unicode upper finds lower": {"épsilon", "ÉCOLE"},
+    "ilike unicode lower finds upper": {"épsilon", "ÉCOLE"},
+    "ilike greek": {"Ωmega ω"},
+    "ilike titlecase digraph": {"ǅemal"},
+    "like underscore is literal": {"a_b"},
+    "or with nested and": {"épsilon", "50% off", "Ωmega ω", "Beta", "ÉCOLE"},
+    "not.or": {"Beta", "Straße", None, "ǅemal", "axb"},  # an unknown OR is not true: not.or keeps it
+    "eq false counts unset": {"Beta", "épsilon", "Straße", None, "ǅemal", "axb"},
+    "select ilike unicode label": {"épsilon", "ǅemal"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_ROWS))
+def test_cases_find_the_rows_they_must(name: str, world: dict[str, Any], base_url: str) -> None:
+    pairs = _subst(dict(CASES)[name], world["subs"]) + [("limit", "1000")]
+    r = _rest(base_url, world["ws"].builder_token, world["table"], pairs)
+    assert r.status_code == 200, r.text
+    assert {rec["fields"]["Title"] for rec in r.json()["records"]} == EXPECTED_ROWS[name]
+
+
+FILTER_CASES = [c[0] for c in CASES if _filter_only(c[1]) and c[0] not in REST_ONLY]
+
+
+@pytest.mark.parametrize("name", FILTER_CASES)
+def test_run_actions_count_what_the_list_counts(name: str, world: dict[str, Any], base_url: str) -> None:
+    pairs = _subst(dict(CASES)[name], world["subs"])
+    ws: Workspace = world["ws"]
+    listed = _rest(base_url, ws.builder_token, world["table"], pairs, Prefer="count=exact")
+    run = ws.api.post(f"/tables/{world['table']}/run-actions", json={"filters": _mcp_args(pairs)["filters"]})
+    if listed.status_code == 400:
+        assert run.status_code == 400 and _error(run.json()) == _error(listed.json()), (name, run.text)
+        return
+    assert run.status_code == 202, run.text
+    assert run.json()["total"] == int(listed.headers["x-total-count"]), name
+
+
+def test_realtime_delivers_what_the_list_lists(world: dict[str, Any], base_url: str) -> None:
+    """One connection per filter case, subscribed with the case's filter; every record
+    then changes once (a field no case filters on) and a sentinel table changes last:
+    each connection must have received exactly the changes of the records REST lists."""
+    ws: Workspace = world["ws"]
+    token = ws.builder_token
+    conns: dict[str, Any] = {}
+    expected: dict[str, Any] = {}
+    try:
+        for name in FILTER_CASES:
+            pairs = _subst(dict(CASES)[name], world["subs"])
+            listed = _rest(base_url, token, world["table"], pairs + [("limit", "1000")])
+            conn = open_ws(base_url, token)
+            conn.send(json.dumps({"type": "subscribe", "table": world["table"],
+                                  "filter": _mcp_args(pairs)["filters"]}))
+            msg = recv(conn)
+            if listed.status_code == 400:
+                assert msg["type"] == "error" and _error(msg) == _error(listed.json()), (name, msg)
+                conn.close()
+                continue
+            assert msg["type"] == "subscribed", (name, msg)
+            subscribe(conn, world["sentinel"])
+            conns[name] = conn
+            expected[name] = sorted(rec["id"] for rec in listed.json()["records"])
+        for rid in world["ids"]:
+            r = ws.api.patch(f"/tables/{world['table']}/records/{rid}", json={"fields": {"Note": "touched"}})
+            assert r.status_code == 200, r.text
+        r = ws.api.post(f"/tables/{world['sentinel']}/records", json={"fields": {"N": 1}})
+        assert r.status_code == 201, r.text
+        for name, conn in conns.items():
+            got: list[int] = []
+            while True:
+                msg = recv(conn, timeout=30)
+                assert msg["type"] == "change", (name, msg)
+                if msg["table_id"] == world["sentinel"]:
+                    break
+                got.append(msg["record"]["id"])
+            assert sorted(got) == expected[name], name
+    finally:
+        for conn in conns.values():
+            conn.close()
+
+
+GET_CASES: list[tuple[str, list[tuple[str, str]], int, str | None]] = [
+    # (name, query pairs, expected status, expected code)
+    ("plain", [], 200, None),
+    ("select", [("select", "Title")], 200, None),
+    ("select embedding", [("select", "Title,Owner(Name)")], 200, None),
+    ("expand", [("expand", "Owner")], 200, None),
+    ("select empty", [("select", "")], 200, None),
+    ("select unknown", [("select", "Nope")], 400, "UNKNOWN_COLUMN"),
+    ("expand not a relation", [("expand", "Title")], 400, "VALIDATION_ERROR"),
+    ("bogus", [("bogus", "1")], 400, "UNKNOWN_PARAMETER"),
+    ("view", [("view", "abc")], 400, "UNKNOWN_PARAMETER"),
+    ("filter", [("Title", "eq.alpha")], 400, "UNKNOWN_PARAMETER"),
+    ("limit", [("limit", "1")], 400, "UNKNOWN_PARAMETER"),
+    ("repeated select", [("select", "Title"), ("select", "Score")], 400, "REPEATED_PARAMETER"),
+]
+
+
+@pytest.mark.parametrize("name", [c[0] for c in GET_CASES])
+def test_get_by_id_shapes_as_the_list_and_refuses_the_rest(name: str, world: dict[str, Any], base_url: str,
+                                                             slow_api: ApiProcess) -> None:
+    _, pairs, status, code = next(c for c in GET_CASES if c[0] == name)
+    token = world["ws"].builder_token
+    rid = world["ids"][0]
+    path = f"/functions/v1/rest-api/tables/{world['table']}/records/{rid}"
+    qs = f"?{_qs(pairs)}" if pairs else ""
+    fast = httpx.get(base_url + path + qs, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    slow = httpx.get(slow_api.base_url + path + qs, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    assert (fast.status_code, fast.content) == (slow.status_code, slow.content), name
+    assert fast.status_code == status, fast.text
+    body = fast.json()
+    mcp_args: dict[str, Any] = {"table_id": world["table"], "record_id": rid}
+    if all(k in ("select", "expand") for k, _ in pairs) and len({k for k, _ in pairs}) == len(pairs):
+        mcp_args.update(dict(pairs))
+        ok, out = _mcp(base_url, token, "get_record", mcp_args)
+        if status == 200:
+            assert ok and {k: out[k] for k in ("id", "fields")} == {k: body[k] for k in ("id", "fields")}
+        else:
+            assert not ok and _error(out) == _error(body)
+    if status != 200:
+        assert body["code"] == code
+        return
+    assert b'" : ' not in fast.content
+    if pairs:
+        listed = _rest(base_url, token, world["table"], pairs + [("id", f"eq.{rid}")]).json()["records"]
+        assert [body] == listed  # exactly the list's record
+
+
+def test_a_subscription_refuses_what_it_cannot_honour(world: dict[str, Any], base_url: str) -> None:
+    conn = open_ws(base_url, world["ws"].builder_token)
+    try:
+        for extra in ({"select": "Title"}, {"order": "id.desc"}, {"limit": 5}):
+            conn.send(json.dumps({"type": "subscribe", "table": world["table"], **extra}))
+            msg = recv(conn)
+            assert msg["type"] == "error" and msg["code"] == "UNKNOWN_PARAMETER", msg
+            assert next(iter(extra)) in msg["error"]
+    finally:
+        conn.close()
+
+
+def test_get_by_id_embedding_checks_the_callers_grant_each_time(world: dict[str, Any], base_url: str) -> None:
+    """The plan of ``?expand=`` is memoised per table and query: the builder warms it, a
+    token that may read Items but not People is still refused the embedding."""
+    ws: Workspace = world["ws"]
+    rid = world["ids"][0]
+    path = f"/functions/v1/rest-api/tables/{world['table']}/records/{rid}?expand=Owner"
+    warm = httpx.get(base_url + path, headers={"Authorization": f"Bearer {ws.builder_token}"}, timeout=60)
+    assert warm.status_code == 200 and warm.json()["fields"]["Owner"]["fields"]["Name"] == "Ada"
+    reader = ws.token("rest_api", profile_id=ws.profile([{"table_id": world["table"], "read": True}])["id"])["token"]
+    refused = httpx.get(base_url + path, headers={"Authorization": f"Bearer {reader}"}, timeout=60)
+    assert refused.status_code == 403 and refused.json()["code"] == "FORBIDDEN", refused.text
+    listed = _rest(base_url, reader, world["table"], [("expand", "Owner")])
+    assert listed.status_code == 403 and listed.json() == refused.json()
+    plain = httpx.get(base_url + path.partition("?")[0], headers={"Authorization": f"Bearer {reader}"}, timeout=60)
+    assert plain.status_code == 200
+
+
+def test_pages_with_computed_values_are_compact_too(world: dict[str, Any], base_url: str,
+                                                     slow_api: ApiProcess) -> None:
+    """A computed column holds jsonb, whose text PostgreSQL writes with blanks: the page is
+    compacted, and both paths still answer the same bytes."""
+    ws: Workspace = world["ws"]
+    t = ws.create_table("Computed", [{"name": "Score", "type": "number"},
+                                     {"name": "Double", "type": "formula", "formula": "{Score} * 2"},
+                                     {"name": "Label", "type": "formula", "formula": "\"a : b, c\""}])
+    r = ws.api.post(f"/tables/{t['id']}/records/batch",
+                    json={"rows": [{"fields": {"Score": i + 0.5}} for i in range(3)]})
+    assert r.status_code == 200, r.text
+    assert b'" : ' not in r.content and b'", "' not in r.content
+    fast = _rest(base_url, ws.builder_token, t["id"], [("order", "id")])
+    slow = _rest(slow_api.base_url, ws.builder_token, t["id"], [("order", "id")])
+    assert fast.status_code == 200 and fast.content == slow.content
+    assert b'" : ' not in fast.content and b'"a : b, c"' in fast.content
+    assert [rec["fields"]["Double"] for rec in fast.json()["records"]] == [1, 3, 5]
