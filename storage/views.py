@@ -51,7 +51,7 @@ from psycopg.types.json import Jsonb
 from storage import jsontext
 from storage.errors import Conflict, PayloadTooLarge, UnknownColumn, ValidationError
 from storage.query import Query, parse_filter_list, parse_filter_object, plan_query
-from storage.query.parse import OrderTerm, parse_order
+from storage.query.parse import Group, OrderTerm, parse_order
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
 from storage.values import iso
 
@@ -167,9 +167,15 @@ def view_filters(value: Any) -> tuple[Any, ...]:
     """
     if value is None:
         return ()
-    if isinstance(value, list):
-        return parse_filter_list(value)
-    return parse_filter_object(value)
+    parsed = parse_filter_list(value) if isinstance(value, list) else parse_filter_object(value)
+    if any(isinstance(f, Group) for f in parsed):
+        # a group's text names columns the view could not keep by id (a rename would
+        # silently change what it matches): refused rather than stored half-understood
+        raise ValidationError(
+            "a view's filters take conditions, not or/and groups; use several conditions"
+            " (they AND), or pass or=(...) with the listing itself"
+        )
+    return parsed
 
 
 def _check_list_keys(table: TableMeta, config: dict[str, Any]) -> None:

@@ -294,3 +294,11 @@ def test_list_form_filters_hold_two_conditions_on_one_column(ws, seeded):
     bad = create(ws, seeded, {"name": "Bad", "view_type": "grid",
                               "config": {"filters": [{"column": "Score", "op": "nearly", "value": 1}]}})
     assert bad.status_code == 400 and bad.json()["code"] == "UNKNOWN_OPERATOR"
+
+
+def test_or_groups_in_a_views_filters_are_refused_not_dropped(ws, seeded):
+    for filters in ({"or": "(Score.gte.4,Status.eq.done)"}, [{"or": "(Score.gte.4,Status.eq.done)"}]):
+        r = create(ws, seeded, {"name": "Grouped", "view_type": "grid", "config": {"filters": filters}})
+        assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
+        assert "group" in r.json()["error"]
+    assert [v["name"] for v in ws.api.get(f"/tables/{seeded['id']}/views").json()] == []
