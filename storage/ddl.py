@@ -240,6 +240,18 @@ async def drop_embedding_table(conn: AsyncConnection[Any], workspace_id: int, ta
     await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(embedding_table(workspace_id, table_id)))
 
 
+def value_index_sql(workspace_id: int, col: ColumnMeta, method: str) -> sql.Composed:
+    """The column's own index ``t_<t>_c_<c>``: a btree on ``(value, id)`` — the list's
+    ORDER BY is the value then id in the same direction (storage/query/plan.py), so a
+    sorted or range-filtered page reads only its rows whatever the table's size — or a
+    GIN index (multi_select)."""
+    columns = sql.SQL("{}, id" if method == "btree" else "{}").format(sql.Identifier(column_name(col.id)))
+    return sql.SQL("CREATE INDEX {} ON {} USING {} ({})").format(
+        sql.Identifier(f"t_{col.table_id}_{column_name(col.id)}"), qualified(workspace_id, col.table_id),
+        sql.SQL(method), columns,
+    )
+
+
 def _index_method(col: ColumnMeta) -> str | None:
     """Index strategy per column type (issue 3 item 7; see docs/decisions.md)."""
     if col.computed or col.type is ColumnType.FILE:
@@ -309,11 +321,7 @@ async def add_column(conn: AsyncConnection[Any], workspace_id: int, col: ColumnM
         if conn.info.transaction_status != pq.TransactionStatus.IDLE:
             # indexing a large table outlives the per-statement deadline (storage/db.py)
             await conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(DDL_TIMEOUT_MS)))
-        await conn.execute(
-            sql.SQL("CREATE INDEX {} ON {} USING {} ({})").format(
-                sql.Identifier(f"t_{col.table_id}_{column_name(col.id)}"), target, sql.SQL(method), name
-            )
-        )
+        await conn.execute(value_index_sql(workspace_id, col, method))
     if trigram_indexed(col) and await _has_trigrams(conn):
         await conn.execute(trigram_index_sql(workspace_id, col.table_id, col.id))
 
@@ -373,9 +381,7 @@ async def retype_column(
         )
     method = _index_method(new)
     if method:
-        await conn.execute(
-            sql.SQL("CREATE INDEX {} ON {} USING {} ({})").format(index, target, sql.SQL(method), name)
-        )
+        await conn.execute(value_index_sql(workspace_id, new, method))
     if trigram_indexed(new) and await _has_trigrams(conn):
         await conn.execute(trigram_index_sql(workspace_id, new.table_id, new.id))
 

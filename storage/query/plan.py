@@ -249,9 +249,12 @@ def _plan_order(query: Query, table: TableMeta) -> tuple[PlannedOrder, ...]:
         if target.kind is Kind.SELECT and target.column is not None:
             option_ids = tuple(o.id for o in target.column.options)
         terms.append(PlannedOrder(target, term.desc, term.nulls, option_ids))
-    # id is unique, so it makes every order total and paging stable
+    # id is unique, so it makes every order total and paging stable; it runs the way the
+    # first term does, so a column's (value, id) btree (storage/ddl.py) serves the whole
+    # ORDER BY forwards or backwards and a page costs the same on any table size
     if not any(t.target.physical == "id" for t in terms):
-        terms.append(PlannedOrder(Target("id", "id", Kind.INT)))
+        desc = terms[0].desc if terms else False
+        terms.append(PlannedOrder(Target("id", "id", Kind.INT), desc))
     return tuple(terms)
 
 

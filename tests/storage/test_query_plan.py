@@ -257,9 +257,9 @@ def test_paging_limits_that_are_allowed() -> None:
     ("params", "expected"),
     [
         ([], [("id", False, None)]),
-        ([("order", "Score.desc")], [("c_2", True, None), ("id", False, None)]),
+        ([("order", "Score.desc")], [("c_2", True, None), ("id", True, None)]),
         ([("order", "id.desc,Score")], [("id", True, None), ("c_2", False, None)]),
-        ([("sort", "-created_at,updated_at")], [("created_at", True, None), ("updated_at", False, None), ("id", False, None)]),
+        ([("sort", "-created_at,updated_at")], [("created_at", True, None), ("updated_at", False, None), ("id", True, None)]),
         ([("order", "Due.asc.nullslast")], [("c_3", False, "last"), ("id", False, None)]),
     ],
 )
