@@ -19,35 +19,17 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.rows import dict_row
 
-from storage import ddl, meta
-from storage.query import parse_params, plan_query
-from storage.query.render import prepare_list_json
+from storage import ddl
+from tests.utils.explain import explain_list
 
 ROWS = 20_000
 DSN = os.environ.get("WDS_TEST_SCRATCH_DSN", "")
 pytestmark = pytest.mark.skipif(not DSN, reason="WDS_TEST_SCRATCH_DSN is not set")
 
 
-def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
-    out = [node]
-    for child in node.get("Plans", []):
-        out.extend(_nodes(child))
-    return out
-
-
 async def _explain(ws_id: int, table_id: int, params: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    async with await psycopg.AsyncConnection.connect(DSN, row_factory=dict_row, autocommit=True) as conn:
-        schema = await meta.load_schema(conn, workspace_id=ws_id)
-        table = schema.tables[table_id]
-        plan = plan_query(parse_params(params), table, can_read=lambda _: True, get_table=schema.tables.get)
-        prepared = prepare_list_json(plan)  # the statement the API sends for this list
-        query = psycopg.AsyncClientCursor(conn).mogrify(prepared.page_sql, prepared.page_params)
-        cur = await conn.execute("EXPLAIN (FORMAT JSON) " + query)
-        row = await cur.fetchone()
-        assert row is not None
-        return _nodes(row["QUERY PLAN"][0]["Plan"])
+    return await explain_list(DSN, ws_id, table_id, params)
 
 
 @pytest.fixture
