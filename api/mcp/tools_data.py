@@ -149,8 +149,10 @@ _LIST_KEYS = ("filters", "order", "select", "expand", "limit", "offset", "count"
 
 
 def _plan(schema: WorkspaceSchema, table: TableMeta, principal: Principal, query: Query) -> QueryPlan:
-    # the page reads one record past it, which says whether more match (its next cursor)
-    return plan_query(query, table, can_read=principal.can_read, get_table=schema.tables.get)
+    # the page reads one record past it, which says whether more match (its next cursor);
+    # limit 0 reads one record (dropped by list_records_tool) to tell whether any matches
+    plan = plan_query(query, table, can_read=principal.can_read, get_table=schema.tables.get)
+    return dataclasses.replace(plan, limit=1) if plan.limit == 0 else plan
 
 
 async def _prepared(state: AppState, schema: WorkspaceSchema, table: TableMeta, principal: Principal,
@@ -191,6 +193,9 @@ async def list_records_tool(state: AppState, principal: Principal, args: dict[st
             records, total, after = await list_page(conn, prepared, count=mode)
     offset = prepared.offset
     limit = prepared.limit
+    matched_any = None
+    if _query(args).limit == 0:  # planned as 1 (_plan): the record only says whether any matches
+        limit, after, matched_any, records = 0, None, bool(records), []
     page: dict[str, Any] = {"records": records, "limit": limit, "offset": offset, "next": after}
     if isinstance(prepared, PreparedList):
         # parsed from PostgreSQL's JSON, so JSON values only: the fast path writes it itself
@@ -202,12 +207,12 @@ async def list_records_tool(state: AppState, principal: Principal, args: dict[st
     elif mode is not None:  # planned or estimated: the figure as REST's headers give it
         page["total"] = total or 0
     # the page reads one record past it: a next cursor means more match
-    more = after is not None
+    more = after is not None or bool(matched_any)
     end = offset + len(records)
     page["has_more"] = more
     if more:
         left = f"{matching - end} more record(s) match" if counting and args.get("after") is None else "more records match"
-        page["hint"] = (f"{left}; call list_records again with after=<next> (this page's next)"
+        page["hint"] = (f"{left}; call list_records again with after=<this page's next> (or offset={end})"
                         " to continue, or narrow the result with filters or select")
     elif not records and offset:
         page["hint"] = (f"offset {offset} is past the last of {matching} matching record(s)" if matching
