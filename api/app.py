@@ -122,7 +122,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     state = AppState(settings=settings, db=db)
     set_file_base_url(settings.public_base_url)
-    cursor.set_key(settings.secret_key)  # signs list pages' next cursors
+    cursor.set_key(settings.secret_key, settings.database_url)  # signs list pages' next cursors
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -169,28 +169,30 @@ def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> Fragment:
     params: list[Any] = []
     for k in range(len(order)):
         ands: list[sql.Composable] = []
+        p: list[Any] = []
         for j in range(k):
             (e, ep), (v, kind) = exprs[j], vals[j]
             if v is None:
                 ands.append(sql.SQL("{} IS NULL").format(e))
-                params.extend(ep)
+                p.extend(ep)
             else:
                 ands.append(sql.SQL("{} = {}").format(e, _typed_param(kind)))
-                params.extend([*ep, v])
+                p.extend([*ep, v])
         (e, ep), (v, kind) = exprs[k], vals[k]
         cmp = "<" if order[k].desc else ">"
         if v is None:
             if not nulls_first[k]:
                 continue  # nothing sorts after NULL on this term
             ands.append(sql.SQL("{} IS NOT NULL").format(e))
-            params.extend(ep)
+            p.extend(ep)
         elif nulls_first[k]:
             ands.append(sql.SQL("{} " + cmp + " {}").format(e, _typed_param(kind)))
-            params.extend([*ep, v])
+            p.extend([*ep, v])
         else:
             ands.append(sql.SQL("({} " + cmp + " {} OR {} IS NULL)").format(e, _typed_param(kind), e))
-            params.extend([*ep, v, *ep])
+            p.extend([*ep, v, *ep])
         ors.append(sql.SQL("({})").format(sql.SQL(" AND ").join(ands)))
+        params.extend(p)
     if not ors:
         return sql.SQL("FALSE"), []
     return sql.SQL(" OR ").join(ors), params

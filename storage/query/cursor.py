@@ -4,9 +4,11 @@ A cursor is ``base64url(payload || mac)`` (no padding) where ``payload`` is the 
 ``[fingerprint, [v1, ..., id]]``: the last row's value of each order term, in order,
 ending with its id, and a fingerprint of the table, the order and the filters (a cursor
 only continues the list it came from). ``mac`` is the first 16 bytes of HMAC-SHA256 over
-the payload under a key derived from ``WDS_SECRET_KEY`` (:func:`set_key`); without a
-configured secret each process draws a random key, so cursors then hold within one
-process only. Values are written in one canonical form whichever way the page was read
+the payload under a key derived from ``WDS_SECRET_KEY`` (:func:`set_key`; without one,
+from the database URL, which every process of a deployment shares). The signature keeps
+clients from hand-editing positions; it guards no data: the page's WHERE still holds the
+caller's filters and read rights, so a forged position could only start a page the
+caller can read anyway. Values are written in one canonical form whichever way the page was read
 (rendered as JSON in PostgreSQL or decoded in Python), so both give the same bytes.
 
 Anything that does not verify — garbage, a changed byte, another order or filter, a value
@@ -39,13 +41,12 @@ _MAC_BYTES = 16
 _key: bytes = secrets.token_bytes(32)
 
 
-def set_key(secret_key: str | None) -> None:
-    """Derive the signing key from the service secret (a random per-process key without one)."""
+def set_key(secret_key: str | None, fallback: str = "") -> None:
+    """Derive the signing key from the service secret, else from ``fallback`` (the
+    database URL: every process of one deployment shares it)."""
     global _key
-    if secret_key:
-        _key = hmac.new(secret_key.encode(), b"wds-list-cursor-v1", hashlib.sha256).digest()
-    else:
-        _key = secrets.token_bytes(32)
+    _key = hmac.new((secret_key or fallback).encode() or secrets.token_bytes(32), b"wds-list-cursor-v1",
+                    hashlib.sha256).digest()
 
 
 def invalid(message: str) -> ServiceError:
