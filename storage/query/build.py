@@ -51,6 +51,7 @@ _PG_TYPE = {
 _NUMERIC_TEXT_RE = r"^\s*[-+]?([0-9]{1,100}(\.[0-9]{0,100})?|\.[0-9]{1,100})([eE][-+]?[0-9]{1,3})?\s*$"
 
 Fragment = tuple[sql.Composable, list[Any]]
+_NOT_NULL = frozenset({"id", "created_at", "updated_at"})  # system columns
 
 
 def build_where(
@@ -97,28 +98,45 @@ def build_list(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     keys, key_params = order_keys(plan)
     columns.append(keys)
     params.extend(key_params)
-    where, where_params = page_where(plan)
-    params.extend(where_params)
+    source, source_params = page_source(plan)
+    params.extend(source_params)
     order, order_params = _order_by(plan.order)
     params.extend(order_params)
     params.extend([plan.limit + 1, plan.offset])
-    query = sql.SQL("SELECT {} FROM {} AS {} WHERE {} ORDER BY {} LIMIT %s OFFSET %s").format(
+    query = sql.SQL("SELECT {} FROM {} ORDER BY {} LIMIT %s OFFSET %s").format(
         sql.SQL(", ").join(columns),
-        _table(plan.table.workspace_id, plan.table.id),
-        sql.Identifier(TABLE_ALIAS),
-        where,
+        source,
         order,
     )
     return query, params
 
 
-def page_where(plan: QueryPlan) -> Fragment:
-    """The page's WHERE: the filters and, with ``after``, the keyset condition."""
+def page_source(plan: QueryPlan) -> Fragment:
+    """The page's rows before ORDER BY: ``<table> AS t WHERE <filters>`` and, with
+    ``after``, the keyset condition. When the rows after the cursor are two ranges of the
+    column's (value, id) btree (ascending, NULLs last: the values after ``v``, then the
+    NULLs) each range is read by its own bounded index scan (``ORDER BY … LIMIT
+    limit + 1``) and the page is cut from the UNION ALL of both: at most twice
+    ``limit + 1`` rows are read and sorted, however deep the page. (One scan with
+    ``(c, id) > (v, i) OR c IS NULL`` would be filtered from the start of the index, and
+    PostgreSQL does not merge a UNION ALL of filtered scans in order.)"""
+    table = _table(plan.table.workspace_id, plan.table.id)
+    alias = sql.Identifier(TABLE_ALIAS)
     where, params = build_where(plan.filters)
     if plan.after is None:
-        return where, params
-    after, after_params = _after(plan.order, plan.after)
-    return sql.SQL("({}) AND ({})").format(where, after), params + after_params
+        return sql.SQL("{} AS {} WHERE {}").format(table, alias, where), params
+    parts = _after(plan.order, plan.after)
+    if len(parts) == 1:
+        (cond, p), = parts
+        return sql.SQL("{} AS {} WHERE ({}) AND ({})").format(table, alias, where, cond), params + p
+    branches: list[sql.Composable] = []
+    out: list[Any] = []
+    for cond, p in parts:
+        order, order_params = _order_by(plan.order)
+        branches.append(sql.SQL("(SELECT * FROM {} AS {} WHERE ({}) AND ({}) ORDER BY {} LIMIT %s)").format(
+            table, alias, where, cond, order))
+        out.extend([*params, *p, *order_params, plan.offset + plan.limit + 1])
+    return sql.SQL("({}) AS {}").format(sql.SQL(" UNION ALL ").join(branches), alias), out
 
 
 def order_keys(plan: QueryPlan, alias: str = TABLE_ALIAS) -> Fragment:
@@ -130,15 +148,17 @@ def order_keys(plan: QueryPlan, alias: str = TABLE_ALIAS) -> Fragment:
         sql.SQL(", ").join(sql.Identifier(alias, t.target.physical) for t in plan.order)), []
 
 
-def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> Fragment:
-    """Rows strictly after the row whose order keys are ``values``, in ``order``.
+def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> list[Fragment]:
+    """Rows strictly after the row whose order keys are ``values``, in ``order``: one
+    condition, or two whose rows follow each other in that order (:func:`page_source`).
 
     A one-column order (the column, then id the same way) is a row comparison
     ``(c, id) > (v, i)`` — the bound of a range scan on the column's (value, id) btree —
-    when the NULLs of the column sort before ``v`` (so none of them follows), and
-    ``c IS NULL AND id > i`` when ``v`` is NULL and NULLs sort last. Every other case is
-    the exact expansion ``OR_k (t_1 = v_1 AND … AND t_k-1 = v_k-1 AND t_k after v_k)``
-    with each term's direction and NULL placement (NULLs are equal to each other).
+    when the NULLs of the column sort before ``v`` (so none of them follows); that and
+    then ``c IS NULL`` when they sort after it; and ``c IS NULL AND id > i`` when ``v`` is
+    NULL and NULLs sort last. Every other case is the exact expansion
+    ``OR_k (t_1 = v_1 AND … AND t_k-1 = v_k-1 AND t_k after v_k)`` with each term's
+    direction and NULL placement (NULLs are equal to each other).
     """
     exprs: list[tuple[sql.Composable, list[Any]]] = []
     vals: list[Any] = []
@@ -154,17 +174,22 @@ def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> Fragment:
             kind = Kind.INT
         exprs.append((expr, eparams))
         vals.append((v, kind))
-    nulls_first = [t.nulls == "first" if t.nulls is not None else t.desc for t in order]
+    # NOT NULL columns (id and the timestamps) hold no NULL to place: as if they came first
+    nulls_first = [t.target.physical in _NOT_NULL or (t.nulls == "first" if t.nulls is not None else t.desc)
+                   for t in order]
     if (len(order) == 2 and order[1].target.physical == "id" and order[0].desc == order[1].desc
             and order[1].nulls is None):
         (e, ep), ((v, kind), (i, _)) = exprs[0], vals
         cmp = "<" if order[0].desc else ">"
-        if v is not None and nulls_first[0]:
-            return (sql.SQL("({}, {}) " + cmp + " ({}, %s::bigint)").format(
+        if v is not None:
+            values_after = (sql.SQL("({}, {}) " + cmp + " ({}, %s::bigint)").format(
                 e, sql.Identifier(TABLE_ALIAS, "id"), _typed_param(kind)), [*ep, v, i])
-        if v is None and not nulls_first[0]:
-            return (sql.SQL("{} IS NULL AND {} " + cmp + " %s::bigint").format(
-                e, sql.Identifier(TABLE_ALIAS, "id")), [*ep, i])
+            if nulls_first[0]:
+                return [values_after]
+            return [values_after, (sql.SQL("{} IS NULL").format(e), list(ep))]
+        if not nulls_first[0]:
+            return [(sql.SQL("{} IS NULL AND {} " + cmp + " %s::bigint").format(
+                e, sql.Identifier(TABLE_ALIAS, "id")), [*ep, i])]
     ors: list[sql.Composable] = []
     params: list[Any] = []
     for k in range(len(order)):
@@ -194,8 +219,8 @@ def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> Fragment:
         ors.append(sql.SQL("({})").format(sql.SQL(" AND ").join(ands)))
         params.extend(p)
     if not ors:
-        return sql.SQL("FALSE"), []
-    return sql.SQL(" OR ").join(ors), params
+        return [(sql.SQL("FALSE"), [])]
+    return [(sql.SQL(" OR ").join(ors), params)]
 
 
 def build_count(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:

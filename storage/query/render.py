@@ -28,7 +28,7 @@ from storage.query.build import (
     build_counter,
     build_estimate,
     order_keys,
-    page_where,
+    page_source,
 )
 from storage.query.listing import CountMode, CountQueries, count_mode, fetch_page, next_cursor, page_and_total
 from storage.query.plan import QueryPlan
@@ -117,19 +117,18 @@ def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     key_order, key_order_params = _order_by(plan.order)
     params.extend(key_order_params)
     params.append(plan.limit)
-    where, where_params = page_where(plan)
+    source, source_params = page_source(plan)
     inner_order, inner_params = _order_by(plan.order)
-    params.extend(where_params)
+    params.extend(source_params)
     params.extend(inner_params)
     params.extend([plan.limit + 1, plan.offset])
     query = sql.SQL(
         "SELECT '[' || coalesce(array_to_string((array_agg({obj} ORDER BY {outer_order}))[1:%s::int], ','), '') || ']',"
         " count(*), ((array_agg({keys} ORDER BY {key_order}))[%s::int])::text"
-        " FROM (SELECT * FROM {table} AS {a} WHERE {where} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}"
+        " FROM (SELECT * FROM {source} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}"
     ).format(
         obj=obj, outer_order=outer_order, keys=keys, key_order=key_order,
-        table=_table(plan.table.workspace_id, plan.table.id),
-        a=sql.Identifier(TABLE_ALIAS), where=where, inner_order=inner_order,
+        source=source, a=sql.Identifier(TABLE_ALIAS), inner_order=inner_order,
     )
     return query, params
 
