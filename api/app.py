@@ -47,8 +47,8 @@ from api.usage import ApiMiddleware
 from storage import access
 from storage.db import Database
 from storage.migrations import migrate
-from storage.values import set_file_base_url
 from storage.query import cursor
+from storage.values import set_file_base_url
 from wds import tracing
 from wds.config import Settings, get_settings
 from wds.relay import run_relay

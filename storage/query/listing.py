@@ -19,8 +19,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import tuple_row
 
-from storage.query.build import build_count, build_counter, build_estimate, build_list
 from storage.query import cursor
+from storage.query.build import build_count, build_counter, build_estimate, build_list
 from storage.query.plan import Embed, QueryPlan
 from storage.query.targets import Kind
 from storage.schema import ColumnMeta, ColumnType

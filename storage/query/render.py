@@ -23,7 +23,6 @@ from storage.db import bound_once
 from storage.query.build import (
     TABLE_ALIAS,
     _order_by,
-    _table,
     build_count,
     build_counter,
     build_estimate,
