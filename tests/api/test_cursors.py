@@ -116,12 +116,17 @@ def test_offset_pages_carry_next_and_views_page_by_cursor(ws, table):
     assert [x["id"] for x in page["records"] + rest["records"]] == whole[7:]
     view = ws.api.post(f"/tables/{table['id']}/views", json={
         "name": "late", "view_type": "grid",
-        "config": {"filters": [{"column": "Title", "op": "neq", "value": "skip"}], "sort": [{"column": "Due", "direction": "desc"}]}})
-    if view.status_code in (200, 201):
-        vid = view.json()["id"]
-        expected = [x["id"] for x in ws.api.get(url, params={"view": vid, "limit": "1000"}).json()["records"]]
-        ids, _ = _pages(ws.api, url, {"view": vid, "limit": "3"})
-        assert ids == expected
+        "config": {"filters": [{"column": "Title", "op": "neq", "value": "skip"}], "sort": "Due.desc"}})
+    assert view.status_code in (200, 201), view.text
+    vid = view.json()["id"]
+    expected = [x["id"] for x in ws.api.get(url, params={"view": vid, "limit": "1000"}).json()["records"]]
+    assert len(expected) == ROWS - 3
+    ids, _ = _pages(ws.api, url, {"view": vid, "limit": "3"})
+    assert ids == expected
+    # a view's cursor continues that view only
+    page = ws.api.get(url, params={"view": vid, "limit": "3"}).json()
+    r = ws.api.get(url, params={"order": "Due.desc", "limit": "3", "after": page["next"]})
+    assert r.status_code == 400 and r.json()["code"] == "INVALID_CURSOR"
 
 
 def test_invalid_cursors_are_refused(ws, table):
