@@ -105,7 +105,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     "SIGNUP_FIELD_NOT_ALLOWED": ("App-user sign-up sent a profile field the workspace does not mark as self-service (`signup_fields`, none by default; role and permission columns never).", ""),
     "REQUEST_TIMEOUT": ("The client stopped sending its request head or body for longer than allowed (`WDS_BODY_TIMEOUT_S`, 30 s; the head 10 s).", ""),
     "REPEATED_PARAMETER": ("A single-valued query parameter (`limit`, `offset`, `select`, `expand`, `view`, `count`, `order`/`sort`) given twice; `order` and `sort` together count as a repeat.", ""),
-    "UNKNOWN_PARAMETER": ("A parameter a door cannot honour: anything but `select`/`expand` on GET by id, `run_pipeline` on a read, unknown keys in a realtime subscription.", ""),
+    "UNKNOWN_PARAMETER": ("A parameter a door cannot honour: anything but `select`/`expand` on GET by id, `run_pipeline` on a read, unknown keys in a realtime subscription, an argument an MCP tool does not take.", ""),
     "PAYLOAD_TOO_LARGE": ("A body, upload, chat message, SQL text or search query larger than allowed.", ""),
     "UNSUPPORTED_MEDIA_TYPE": ("The framework's 415 (a body in a content type the endpoint does not take), rendered in the `{error, code}` shape.", ""),
     "CHAT_SESSION_INVALID": ("Agent web chat: a `session_id` sent without the `session_key` issued with it (or with a wrong one, or an id the server never issued). The same answer whether or not the session exists; omit `session_id` to start a new session.", ""),

@@ -8,7 +8,9 @@ table's columns; every type but ``form`` and ``custom`` shares the list keys:
   form, :func:`storage.query.parse_filter_object`), or the list form ``[{column, op,
   value}]`` of run-actions (:func:`storage.query.parse_filter_list`), which can hold
   several conditions on one column (``Score gte 10`` and ``Score lt 20``); planned like
-  a REST listing;
+  a REST listing. ``or``/``and``/``not.or``/``not.and`` groups are terms too (the key
+  ``"or"`` of the object form, or a list item ``{"or": "(Score.gte.10,Status.eq.done)"}``);
+  they AND with the other terms and with the listing's own filters;
 * ``sort``: an order string ``Col.asc,Col2.desc`` as in REST ``order=``;
 * ``hidden_columns``: column names not shown; ``column_order``: column names in display
   order (each at most once).
@@ -34,8 +36,11 @@ problem is ``VALIDATION_ERROR``.
 
 Views store column *ids* (``"@12"``; system columns by name) and show today's names
 (:func:`encode_config` / :func:`decode_config`), so a rename carries into every view.
-Deleting a column a view uses is refused (409 ``COLUMN_IN_USE``) unless forced; a forced
-delete removes the view's terms that named it (decoding drops any dangling id too).
+A group's text is stored re-rendered with ``@<id>`` column references
+(:func:`storage.query.parse.group_text`) and shown with today's names, in normal form.
+Deleting a column a view uses (a group's conditions included) is refused (409
+``COLUMN_IN_USE``) unless forced; a forced delete removes the view's terms that named it,
+a group as a whole (decoding drops any dangling id too).
 """
 
 from __future__ import annotations
@@ -49,9 +54,9 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from storage import jsontext
-from storage.errors import Conflict, PayloadTooLarge, UnknownColumn, ValidationError
+from storage.errors import Conflict, PayloadTooLarge, ServiceError, UnknownColumn, ValidationError
 from storage.query import Query, parse_filter_list, parse_filter_object, plan_query
-from storage.query.parse import Group, OrderTerm, parse_order
+from storage.query.parse import GROUP_PARAMS, Group, OrderTerm, group_text, parse_group, parse_order
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
 from storage.values import iso
 
@@ -160,22 +165,15 @@ def _validate(*, table: TableMeta, view_type: Any, config: Any) -> dict[str, Any
 
 
 def view_filters(value: Any) -> tuple[Any, ...]:
-    """A view's ``filters`` in either form (object or list), parsed.
+    """A view's ``filters`` in either form (object or list), parsed; ``or``/``and`` groups
+    (``{"or": "(A.eq.1,B.gt.2)"}``, or the list item ``{"or": "(...)"}``) included.
 
     Raises:
         ValidationError, UnknownOperator, InvalidValue: as the shared parsers do.
     """
     if value is None:
         return ()
-    parsed = parse_filter_list(value) if isinstance(value, list) else parse_filter_object(value)
-    if any(isinstance(f, Group) for f in parsed):
-        # a group's text names columns the view could not keep by id (a rename would
-        # silently change what it matches): refused rather than stored half-understood
-        raise ValidationError(
-            "a view's filters take conditions, not or/and groups; use several conditions"
-            " (they AND), or pass or=(...) with the listing itself"
-        )
-    return parsed
+    return parse_filter_list(value) if isinstance(value, list) else parse_filter_object(value)
 
 
 def _check_list_keys(table: TableMeta, config: dict[str, Any]) -> None:
@@ -271,12 +269,24 @@ def _map_columns(view_type: str, config: Mapping[str, Any], swap: Any) -> dict[s
         return dict(config)
     out = dict(config)
     if isinstance(out.get("filters"), Mapping):
-        out["filters"] = {new: v for k, v in out["filters"].items() if (new := swap(k)) is not None}
+        kept: dict[str, Any] = {}
+        for k, v in out["filters"].items():
+            if k in GROUP_PARAMS:
+                if (text := _map_group(k, v, swap)) is not None:
+                    kept[k] = text
+            elif (new := swap(k)) is not None:
+                kept[new] = v
+        out["filters"] = kept
     elif isinstance(out.get("filters"), list):
-        out["filters"] = [
-            {**f, "column": new} for f in out["filters"]
-            if isinstance(f, Mapping) and isinstance(f.get("column"), str) and (new := swap(f["column"])) is not None
-        ]
+        items: list[Any] = []
+        for f in out["filters"]:
+            if _is_group_item(f):
+                key, text = next(iter(f.items()))
+                if (new_text := _map_group(key, text, swap)) is not None:
+                    items.append({key: new_text})
+            elif isinstance(f, Mapping) and isinstance(f.get("column"), str) and (new := swap(f["column"])) is not None:
+                items.append({**f, "column": new})
+        out["filters"] = items
     if isinstance(out.get("sort"), str):
         try:
             terms = parse_order(out["sort"])
@@ -295,6 +305,43 @@ def _map_columns(view_type: str, config: Mapping[str, Any], swap: Any) -> dict[s
         if isinstance(out.get(key), list):
             out[key] = [new for v in out[key] if isinstance(v, str) and (new := swap(v)) is not None]
     return out
+
+
+def _is_group_item(item: Any) -> bool:
+    return isinstance(item, Mapping) and len(item) == 1 and next(iter(item)) in GROUP_PARAMS
+
+
+def group_columns(group: Group) -> list[str]:
+    """Every column a group's conditions name, nested groups included, in order."""
+    out: list[str] = []
+    for item in group.items:
+        out.extend(group_columns(item) if isinstance(item, Group) else [item.column])
+    return out
+
+
+def _map_group(key: str, text: Any, swap: Any) -> Any:
+    """A group's text with ``swap`` applied to every column it names, re-rendered in the
+    REST grammar; ``None`` (drop the whole group) when ``swap`` drops any of them.
+
+    A group is one term of the view's filters: a forced delete of a column it names drops
+    the whole group, as it drops a plain condition on that column, never a condition
+    inside it (which would make the group match something nobody wrote: fewer rows
+    in an ``or``, more in an ``and``). Text that does not parse is left as it is (it was
+    validated when stored).
+    """
+    if not isinstance(text, str):
+        return text
+    try:
+        group = parse_group(key, text)
+    except ServiceError:
+        return text
+    mapped: dict[str, str | None] = {}
+    for name in group_columns(group):
+        if name not in mapped:
+            mapped[name] = swap(name)
+    if any(new is None for new in mapped.values()):
+        return None
+    return group_text(group, lambda name: mapped[name] or name)
 
 
 def encode_config(view_type: str, config: Mapping[str, Any], table: TableMeta) -> dict[str, Any]:
@@ -351,7 +398,10 @@ def apply_view(query: Query, *, view: Mapping[str, Any], table: TableMeta) -> Qu
     if view["view_type"] not in _KEYS or view["view_type"] == "form":
         return query
     config = decode_config(view["view_type"], view.get("config") or {}, table)
-    filters = tuple(f for f in view_filters(config.get("filters")) if _exists(table, f.column))
+    filters = tuple(
+        f for f in view_filters(config.get("filters"))
+        if all(_exists(table, name) for name in (group_columns(f) if isinstance(f, Group) else [f.column]))
+    )
     order: tuple[OrderTerm, ...] = query.order
     if not order and isinstance(config.get("sort"), str):
         order = tuple(t for t in parse_order(config["sort"]) if _exists(table, t.column))

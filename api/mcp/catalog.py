@@ -65,8 +65,32 @@ def input_schema(name: str) -> dict[str, Any] | None:
     return spec.input_schema if spec else None
 
 
+def _refuse_unknown_arguments(spec: ToolSpec, args: dict[str, Any]) -> None:
+    """An argument the tool does not take is ``UNKNOWN_PARAMETER``, as an unknown query
+    parameter is on REST (docs/query.md), before any other schema check.
+
+    ``tools/list`` keeps ``additionalProperties: false`` for clients; only the code of
+    this one fault differs from the schema's ``VALIDATION_ERROR``. Unknown keys nested in
+    an argument's value stay ``VALIDATION_ERROR`` (they are a malformed value).
+    """
+    schema = spec.input_schema
+    if schema.get("additionalProperties", True) is not False:
+        return
+    known = schema.get("properties", {})
+    unknown = [k for k in args if k not in known]
+    if unknown:
+        takes = ", ".join(known) or "no arguments"
+        raise ServiceError(f"unknown argument {unknown[0]!r} for tool {spec.name}; it takes {takes}",
+                           code="UNKNOWN_PARAMETER")
+
+
 def validate_arguments(spec: ToolSpec, args: Any) -> dict[str, Any]:
-    """Check arguments against the tool's input schema; the first problem is named."""
+    """Check arguments against the tool's input schema; the first problem is named.
+
+    Raises:
+        ServiceError: ``UNKNOWN_PARAMETER`` for an argument the tool does not take.
+        ValidationError: any other schema violation (the first one).
+    """
     if args is None:
         args = {}
     if not isinstance(args, dict):
@@ -77,6 +101,7 @@ def validate_arguments(spec: ToolSpec, args: Any) -> dict[str, Any]:
         key = None
     if key is not None and key in _VALID:
         return args
+    _refuse_unknown_arguments(spec, args)
     error = best_match(_VALIDATORS[spec.name].iter_errors(args))
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path)

@@ -43,7 +43,7 @@ Filter(column='Status', op=<Op.EQ: 'eq'>, value='Done', negate=False)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
@@ -405,6 +405,45 @@ def filter_items(filters: Sequence[Filter | Group]) -> list[dict[str, Any]]:
             out.append({"column": f.column, "op": ("not." if f.negate else "") + f.op.value,
                         "value": list(f.value) if isinstance(f.value, tuple) else f.value})
     return out
+
+
+def group_key(group: Group) -> str:
+    """The parameter (or JSON key) a top-level group is written under: ``or``, ``not.and``..."""
+    return ("not." if group.negate else "") + group.kind
+
+
+def group_text(group: Group, column: Callable[[str], str] = lambda name: name) -> str:
+    """A parsed group written back in the REST grammar (``(A.eq.1,and(B.gt.2,C.is.null))``),
+    with each condition's column name passed through ``column`` (views write ``@<id>``).
+
+    Names and values are double-quoted when they hold characters of the grammar, so
+    :func:`parse_group` reads the text back to the same group.
+
+    >>> g = parse_group("or", '(Score.gte.10,not.and("A.b".eq."x,y",Tag.cs.{a,"b c"}),N.not.is.null)')
+    >>> group_text(g)
+    '(Score.gte.10,not.and("A.b".eq."x,y",Tag.cs.{a,b c}),N.not.is.null)'
+    >>> parse_group("or", group_text(g)) == g
+    True
+    """
+    parts: list[str] = []
+    for item in group.items:
+        if isinstance(item, Group):
+            parts.append(group_key(item) + group_text(item, column))
+            continue
+        op = ("not." if item.negate else "") + item.op.value
+        if isinstance(item.value, tuple):
+            open_, close = ("(", ")") if item.op is Op.IN else ("{", "}")
+            value = open_ + ",".join(_quoted_if_needed(v) for v in item.value) + close
+        else:
+            value = _quoted_if_needed(item.value)
+        parts.append(f"{_quoted_if_needed(column(item.column), extra='.')}.{op}.{value}")
+    return "(" + ",".join(parts) + ")"
+
+
+def _quoted_if_needed(text: str, *, extra: str = "") -> str:
+    if text and text == text.strip() and not any(ch in text for ch in ',"(){}\\' + extra):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _repeated(key: str) -> ServiceError:

@@ -470,3 +470,26 @@ def test_pages_with_computed_values_are_compact_too(world: dict[str, Any], base_
     assert fast.status_code == 200 and fast.content == slow.content
     assert b'" : ' not in fast.content and b'"a : b, c"' in fast.content
     assert [rec["fields"]["Double"] for rec in fast.json()["records"]] == [1, 3, 5]
+
+
+UNKNOWN_PARAMETER_CASES: list[tuple[str, str, str]] = [
+    # (REST door, parameter, value): the MCP tool with the same argument answers the same code
+    ("list", "run_pipeline", "false"),
+    ("get", "view", "abc"),
+    ("get", "bogus", "1"),
+    ("get", "limit", "1"),
+]
+
+
+@pytest.mark.parametrize("door,key,value", UNKNOWN_PARAMETER_CASES)
+def test_an_unknown_parameter_is_the_same_code_on_rest_and_mcp(door: str, key: str, value: str,
+                                                                world: dict[str, Any], base_url: str) -> None:
+    token, table, rid = world["ws"].builder_token, world["table"], world["ids"][0]
+    path = f"/functions/v1/rest-api/tables/{table}/records" + (f"/{rid}" if door == "get" else "")
+    rest = httpx.get(f"{base_url}{path}?{_qs([(key, value)])}", headers={"Authorization": f"Bearer {token}"},
+                     timeout=60)
+    assert rest.status_code == 400 and rest.json()["code"] == "UNKNOWN_PARAMETER", rest.text
+    tool, args = ("get_record", {"record_id": rid}) if door == "get" else ("list_records", {})
+    ok, out = _mcp(base_url, token, tool, {"table_id": table, **args, key: value})
+    assert not ok and out["code"] == "UNKNOWN_PARAMETER", out
+    assert repr(key) in out["error"] and repr(key) in rest.json()["error"]

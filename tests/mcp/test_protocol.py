@@ -143,13 +143,34 @@ async def test_unknown_tool_is_a_protocol_error(ws, mcp):
 
 @pytest.mark.parametrize("tool,args", [
     ("list_columns", {}),                                   # missing required argument
-    ("list_records", {"table_id": 1, "bogus": True}),       # unknown argument
     ("list_records", {"table_id": 1, "count": "yes"}),      # wrong type (limit and offset: the query parser's)
     ("sql_query", {"query": 5}),
 ])
 async def test_bad_arguments_are_tool_errors(ws, mcp, tool, args):
     async with mcp(ws.builder_token) as c:
         assert error_code(await c.call_tool(tool, args)) == "VALIDATION_ERROR"
+
+
+@pytest.mark.parametrize("tool,args,name", [
+    ("list_records", {"table_id": 1, "bogus": True}, "bogus"),
+    ("list_records", {"table_id": 1, "run_pipeline": False}, "run_pipeline"),  # REST: UNKNOWN_PARAMETER too
+    ("get_record", {"table_id": 1, "record_id": 1, "view": "x"}, "view"),
+    ("get_record", {"record_id": 1, "limit": 1}, "limit"),  # before the other schema checks
+    ("list_tables", {"x": 1}, "x"),
+    ("get_table", {"table_id": 1, "Name": "x"}, "Name"),  # a builder tool
+    ("create_view", {"table_id": 1, "name": "v", "view_type": "grid", "filters": {}}, "filters"),
+])
+async def test_unknown_arguments_are_unknown_parameter_as_on_rest(ws, mcp, tool, args, name):
+    async with mcp(ws.builder_token) as c:
+        res = await c.call_tool(tool, args)
+        assert error_code(res) == "UNKNOWN_PARAMETER"
+        assert repr(name) in res.structured_content["error"]
+
+
+async def test_an_unknown_key_inside_an_argument_stays_a_validation_error(ws, mcp):
+    async with mcp(ws.builder_token) as c:
+        res = await c.call_tool("create_table", {"name": "X", "columns": [{"name": "a", "type": "text", "bogus": 1}]})
+        assert error_code(res) == "VALIDATION_ERROR"
 
 
 def test_docs_list_exactly_the_55_tools_with_their_doors():
@@ -167,7 +188,7 @@ def test_argument_validation_memo_keeps_only_valid_arguments():
     """Arguments found valid are remembered (as tool name + JSON); invalid ones are checked
     every time, and the same JSON under another tool is validated against that tool."""
     from api.mcp import catalog
-    from storage.errors import ValidationError
+    from storage.errors import ServiceError, ValidationError
 
     spec = catalog.BY_NAME["list_records"]
     good = {"table_id": 7, "filters": {"Score": "gt.1"}, "limit": 5}
@@ -179,8 +200,11 @@ def test_argument_validation_memo_keeps_only_valid_arguments():
         for _ in range(2):
             with pytest.raises(ValidationError):
                 catalog.validate_arguments(spec, bad)
-    with pytest.raises(ValidationError):  # valid for list_records, not for get_record
+    with pytest.raises(ServiceError) as exc:  # valid for list_records, not for get_record
         catalog.validate_arguments(catalog.BY_NAME["get_record"], good)
+    assert exc.value.code == "UNKNOWN_PARAMETER"  # get_record takes no filters
+    with pytest.raises(ValidationError):  # get_record needs record_id
+        catalog.validate_arguments(catalog.BY_NAME["get_record"], {"table_id": 7})
     huge = {"table_id": 2**70}  # beyond orjson: validated without the memo
     catalog.validate_arguments(spec, huge)
     assert len(catalog._VALID) == 1
