@@ -47,6 +47,7 @@ from api.usage import ApiMiddleware
 from storage import access
 from storage.db import Database
 from storage.migrations import migrate
+from storage.query import cursor
 from storage.values import set_file_base_url
 from wds import tracing
 from wds.config import Settings, get_settings
@@ -121,6 +122,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     state = AppState(settings=settings, db=db)
     set_file_base_url(settings.public_base_url)
+    cursor.set_key(settings.secret_key, settings.database_url)  # signs list pages' next cursors
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

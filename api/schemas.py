@@ -175,6 +175,8 @@ class RecordList(BaseModel):
     records: list[RecordOut]
     limit: int
     offset: int
+    next: str | None = Field(None, description="cursor continuing after this page's last record"
+                                                " (pass it as `after`); null on the last page")
 
 
 class RecordIn(BaseModel):

@@ -130,7 +130,8 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     "LOSSY_CHANGE": ("Changing a column's type, or removing select options, would lose values of some records; `count` and `record_ids` say which; send `allow_loss: true` to change it anyway.", "count, record_ids"),
     "CREDENTIAL_HOST_MISMATCH": ("A step would send a credential to a URL host outside the credential's `hosts` (checked at column creation for literal URLs, at run time for templated ones and redirects).", ""),
     "QUERY_TIMEOUT": ("A statement ran past the database's statement timeout (every request has one).", ""),
-    "OFFSET_TOO_DEEP": ("`offset` deeper than 10,000 with an order on anything but `id`: page with a filter on the sort column (keyset paging), narrow the rows, or order by id.", ""),
+    "OFFSET_TOO_DEEP": ("`offset` deeper than 10,000 with an order on anything but `id`: page by cursor (`after=<next>`), narrow the rows, or order by id.", ""),
+    "INVALID_CURSOR": ("`after` is not a `next` cursor of this list: garbage, changed, made for another table, order or filter, given with `offset`, or on an order on a multi_select, JSON or file column (page those with `offset`).", ""),
     "WORKSPACE_BUSY": ("The workspace has too many statements running at once; `Retry-After` says when to retry.", ""),
 }
 

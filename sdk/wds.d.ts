@@ -25,6 +25,8 @@ export interface WdsResponse<T> {
   error: WdsError | null;
   count: number | null;
   status: number;
+  /** A list's cursor for the page after this one (pass it to `.after()`); null on the last page. */
+  next?: string | null;
 }
 
 /** A flattened row: system columns next to the fields. */
@@ -146,6 +148,10 @@ export interface QueryBuilder<F extends object, R> extends PromiseLike<WdsRespon
   limit(count: number): QueryBuilder<F, R>;
   /** Rows `from`..`to`, inclusive. */
   range(from: number, to: number): QueryBuilder<F, R>;
+  /** The page after a previous page's `next` cursor (same filters and order). */
+  after(cursor: string): QueryBuilder<F, R>;
+  /** Every matching row, page by page, following each page's `next` cursor; a failed page throws. */
+  pages(pageSize?: number): AsyncGenerator<R, void, unknown>;
   expand(...columns: Array<Column<F> | Array<Column<F>>>): QueryBuilder<F, R>;
   view(viewId: number | string): QueryBuilder<F, R>;
   single(): QueryBuilder<F, R extends Array<infer U> ? U : R>;

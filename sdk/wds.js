@@ -17,7 +17,7 @@ const REFRESH_MARGIN_S = 30; // refresh an app-user access token this long befor
 const RETRY_DELAY_MS = 150;
 const COUNT_MODES = ["exact", "planned", "estimated"]; // Prefer: count=<mode> (true means exact)
 // query parameters the server never reads as column filters (storage/query/parse.py)
-const RESERVED = new Set(["order", "sort", "limit", "offset", "select", "expand", "view", "run_pipeline", "count",
+const RESERVED = new Set(["order", "sort", "limit", "offset", "after", "select", "expand", "view", "run_pipeline", "count",
   "or", "and", "not.or", "not.and"]);
 const NO_HTTP = 0;
 
@@ -260,6 +260,7 @@ class QueryBuilder {
     this._expand = [];
     this._limit = undefined;
     this._offset = undefined;
+    this._after = undefined;
     this._view = undefined;
     this._single = 0; // 1 single, 2 maybeSingle
     this._count = false;
@@ -382,6 +383,36 @@ class QueryBuilder {
     return this;
   }
 
+  /** The page after a previous page's `next` cursor (keyset paging: a deep page costs
+   *  what the first does). Keep the filters and order the cursor's page had. */
+  after(cursor) {
+    this._after = cursor;
+    return this;
+  }
+
+  /** Every matching row, page by page (`limit` rows a page, default 1000), following
+   *  each page's `next` cursor: `for await (const rows of query.pages()) ...`. A failed
+   *  page yields nothing more; its error is thrown as an Error with `code` and `status`. */
+  async *pages(pageSize) {
+    let cursor = this._after;
+    const size = pageSize ?? this._limit ?? ID_PAGE;
+    const base = await this._baseUrl();
+    for (;;) {
+      const r = await this._list(base, { limit: size, after: cursor });
+      if (r.error) throw Object.assign(new Error(r.error.message), { code: r.error.code, status: r.error.status });
+      yield r.data;
+      if (!r.next) return;
+      cursor = r.next;
+    }
+  }
+
+  async _baseUrl() {
+    let id = this._c._tableId(this._table);
+    if (typeof id !== "number") id = await id;
+    if (typeof id !== "number") throw Object.assign(new Error(id.error.message), { code: id.error.code, status: id.error.status });
+    return `${this._c._http.rest}/tables/${id}/records`;
+  }
+
   /** Rows `from`..`to`, both inclusive (offset/limit). */
   range(from, to) {
     this._offset = from;
@@ -446,7 +477,7 @@ class QueryBuilder {
     return this._execute().catch(onRejected);
   }
 
-  _query(limit, offset, extra) {
+  _query(limit, offset, extra, after = this._after) {
     const parts = [];
     for (const [col, expr] of this._filters) {
       if (RESERVED.has(col) || col.startsWith("filter[")) {
@@ -462,6 +493,7 @@ class QueryBuilder {
     if (this._order.length) parts.push(`order=${encodeURIComponent(this._order.join(","))}`);
     if (limit !== undefined) parts.push(`limit=${limit}`);
     if (offset !== undefined) parts.push(`offset=${offset}`);
+    if (after !== undefined && after !== null) parts.push(`after=${encodeURIComponent(after)}`);
     if (this._view !== undefined) parts.push(`view=${encodeURIComponent(this._view)}`);
     return parts.join("&");
   }
@@ -488,12 +520,12 @@ class QueryBuilder {
     }
   }
 
-  async _list(base) {
+  async _list(base, page) {
     let extra = "";
     if (this._select !== null) extra = `select=${encodeURIComponent(this._select)}`;
     if (this._expand.length) extra += `${extra ? "&" : ""}expand=${encodeURIComponent(this._expand.join(","))}`;
-    const limit = this._single ? 2 : this._limit;
-    const qs = this._query(limit, this._offset, extra);
+    const limit = page ? page.limit : this._single ? 2 : this._limit;
+    const qs = page ? this._query(limit, page.after ? undefined : this._offset, extra, page.after) : this._query(limit, this._offset, extra);
     const r = await this._c._http.request("GET", qs ? `${base}?${qs}` : base, this._count ? { headers: { Prefer: `count=${this._count}` } } : undefined);
     if (r.error) return result(null, r.error, null, r.status);
     const total = this._count ? r.headers.get("x-total-count") : null;
@@ -501,7 +533,8 @@ class QueryBuilder {
     if (this._flatten) rows = rows.map(flattenRecord);
     const count = total === null ? null : Number(total);
     if (this._single) return this._one(rows, count, r.status);
-    return result(rows, null, count, r.status);
+    // `next`: the cursor of the page after this one (pass it to .after()), null on the last
+    return { ...result(rows, null, count, r.status), next: r.data.next ?? null };
   }
 
   _one(rows, count, status) {
@@ -586,18 +619,18 @@ class QueryBuilder {
     }
     // write-by-filter: resolve every matching id first (paging), then one request per record
     const ids = [];
-    let offset = this._offset || 0;
     const want = this._limit;
+    let after = this._after; // each page continues after the last by its next cursor
     for (;;) {
       const page = want === undefined ? ID_PAGE : Math.min(ID_PAGE, want - ids.length);
       if (page <= 0) break;
       const order = this._order.length ? undefined : "order=id.asc";
-      const qs = this._query(page, offset, order ? `select=&${order}` : "select=");
+      const qs = this._query(page, after ? undefined : this._offset, order ? `select=&${order}` : "select=", after);
       const r = await http.request("GET", `${base}?${qs}`);
       if (r.error) return result(null, r.error, null, r.status);
       for (const rec of r.data.records) ids.push(rec.id);
-      if (r.data.records.length < page) break;
-      offset += page;
+      if (!r.data.next) break;
+      after = r.data.next;
     }
     const out = new Array(ids.length);
     const errors = [];

@@ -50,7 +50,7 @@ from storage.query import (
     MAX_LIMIT,
     Query,
     QueryPlan,
-    list_records,
+    list_page,
     parse_arguments,
     plan_query,
 )
@@ -145,15 +145,14 @@ def _query(args: dict[str, Any]) -> Query:
     return query
 
 
-_LIST_KEYS = ("filters", "order", "select", "expand", "limit", "offset", "count", "view")
+_LIST_KEYS = ("filters", "order", "select", "expand", "limit", "offset", "count", "view", "after")
 
 
 def _plan(schema: WorkspaceSchema, table: TableMeta, principal: Principal, query: Query) -> QueryPlan:
+    # the page reads one record past it, which says whether more match (its next cursor);
+    # limit 0 reads one record (dropped by list_records_tool) to tell whether any matches
     plan = plan_query(query, table, can_read=principal.can_read, get_table=schema.tables.get)
-    if not query.count:
-        # one record past the page says whether more match, without counting them all
-        plan = dataclasses.replace(plan, limit=plan.limit + 1)
-    return plan
+    return dataclasses.replace(plan, limit=1) if plan.limit == 0 else plan
 
 
 async def _prepared(state: AppState, schema: WorkspaceSchema, table: TableMeta, principal: Principal,
@@ -165,6 +164,9 @@ async def _prepared(state: AppState, schema: WorkspaceSchema, table: TableMeta, 
     if args.get("view") is not None:
         query = _query(args)
         query = await view_query(state, principal, table, str(query.view), query)
+        return prepared_or_plan(_plan(schema, table, principal, query)), query.count
+    if args.get("after") is not None:  # each cursor is another statement: not memoised
+        query = _query(args)
         return prepared_or_plan(_plan(schema, table, principal, query)), query.count
     key = ("mcp", table.id, orjson.dumps([args.get(k) for k in _LIST_KEYS]))
     found = memoised_list(schema, key, lambda: _plan(schema, table, principal, _query(args)))
@@ -185,31 +187,32 @@ async def list_records_tool(state: AppState, principal: Principal, args: dict[st
     async with state.db.connection() as conn:
         if isinstance(prepared, PreparedList):
             # as REST does: PostgreSQL renders the page as JSON (no row decoded in Python)
-            text, _, total = await list_records_json(conn, prepared, count=mode)
+            text, _, total, after = await list_records_json(conn, prepared, count=mode)
             records = orjson.loads(text)
         else:
-            records, total = await list_records(conn, prepared, count=mode)
+            records, total, after = await list_page(conn, prepared, count=mode)
     offset = prepared.offset
-    limit = prepared.limit if counting else prepared.limit - 1
-    page: dict[str, Any] = {"records": records, "limit": limit, "offset": offset}
+    limit = prepared.limit
+    matched_any = None
+    if _query(args).limit == 0:  # planned as 1 (_plan): the record only says whether any matches
+        limit, after, matched_any, records = 0, None, bool(records), []
+    page: dict[str, Any] = {"records": records, "limit": limit, "offset": offset, "next": after}
     if isinstance(prepared, PreparedList):
         # parsed from PostgreSQL's JSON, so JSON values only: the fast path writes it itself
         # (a page decoded in Python may hold other types, e.g. a computed column's datetime)
         page = JsonValues(page)
     matching = total or 0  # the exact total, when counting
     if counting:
-        more = offset + len(records) < matching
         page["total"] = matching
-    else:
-        more = len(records) > limit
-        del records[limit:]  # the record past the page, when there was one
-        if mode is not None:  # planned or estimated: the figure as REST's headers give it
-            page["total"] = total or 0
+    elif mode is not None:  # planned or estimated: the figure as REST's headers give it
+        page["total"] = total or 0
+    # the page reads one record past it: a next cursor means more match
+    more = after is not None or bool(matched_any)
     end = offset + len(records)
     page["has_more"] = more
     if more:
-        left = f"{matching - end} more record(s) match" if counting else "more records match"
-        page["hint"] = (f"{left}; call list_records again with offset={end}"
+        left = f"{matching - end} more record(s) match" if counting and args.get("after") is None else "more records match"
+        page["hint"] = (f"{left}; call list_records again with after=<this page's next> (or offset={end})"
                         " to continue, or narrow the result with filters or select")
     elif not records and offset:
         page["hint"] = (f"offset {offset} is past the last of {matching} matching record(s)" if matching
@@ -324,6 +327,7 @@ _PAGE_OUT = out({
     "records": {"type": "array", "items": {"type": "object"}},
     "limit": {"type": "integer"}, "offset": {"type": "integer"}, "total": {"type": "integer"},
     "has_more": {"type": "boolean"}, "hint": {"type": "string"},
+    "next": {"type": ["string", "null"]},
 }, ("records", "limit", "offset", "has_more"))
 _TABLE_ONLY = obj({"table_id": TABLE_ID}, ("table_id",))
 _REC = {"table_id": TABLE_ID, "record_id": RECORD_ID}
@@ -355,7 +359,8 @@ DATA_TOOLS: list[ToolSpec] = [
           read_only=True, idempotent=True),
     _spec("list_records", "List records",
           f"One page of a table's records with filters, order, select, expand or a saved view, as the REST"
-          f" list reads them. Returns has_more (and the"
+          f" list reads them. Returns has_more and next (pass it as after for the next page; null on the"
+          f" last), and the"
           f" exact total of matching records with count: true, an estimate with \"planned\" or"
           f" \"estimated\");"
           f" default {MCP_DEFAULT_LIMIT} records per page, at most {MCP_MAX_LIMIT}.",
@@ -366,8 +371,9 @@ DATA_TOOLS: list[ToolSpec] = [
                                        " created_at, updated_at"},
               "limit": {"description": f"page size, a non-negative integer: default {MCP_DEFAULT_LIMIT},"
                                        f" at most {MCP_MAX_LIMIT}"},
-              "offset": {"description": "records to skip, a non-negative integer (from has_more/hint of"
-                                        " the previous page)"},
+              "offset": {"description": "records to skip, a non-negative integer (not with after)"},
+              "after": {"type": "string", "description": "the previous page's next: the page after it"
+                                                         " (same filters and order; deep pages cost no more)"},
               "count": {"type": ["boolean", "string"], "enum": [True, False, "exact", "planned", "estimated"],
                         "description": "also return total: true or \"exact\" counts every match (reads"
                                        " every match); \"planned\" is the planner's estimate (reads none);"

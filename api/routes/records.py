@@ -36,7 +36,7 @@ from storage.access import Action, Principal
 from storage.errors import Forbidden, NotFound, ServiceError
 from storage.plans import BATCH_MAX
 from storage import jsontext
-from storage.query import list_records, parse_params, parse_record_params, plan_query
+from storage.query import list_page, parse_params, parse_record_params, plan_query
 from storage.query.listing import CountMode
 from storage.query.plan import QueryPlan
 from storage.query.render import (
@@ -140,6 +140,7 @@ async def list_(
     # on every door (docs/query.md), not FastAPI's integer validation
     limit: str | None = Query(None, description="page size, default 100, at most 1000"),
     offset: str | None = Query(None, description="rows to skip"),
+    after: str | None = Query(None, description="a page's `next` cursor: the page after it (not with offset)"),
     order: str | None = Query(None, description="`Col.asc,Col.desc`; any column incl. id, created_at"),
     select: str | None = Query(None, description="`a,b` or `Rel(Name,Score)` to embed"),
     expand: str | None = Query(None, description="relation column(s) to embed whole"),
@@ -154,7 +155,9 @@ async def list_(
     and boolean groups `or=(...)` / `and=(...)`. A single-valued parameter given twice is
     `REPEATED_PARAMETER`. `Prefer: count=exact` (or `count=exact`) adds `X-Total-Count`
     and `Content-Range`; `Prefer: count=planned` gives the planner's estimate instead (reads
-    no rows) and `count=estimated` is exact below 100,000 estimated matches, planned above."""
+    no rows) and `count=estimated` is exact below 100,000 estimated matches, planned above.
+    Every page carries `next`, a cursor to pass as `after` for the page after it (null on
+    the last page); a deep page by cursor costs what the first page does."""
     return await list_response(state, principal, table_id, list(request.query_params.multi_items()),
                                prefer=request.headers.get("prefer", ""), view=view)
 
@@ -172,8 +175,11 @@ async def list_response(
         # a memo hit means these exact parameters parsed before: a count parameter is count=exact
         want_count = CountMode.EXACT
     headers: dict[str, str] = {}
-    if view is None:
+    if view is None and not any(k == "after" for k, _ in params):
         found = memoised_list(schema, ("rest", table.id, tuple(params)), lambda: plan_query(
+            parse_params(params), table, can_read=principal.can_read, get_table=schema.tables.get))
+    elif view is None:  # each cursor is another statement: not memoised
+        found = prepared_or_plan(plan_query(
             parse_params(params), table, can_read=principal.can_read, get_table=schema.tables.get))
     else:  # a view's filters are read from the database: not memoised
         query = await view_query(state, principal, table, view, parse_params(params))
@@ -182,16 +188,17 @@ async def list_response(
     if prepared is not None:
         # PostgreSQL renders the page as JSON: no row is decoded in Python
         async with state.db.connection() as conn:
-            page, n, total = await list_records_json(conn, prepared, count=want_count)
+            page, n, total, after = await list_records_json(conn, prepared, count=want_count)
         _count_headers(headers, prepared.offset, n, total)
-        body = b'{"records":%s,"limit":%d,"offset":%d}' % (
-            jsontext.compact(page) if prepared.compact else page.encode(), prepared.limit, prepared.offset)
+        body = b'{"records":%s,"limit":%d,"offset":%d,"next":%s}' % (
+            jsontext.compact(page) if prepared.compact else page.encode(), prepared.limit, prepared.offset,
+            orjson.dumps(after))
         return Response(body, media_type="application/json", headers=headers)
     assert isinstance(found, QueryPlan)
     async with state.db.connection() as conn:
-        records, total = await list_records(conn, found, count=want_count)
+        records, total, after = await list_page(conn, found, count=want_count)
     _count_headers(headers, found.offset, len(records), total)
-    return JSON({"records": records, "limit": found.limit, "offset": found.offset}, headers=headers)
+    return JSON({"records": records, "limit": found.limit, "offset": found.offset, "next": after}, headers=headers)
 
 
 _PREFER_COUNT = re.compile(r"(?:^|[\s,;])count=(exact|planned|estimated)(?![\w-])")

@@ -27,6 +27,7 @@ import os
 import random
 import secrets
 import time
+from urllib.parse import quote
 
 from psycopg import sql
 
@@ -84,6 +85,22 @@ async def _fill(ctx: BenchContext, table: BenchTable, rows: int) -> None:
     table.record_ids = [int(lo), int(hi)]
 
 
+_AFTER = "after-row="  # placeholder: replaced by after=<the next cursor at that row>
+
+
+async def _with_cursor(ctx: BenchContext, table: BenchTable, query: str) -> str:
+    """``query`` with its cursor placeholder replaced by the ``next`` of the page that
+    ends at that row (read once, untimed)."""
+    if _AFTER not in query:
+        return query
+    head, _, row = query.partition(_AFTER)
+    got = await ctx.call("GET", f"{ctx.rest}/tables/{table.id}/records?select=&limit=1&offset={int(row) - 1}",
+                         headers=ctx.headers)
+    if not got.get("next"):
+        raise BenchError(f"no next cursor at row {row}: {got!r:.200}")
+    return f"{head}after={quote(got['next'])}"
+
+
 def _reads(rows: int) -> list[tuple[str, str, str | None, bool]]:
     """(name, query string, Prefer, target applies) of each measured read at ``rows`` rows."""
     deep = rows * 3 // 4
@@ -98,6 +115,9 @@ def _reads(rows: int) -> list[tuple[str, str, str | None, bool]]:
         ("filtered list + count=estimated", f"Status=eq.a&limit={PAGE}", "count=estimated", True),
         ("unfiltered list + count=exact (row counter)", f"limit={PAGE}", "count=exact", True),
         ("deep page at 75 % by offset", f"limit={PAGE}&offset={deep}", None, True),
+        # the same rows by keyset cursor: the next of the page ending at row `deep`
+        # (filled in by reads() before timing: `after=` + the cursor)
+        ("deep page at 75 % by cursor", f"limit={PAGE}&{_AFTER}{deep}", None, True),
         ("contains search, 10 matches at any size (Name=ilike.*vqk*)", f"Name=ilike.*vqk*&limit={PAGE}", None, True),
         ("contains search, 0.1 % of the rows match (Name=ilike.*qzx*)", f"Name=ilike.*qzx*&limit={PAGE}", None, True),
         ("contains search, 2 characters (Name=ilike.*qz*)", f"Name=ilike.*qz*&limit={PAGE}", None, True),
@@ -151,6 +171,7 @@ async def reads(ctx: BenchContext) -> list[Figure]:
     figures: list[Figure] = []
     target = f"{MAX_GROWTH:g}× the 10k control"
     for (name, q_small, prefer, targeted), (_, q_large, _, _) in zip(_reads(CONTROL_ROWS), _reads(rows), strict=True):
+        q_small, q_large = await _with_cursor(ctx, control, q_small), await _with_cursor(ctx, large, q_large)
         small_op = _op(ctx, control, q_small, prefer, rnd)
         large_op = _op(ctx, large, q_large, prefer, rnd)
         large_res, small_res = await ctx.interleave([large_op, small_op], 1)

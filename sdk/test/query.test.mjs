@@ -213,3 +213,39 @@ test("an array select with an embedding embeds, as the text form does", async ()
   assert.deepEqual(a.data, b.data);
   assert.equal(a.data.Owner.Name, "Bob");
 });
+
+test("pages by cursor: .after(next) and pages() give the rows of one big page", async () => {
+  const orders = [
+    (q) => q.order("Score", { ascending: false }),
+    (q) => q.order(ODD),
+    (q) => q.order(ODD, { ascending: false, nullsFirst: false }),
+    (q) => q.order("Status").order("Score", { ascending: false }),
+  ];
+  for (const order of orders) {
+    const whole = await order(client.from(tasks.id).select().gte("Score", 30)).limit(1000);
+    assert.equal(whole.error, null);
+    assert.equal(whole.next, null);
+    const byAfter = [];
+    let next;
+    let pages = 0;
+    do {
+      let q = order(client.from(tasks.id).select().gte("Score", 30)).limit(7);
+      if (next) q = q.after(next);
+      const r = await q;
+      assert.equal(r.error, null);
+      byAfter.push(...r.data);
+      next = r.next;
+      pages += 1;
+    } while (next);
+    assert.deepEqual(byAfter, whole.data);
+    assert.equal(pages, Math.ceil(whole.data.length / 7));
+    const byPages = [];
+    for await (const rows of order(client.from(tasks.id).select().gte("Score", 30)).pages(4)) byPages.push(...rows);
+    assert.deepEqual(byPages, whole.data);
+  }
+  const first = await client.from(tasks.id).select().order("Score").limit(3);
+  const other = await client.from(tasks.id).select().order("Score", { ascending: false }).after(first.next);
+  assert.equal(other.error.code, "INVALID_CURSOR");
+  const tampered = await client.from(tasks.id).select().order("Score").after(first.next.slice(0, -2));
+  assert.equal(tampered.error.code, "INVALID_CURSOR");
+});

@@ -12,7 +12,7 @@ Typical use (REST list)::
 """
 
 from storage.query.build import build_count, build_list, build_where
-from storage.query.listing import decode_row, list_records
+from storage.query.listing import decode_row, list_page, list_records
 from storage.query.parse import (
     DEFAULT_LIMIT,
     MAX_IN_VALUES,
@@ -70,6 +70,7 @@ __all__ = [
     "build_list",
     "build_where",
     "decode_row",
+    "list_page",
     "list_records",
     "filter_items",
     "parse_arguments",

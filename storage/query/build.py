@@ -10,7 +10,11 @@ Rows of :func:`build_list` have the columns, in this order:
 2. one raw column per entry of ``plan.fields`` (``c_<id>``, in plan order);
 3. one jsonb column per entry of ``plan.embeds``: the related record as
    ``{"id", "created_at", "updated_at", "fields": {<human name>: <to_jsonb(value)>}}``,
-   or NULL when the relation is empty or dangling.
+   or NULL when the relation is empty or dangling;
+4. the row's order keys (:func:`order_keys`) as one JSON array: the ``next`` cursor's
+   values when the row is the page's last.
+
+The page reads ``limit + 1`` rows: a row past the page says there is a next page.
 
 :func:`build_count` counts with the same WHERE clause; :mod:`storage.query.listing`
 sends both statements in one pipeline (one round trip).
@@ -47,6 +51,7 @@ _PG_TYPE = {
 _NUMERIC_TEXT_RE = r"^\s*[-+]?([0-9]{1,100}(\.[0-9]{0,100})?|\.[0-9]{1,100})([eE][-+]?[0-9]{1,3})?\s*$"
 
 Fragment = tuple[sql.Composable, list[Any]]
+_NOT_NULL = frozenset({"id", "created_at", "updated_at"})  # system columns
 
 
 def build_where(
@@ -90,19 +95,132 @@ def build_list(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
         expr, p = _embed_expr(embed)
         columns.append(sql.SQL("{} AS {}").format(expr, sql.Identifier(f"e_{i}")))
         params.extend(p)
-    where, where_params = build_where(plan.filters)
-    params.extend(where_params)
+    keys, key_params = order_keys(plan)
+    columns.append(keys)
+    params.extend(key_params)
+    source, source_params = page_source(plan)
+    params.extend(source_params)
     order, order_params = _order_by(plan.order)
     params.extend(order_params)
-    params.extend([plan.limit, plan.offset])
-    query = sql.SQL("SELECT {} FROM {} AS {} WHERE {} ORDER BY {} LIMIT %s OFFSET %s").format(
+    params.extend([plan.limit + 1, plan.offset])
+    query = sql.SQL("SELECT {} FROM {} ORDER BY {} LIMIT %s OFFSET %s").format(
         sql.SQL(", ").join(columns),
-        _table(plan.table.workspace_id, plan.table.id),
-        sql.Identifier(TABLE_ALIAS),
-        where,
+        source,
         order,
     )
     return query, params
+
+
+def page_source(plan: QueryPlan) -> Fragment:
+    """The page's rows before ORDER BY: ``<table> AS t WHERE <filters>`` and, with
+    ``after``, the keyset condition. When the rows after the cursor are two ranges of the
+    column's (value, id) btree (ascending, NULLs last: the values after ``v``, then the
+    NULLs) each range is read by its own bounded index scan (``ORDER BY … LIMIT
+    limit + 1``) and the page is cut from the UNION ALL of both: at most twice
+    ``limit + 1`` rows are read and sorted, however deep the page. (One scan with
+    ``(c, id) > (v, i) OR c IS NULL`` would be filtered from the start of the index, and
+    PostgreSQL does not merge a UNION ALL of filtered scans in order.)"""
+    table = _table(plan.table.workspace_id, plan.table.id)
+    alias = sql.Identifier(TABLE_ALIAS)
+    where, params = build_where(plan.filters)
+    if plan.after is None:
+        return sql.SQL("{} AS {} WHERE {}").format(table, alias, where), params
+    parts = _after(plan.order, plan.after)
+    if len(parts) == 1:
+        (cond, p), = parts
+        return sql.SQL("{} AS {} WHERE ({}) AND ({})").format(table, alias, where, cond), params + p
+    branches: list[sql.Composable] = []
+    out: list[Any] = []
+    for cond, p in parts:
+        order, order_params = _order_by(plan.order)
+        branches.append(sql.SQL("(SELECT * FROM {} AS {} WHERE ({}) AND ({}) ORDER BY {} LIMIT %s)").format(
+            table, alias, where, cond, order))
+        out.extend([*params, *p, *order_params, plan.offset + plan.limit + 1])
+    return sql.SQL("({}) AS {}").format(sql.SQL(" UNION ALL ").join(branches), alias), out
+
+
+def order_keys(plan: QueryPlan, alias: str = TABLE_ALIAS) -> Fragment:
+    """``json_build_array`` of the row's raw value of each order term (a single_select's
+    option id, not its position): what a ``next`` cursor carries."""
+    if plan.cursor_kinds is None:
+        return sql.SQL("NULL::json"), []
+    return sql.SQL("json_build_array({})").format(
+        sql.SQL(", ").join(sql.Identifier(alias, t.target.physical) for t in plan.order)), []
+
+
+def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> list[Fragment]:
+    """Rows strictly after the row whose order keys are ``values``, in ``order``: one
+    condition, or two whose rows follow each other in that order (:func:`page_source`).
+
+    A one-column order (the column, then id the same way) is a row comparison
+    ``(c, id) > (v, i)`` — the bound of a range scan on the column's (value, id) btree —
+    when the NULLs of the column sort before ``v`` (so none of them follows); that and
+    then ``c IS NULL`` when they sort after it; and ``c IS NULL AND id > i`` when ``v`` is
+    NULL and NULLs sort last. Every other case is the exact expansion
+    ``OR_k (t_1 = v_1 AND … AND t_k-1 = v_k-1 AND t_k after v_k)`` with each term's
+    direction and NULL placement (NULLs are equal to each other).
+    """
+    exprs: list[tuple[sql.Composable, list[Any]]] = []
+    vals: list[Any] = []
+    for term, v in zip(order, values, strict=True):
+        expr: sql.Composable = sql.Identifier(TABLE_ALIAS, term.target.physical)
+        eparams: list[Any] = []
+        kind = term.target.kind
+        if term.option_ids is not None:
+            expr = sql.SQL("array_position(%s::text[], {})").format(expr)
+            eparams = [list(term.option_ids)]
+            # the position of the cursor's option (NULL for a NULL or a removed option)
+            v = term.option_ids.index(v) + 1 if v in term.option_ids else None
+            kind = Kind.INT
+        exprs.append((expr, eparams))
+        vals.append((v, kind))
+    # NOT NULL columns (id and the timestamps) hold no NULL to place: as if they came first
+    nulls_first = [t.target.physical in _NOT_NULL or (t.nulls == "first" if t.nulls is not None else t.desc)
+                   for t in order]
+    if (len(order) == 2 and order[1].target.physical == "id" and order[0].desc == order[1].desc
+            and order[1].nulls is None):
+        (e, ep), ((v, kind), (i, _)) = exprs[0], vals
+        cmp = "<" if order[0].desc else ">"
+        if v is not None:
+            values_after = (sql.SQL("({}, {}) " + cmp + " ({}, %s::bigint)").format(
+                e, sql.Identifier(TABLE_ALIAS, "id"), _typed_param(kind)), [*ep, v, i])
+            if nulls_first[0]:
+                return [values_after]
+            return [values_after, (sql.SQL("{} IS NULL").format(e), list(ep))]
+        if not nulls_first[0]:
+            return [(sql.SQL("{} IS NULL AND {} " + cmp + " %s::bigint").format(
+                e, sql.Identifier(TABLE_ALIAS, "id")), [*ep, i])]
+    ors: list[sql.Composable] = []
+    params: list[Any] = []
+    for k in range(len(order)):
+        ands: list[sql.Composable] = []
+        p: list[Any] = []
+        for j in range(k):
+            (e, ep), (v, kind) = exprs[j], vals[j]
+            if v is None:
+                ands.append(sql.SQL("{} IS NULL").format(e))
+                p.extend(ep)
+            else:
+                ands.append(sql.SQL("{} = {}").format(e, _typed_param(kind)))
+                p.extend([*ep, v])
+        (e, ep), (v, kind) = exprs[k], vals[k]
+        cmp = "<" if order[k].desc else ">"
+        if v is None:
+            if not nulls_first[k]:
+                continue  # nothing sorts after NULL on this term
+            ands.append(sql.SQL("{} IS NOT NULL").format(e))
+            p.extend(ep)
+        elif nulls_first[k]:
+            ands.append(sql.SQL("{} " + cmp + " {}").format(e, _typed_param(kind)))
+            p.extend([*ep, v])
+        else:
+            ands.append(sql.SQL("({} " + cmp + " {} OR {} IS NULL)").format(e, _typed_param(kind), e))
+            p.extend([*ep, v, *ep])
+        ors.append(sql.SQL("({})").format(sql.SQL(" AND ").join(ands)))
+        params.extend(p)
+    if not ors:
+        return [(sql.SQL("FALSE"), [])]
+    return [(sql.SQL(" OR ").join(ors), params)]
 
 
 def build_count(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:

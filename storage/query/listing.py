@@ -19,8 +19,10 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import tuple_row
 
+from storage.query import cursor
 from storage.query.build import build_count, build_counter, build_estimate, build_list
 from storage.query.plan import Embed, QueryPlan
+from storage.query.targets import Kind
 from storage.schema import ColumnMeta, ColumnType
 from storage.values import decode_value, iso_text
 
@@ -107,14 +109,31 @@ async def page_and_total(
 async def list_records(
     conn: psycopg.AsyncConnection[Any], plan: QueryPlan, *, count: bool | str | CountMode | None
 ) -> tuple[list[dict[str, Any]], int | None]:
+    """:func:`list_page` without the ``next`` cursor."""
+    records, total, _ = await list_page(conn, plan, count=count)
+    return records, total
+
+
+def next_cursor(fp: str, kinds: tuple[Kind, ...] | None, keys: list[Any] | None) -> str | None:
+    """The ``next`` cursor after a page's last row with order keys ``keys`` (``None``:
+    no next page, or an order no cursor can continue)."""
+    if keys is None or kinds is None:
+        return None
+    return cursor.encode(fp, kinds, keys)
+
+
+async def list_page(
+    conn: psycopg.AsyncConnection[Any], plan: QueryPlan, *, count: bool | str | CountMode | None
+) -> tuple[list[dict[str, Any]], int | None, str | None]:
     """Fetch one page of records for ``plan`` and, when ``count``, the total.
 
     ``count``: ``True`` or a :class:`CountMode` (``True`` is exact); see :func:`page_and_total`.
 
     Returns:
         The records as ``{"id", "fields", "created_at", "updated_at"}`` dicts (fields
-        in ``plan.output`` order, embedded relations as nested records) and the number
-        of rows matching the filters (``None`` unless ``count``).
+        in ``plan.output`` order, embedded relations as nested records), the number
+        of rows matching the filters (``None`` unless ``count``) and the ``next`` cursor
+        (``None`` on the last page: the statement reads one row past the page).
     """
     page_sql, page_params = build_list(plan)
     mode = count_mode(count)
@@ -123,7 +142,11 @@ async def list_records(
         rows, total = await fetch_page(conn, page_sql, page_params, None)
     else:
         rows, total = await page_and_total(conn, page_sql, page_params, mode, counts)
-    return [decode_row(plan, row) for row in rows], total
+    page = rows[: plan.limit]
+    keys = page[-1][-1] if len(rows) > plan.limit and page else None
+    if isinstance(keys, (str, bytes)):
+        keys = json.loads(keys)
+    return [decode_row(plan, row[:-1]) for row in page], total, next_cursor(plan.fingerprint, plan.cursor_kinds, keys)
 
 
 async def fetch_page(
@@ -159,7 +182,8 @@ def _plan_rows(explained: Any) -> int:
 
 
 def decode_row(plan: QueryPlan, row: tuple[Any, ...]) -> dict[str, Any]:
-    """Decode one row of :func:`storage.query.build.build_list` into a record."""
+    """Decode one row of :func:`storage.query.build.build_list` (without its last column,
+    the order keys) into a record."""
     n_fields = len(plan.fields)
     raw = dict(zip((c.id for c in plan.fields), row[3 : 3 + n_fields], strict=True))
     embedded = dict(

@@ -13,7 +13,7 @@ Grammar (PostgREST style)::
     <Column>=not.<op>.<value>         negation of any operator
     filter[<Column>][<op>]=<value>    legacy form; <op> may be ``not.eq`` etc.
     order=<Col>.asc,<Col>.desc.nullslast   sort=-<Col>,<Col>
-    limit=<n>  offset=<n>  select=a,b,Rel(X,Y),*  expand=Rel1,Rel2  count=exact  view=<id>
+    limit=<n>  offset=<n>  after=<cursor>  select=a,b,Rel(X,Y),*  expand=Rel1,Rel2  count=exact  view=<id>
     or=(<cond>,<cond>,...)  and=(...)  not.or=(...)  not.and=(...)
         <cond> is <Column>.<op>.<value>, <Column>.not.<op>.<value> or a nested
         and(...) / or(...) / not.and(...) / not.or(...); a column name holding dots or
@@ -66,7 +66,7 @@ MAX_OFFSET = 2**63 - 1  # beyond bigint PostgreSQL would fail at run time
 
 # Parameters that are never column filters.
 RESERVED_PARAMS = frozenset(
-    {"order", "sort", "limit", "offset", "select", "expand", "view", "run_pipeline", "count"}
+    {"order", "sort", "limit", "offset", "after", "select", "expand", "view", "run_pipeline", "count"}
 )
 # Parameters naming a boolean group of conditions (PostgREST's logic trees).
 GROUP_PARAMS = frozenset({"or", "and", "not.or", "not.and"})
@@ -155,6 +155,7 @@ class Query:
     expand: tuple[str, ...] = ()
     count: bool = False  # count=exact: the exact number of matches is wanted
     view: str | None = None  # a saved view whose filters and sort apply
+    after: str | None = None  # a page's ``next`` cursor: continue after its last row
 
 
 _OPS = {op.value: op for op in Op}
@@ -173,7 +174,7 @@ def parse_params(params: Sequence[tuple[str, str]]) -> Query:
             ``UNKNOWN_PARAMETER`` (``run_pipeline``, which only writes take).
 
     >>> parse_params([("filter[Name][not.eq]", "x"), ("limit", "5")])
-    Query(filters=(Filter(column='Name', op=<Op.EQ: 'eq'>, value='x', negate=True),), order=(), limit=5, offset=0, select=None, expand=(), count=False, view=None)
+    Query(filters=(Filter(column='Name', op=<Op.EQ: 'eq'>, value='x', negate=True),), order=(), limit=5, offset=0, select=None, expand=(), count=False, view=None, after=None)
     >>> parse_params([("sort", "-created_at,Name")]).order
     (OrderTerm(column='created_at', desc=True, nulls=None), OrderTerm(column='Name', desc=False, nulls=None))
     >>> parse_params([("select", "Name,Owner(Email,Team)")]).select
@@ -210,6 +211,8 @@ def parse_params(params: Sequence[tuple[str, str]]) -> Query:
 
     select, expand, count = value("select"), value("expand"), value("count")
     limit, offset = value("limit"), value("offset")
+    if value("after") is not None and offset is not None:
+        raise _after_with_offset()
     return Query(
         filters=tuple(filters),
         order=order,
@@ -219,7 +222,13 @@ def parse_params(params: Sequence[tuple[str, str]]) -> Query:
         expand=() if expand is None else parse_expand(expand),
         count=False if count is None else parse_count(count),
         view=value("view"),
+        after=value("after"),
     )
+
+
+def _after_with_offset() -> ServiceError:
+    return ServiceError("after and offset cannot be combined: a cursor already says where the page starts",
+                        code="INVALID_CURSOR")
 
 
 def parse_record_params(params: Sequence[tuple[str, str]]) -> Query:
@@ -245,7 +254,8 @@ def parse_record_params(params: Sequence[tuple[str, str]]) -> Query:
 def parse_arguments(args: Mapping[str, Any], *, default_limit: int = DEFAULT_LIMIT) -> Query:
     """The JSON doors' form of a list query (MCP ``list_records``, the agent chat):
     ``filters`` (object or list form), ``order``, ``select``, ``expand`` (text in the REST
-    grammar or a list of terms), ``limit``, ``offset``, ``count`` (boolean) and ``view``.
+    grammar or a list of terms), ``limit``, ``offset``, ``after`` (a page's ``next``
+    cursor), ``count`` (boolean) and ``view``.
 
     Every value is checked here with the REST door's messages: ``limit: 10.0`` is ten
     (JSON has one number type), ``limit: 10.5``, ``"10"``, ``true`` or ``-1`` are
@@ -273,6 +283,11 @@ def parse_arguments(args: Mapping[str, Any], *, default_limit: int = DEFAULT_LIM
         count = True  # the door reads the mode itself (storage.query.listing.count_mode)
     if not isinstance(count, bool):
         raise ValidationError('count must be true, false, "exact", "planned" or "estimated"')
+    after = args.get("after")
+    if after is not None and not isinstance(after, str):
+        raise ServiceError("after must be the next cursor (text) of a page of this list", code="INVALID_CURSOR")
+    if after is not None and args.get("offset") is not None:
+        raise _after_with_offset()
     return Query(
         filters=filters,
         order=parse_order(order) if order is not None else (),
@@ -282,6 +297,7 @@ def parse_arguments(args: Mapping[str, Any], *, default_limit: int = DEFAULT_LIM
         expand=parse_expand(expand) if expand is not None else (),
         count=count,
         view=None if view is None else str(view),
+        after=after,
     )
 
 

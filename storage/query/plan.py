@@ -29,12 +29,14 @@ support is ``UNKNOWN_OPERATOR``; a value that does not fit is ``INVALID_VALUE``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from storage.errors import Forbidden, InvalidValue, ServiceError, UnknownColumn, UnknownOperator
+from storage.query import cursor
 from storage.query.parse import MAX_IN_VALUES, MAX_LIMIT, MAX_OFFSET, Filter, Group, Op, Query
 from storage.query.targets import (
     JsonOperand,
@@ -124,6 +126,14 @@ class QueryPlan:
     output: tuple[ColumnMeta, ...]
     limit: int
     offset: int
+    fingerprint: str = ""  # what a cursor of this list is tied to (storage.query.cursor)
+    after: tuple[Any, ...] | None = None  # the order keys the page starts after (``after=``)
+
+    @property
+    def cursor_kinds(self) -> tuple[Kind, ...] | None:
+        """The order terms' kinds when a cursor can continue this list, else ``None``."""
+        kinds = tuple(o.target.kind for o in self.order)
+        return kinds if all(k in cursor.CURSOR_KINDS for k in kinds) else None
 
 
 def plan_filters(
@@ -183,11 +193,21 @@ def plan_query(
             # PostgreSQL must sort and skip every row before the page: refused before it runs
             raise ServiceError(
                 f"offset {query.offset} is deeper than {MAX_SORTED_OFFSET:,} with an order on {sorted_by[0]!r}:"
-                f" page by a filter on the sort column instead (keyset paging: keep the last row's value v and"
-                f" ask for {sorted_by[0]}=lt.v / gt.v with offset=0), narrow the rows with a filter, or order by id",
+                f" page by cursor instead (pass each page's next as after=), narrow the rows with a filter,"
+                f" or order by id",
                 code="OFFSET_TOO_DEEP")
     fields, embeds, output = _plan_select(query, table, can_read=can_read, get_table=get_table)
-    return QueryPlan(table, filters, order, fields, embeds, output, query.limit, query.offset)
+    fp = cursor.fingerprint(table.id, query.order, query.filters, query.view)
+    plan = QueryPlan(table, filters, order, fields, embeds, output, query.limit, query.offset, fp)
+    if query.after is None:
+        return plan
+    if query.offset:
+        raise cursor.invalid("after and offset cannot be combined: a cursor already says where the page starts")
+    kinds = plan.cursor_kinds
+    if kinds is None:
+        raise cursor.invalid("this order cannot be paged by cursor (it sorts on a multi_select, JSON or"
+                             " file column): page it with offset")
+    return dataclasses.replace(plan, after=cursor.decode(query.after, fp, kinds))
 
 
 def _plan_filter(f: Filter, target: Target) -> PlannedFilter:

@@ -23,14 +23,15 @@ from storage.db import bound_once
 from storage.query.build import (
     TABLE_ALIAS,
     _order_by,
-    _table,
     build_count,
     build_counter,
     build_estimate,
-    build_where,
+    order_keys,
+    page_source,
 )
-from storage.query.listing import CountMode, CountQueries, count_mode, fetch_page, page_and_total
+from storage.query.listing import CountMode, CountQueries, count_mode, fetch_page, next_cursor, page_and_total
 from storage.query.plan import QueryPlan
+from storage.query.targets import Kind
 from storage.schema import ColumnMeta, ColumnType, WorkspaceSchema
 
 MAX_FIELDS = 50  # json_build_object takes at most 100 arguments (50 pairs)
@@ -102,23 +103,31 @@ def field_keys(columns: tuple[ColumnMeta, ...] | list[ColumnMeta]) -> list[str]:
 
 
 def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
-    """One statement returning the page as a JSON array text (``'[]'`` when empty) and
-    the number of records on it."""
+    """One statement returning the page as a JSON array text (``'[]'`` when empty), the
+    number of rows read (``limit + 1`` are read: one more than ``limit`` means there is a
+    next page) and the order keys of the page's last row then (:func:`order_keys`)."""
     params: list[Any] = field_keys(plan.output)
     obj = record_text(plan.output, TABLE_ALIAS)
     outer_order, outer_params = _order_by(plan.order)
     params.extend(outer_params)
-    where, where_params = build_where(plan.filters)
+    params.append(plan.limit)
+    keys, key_params = order_keys(plan)
+    params.extend(key_params)
+    key_order, key_order_params = _order_by(plan.order)
+    params.extend(key_order_params)
+    params.append(plan.limit)
+    source, source_params = page_source(plan)
     inner_order, inner_params = _order_by(plan.order)
-    params.extend(where_params)
+    params.extend(source_params)
     params.extend(inner_params)
-    params.extend([plan.limit, plan.offset])
+    params.extend([plan.limit + 1, plan.offset])
     query = sql.SQL(
-        "SELECT '[' || coalesce(string_agg({obj}, ',' ORDER BY {outer_order}), '') || ']', count(*)"
-        " FROM (SELECT * FROM {table} AS {a} WHERE {where} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}"
+        "SELECT '[' || coalesce(array_to_string((array_agg({obj} ORDER BY {outer_order}))[1:%s::int], ','), '') || ']',"
+        " count(*), ((array_agg({keys} ORDER BY {key_order}))[%s::int])::text"
+        " FROM (SELECT * FROM {source} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}"
     ).format(
-        obj=obj, outer_order=outer_order, table=_table(plan.table.workspace_id, plan.table.id),
-        a=sql.Identifier(TABLE_ALIAS), where=where, inner_order=inner_order,
+        obj=obj, outer_order=outer_order, keys=keys, key_order=key_order,
+        source=source, a=sql.Identifier(TABLE_ALIAS), inner_order=inner_order,
     )
     return query, params
 
@@ -139,6 +148,8 @@ class PreparedList:
     counter_sql: bytes | None = None  # an unfiltered table's row-counter read
     counter_params: tuple[Any, ...] = ()
     compact: bool = False  # the page holds jsonb values: compact it (storage.jsontext.compact)
+    fingerprint: str = ""  # what the page's next cursor is tied to (QueryPlan.fingerprint)
+    cursor_kinds: tuple[Kind, ...] | None = None  # QueryPlan.cursor_kinds
     # the statements with their values bound (storage.db.bound_once), as list_records_json sends them
     bound: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
@@ -179,15 +190,17 @@ def prepare_list_json(plan: QueryPlan) -> PreparedList:
                         count_sql.as_bytes(None), tuple(count_params),
                         estimate_sql.as_bytes(None), tuple(estimate_params),
                         counter[0].as_bytes(None) if counter else None, tuple(counter[1]) if counter else (),
-                        compact=any(col.computed for col in plan.output))
+                        compact=any(col.computed for col in plan.output),
+                        fingerprint=plan.fingerprint, cursor_kinds=plan.cursor_kinds)
 
 
 async def list_records_json(
     conn: psycopg.AsyncConnection[Any], plan: QueryPlan | PreparedList, *,
     count: bool | str | CountMode | None,
-) -> tuple[str, int, int | None]:
-    """The page as JSON text, the number of records on it, and the total if asked
-    (``count``: ``True`` or a :class:`~storage.query.listing.CountMode`; ``True`` is exact)."""
+) -> tuple[str, int, int | None, str | None]:
+    """The page as JSON text, the number of records on it, the total if asked (``count``:
+    ``True`` or a :class:`~storage.query.listing.CountMode`; ``True`` is exact) and the
+    ``next`` cursor (``None`` on the last page)."""
     prepared = plan if isinstance(plan, PreparedList) else prepare_list_json(plan)
     page_sql = bound_once(conn, prepared.bound, "page", prepared.page_sql, prepared.page_params)
     mode = count_mode(count)
@@ -205,6 +218,9 @@ async def list_records_json(
         rows, total = await page_and_total(conn, page_sql, None, mode, counts)
     page = rows[0] if rows else None
     if page is None:
-        return "[]", 0, total
-    return str(page[0]), int(page[1]), total
+        return "[]", 0, total, None
+    read = int(page[1])
+    keys = orjson.loads(page[2]) if read > prepared.limit and page[2] is not None else None
+    return (str(page[0]), min(read, prepared.limit), total,
+            next_cursor(prepared.fingerprint, prepared.cursor_kinds, keys))
 

@@ -87,7 +87,7 @@ def test_get_tools_returns_the_tokens_live_list(ws, base_url):
         list_records = next(t for t in body["tools"] if t["name"] == "list_records")
         assert list_records["annotations"]["readOnlyHint"] is True
         assert set(list_records["inputSchema"]["properties"]) == {"table_id", "filters", "order", "limit",
-                                                                   "offset", "select", "expand", "view", "count"}
+                                                                   "offset", "after", "select", "expand", "view", "count"}
     delete = next(t for t in httpx.get(f"{base_url}{MCP_PATH}/tools",
                                        headers={"Authorization": f"Bearer {ws.builder_token}"}).json()["tools"]
                   if t["name"] == "delete_table")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from storage.query import list_records, parse_params, plan_query
+from storage.query import list_page, list_records, parse_params, plan_query
 from storage.query.render import list_records_json, renderable
 from tests.storage.test_query_sql import DSN, Dataset, ds, scratch_conn  # noqa: F401,F811 (fixtures)
 
@@ -24,16 +24,20 @@ ALL_BUT_FILES = "Title,Score,Due,Done,Status,Tags,Owner,Calc,Code"
     [("select", "Title,Calc"), ("Tags", "cs.{Red}")],
     [("select", ALL_BUT_FILES), ("offset", "100")],
     [("select", ALL_BUT_FILES), ("order", "Status.asc,updated_at.desc")],
+    [("select", ALL_BUT_FILES), ("order", "Status.asc,Due.desc,Score.asc,Done.desc,Title.asc"), ("limit", "2")],
+    [("select", "Title"), ("order", "created_at.desc"), ("limit", "1")],
 ])
 async def test_sql_rendered_page_equals_the_python_decoded_page(ds: Dataset, params: list[tuple[str, str]]) -> None:  # noqa: F811
     await ds.conn.execute("SET timezone = 'UTC'")  # as the pool's sessions do
     plan = plan_query(parse_params(params), ds.main, can_read=lambda _id: True, get_table=ds.get_table)
     assert renderable(plan)
-    decoded, total = await list_records(ds.conn, plan, count=True)
-    text, n, total_json = await list_records_json(ds.conn, plan, count=True)
+    decoded, total, after = await list_page(ds.conn, plan, count=True)
+    text, n, total_json, after_json = await list_records_json(ds.conn, plan, count=True)
     rendered: list[dict[str, Any]] = json.loads(text)
     assert rendered == decoded
     assert n == len(decoded) and total_json == total
+    assert after_json == after  # the same next cursor, byte for byte
+    assert (after is not None) == (plan.offset + n < (total or 0))
     for a, b in zip(rendered, decoded):  # integers stay integers (3, not 3.0)
         for name, value in b["fields"].items():
             assert type(a["fields"][name]) is type(value), (name, value, a["fields"][name])
@@ -59,7 +63,7 @@ async def test_timestamps_read_the_same_rendered_and_decoded(ds: Dataset) -> Non
     plan = plan_query(parse_params([("select", ALL_BUT_FILES), ("order", "id.asc")]), ds.main,
                       can_read=lambda _id: True, get_table=ds.get_table)
     decoded, _ = await list_records(ds.conn, plan, count=False)
-    text, _, _ = await list_records_json(ds.conn, plan, count=False)
+    text, _, _, _ = await list_records_json(ds.conn, plan, count=False)
     rendered = json.loads(text)
     assert rendered == decoded
     assert rendered[0]["created_at"] == "2026-03-01T10:00:30.12+00:00"
