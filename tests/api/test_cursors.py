@@ -26,7 +26,8 @@ from storage.query import cursor, parse_params, plan_query
 from storage.query.render import prepare_list_json
 from tests.conftest import ApiProcess, Services, running_api
 from tests.mcp.conftest import call_tool_sync, connect, error_code
-from tests.storage.test_value_id_index import DSN, _nodes
+from tests.storage.test_value_id_index import DSN
+from tests.utils.explain import plan_nodes
 
 ORDERS = [
     "Score.asc", "Score.desc", "Score.asc.nullsfirst", "Score.desc.nullslast",
@@ -215,7 +216,7 @@ async def test_a_deep_cursor_page_reads_the_index_without_sorting(ws, services):
             query = psycopg.AsyncClientCursor(conn).mogrify(prepared.page_sql, prepared.page_params)
             row = await (await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query)).fetchone()
             assert row is not None
-            nodes = _nodes(row["QUERY PLAN"][0]["Plan"])
+            nodes = plan_nodes(row["QUERY PLAN"][0]["Plan"])
             types = [n["Node Type"] for n in nodes]
             scans = [n for n in nodes if n["Node Type"] in ("Index Scan", "Index Only Scan")]
             assert all(n.get("Rows Removed by Filter", 0) == 0 for n in scans), (order, [(n.get("Index Name"), n.get("Index Cond"), n.get("Filter")) for n in scans])
