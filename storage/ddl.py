@@ -117,21 +117,26 @@ def event_seq_sql(workspace_id: int) -> str:
     return f"CREATE SEQUENCE IF NOT EXISTS {schema_name(workspace_id)}.event_seq"
 
 
-def change_trigger_sql(workspace_id: int, table_id: int) -> list[str]:
-    """Statements (re)creating the three change-capture triggers of one physical table.
-
-    Plain strings built from integers only, so the sync migration and the async DDL path
-    share them. A trigger with transition tables may name one event only, hence three.
-    """
+def _statement_triggers(workspace_id: int, table_id: int, triggers: tuple[tuple[str, str, str], ...],
+                        function: str) -> list[str]:
+    """DROP/CREATE of statement-level triggers with transition tables calling ``function``
+    with the workspace and table ids (plain strings built from integers only, so the sync
+    migrations and the async DDL path share them)."""
     target = f"{schema_name(workspace_id)}.{table_name(table_id)}"
     out: list[str] = []
-    for name, event, referencing in _TRIGGERS:
+    for name, event, referencing in triggers:
         out.append(f"DROP TRIGGER IF EXISTS {name} ON {target}")
         out.append(
             f"CREATE TRIGGER {name} AFTER {event} ON {target} REFERENCING {referencing}"
-            f" FOR EACH STATEMENT EXECUTE FUNCTION {CHANGES_FUNCTION}('{int(workspace_id)}', '{int(table_id)}')"
+            f" FOR EACH STATEMENT EXECUTE FUNCTION {function}('{int(workspace_id)}', '{int(table_id)}')"
         )
     return out
+
+
+def change_trigger_sql(workspace_id: int, table_id: int) -> list[str]:
+    """Statements (re)creating the three change-capture triggers of one physical table
+    (a trigger with transition tables may name one event only, hence three)."""
+    return _statement_triggers(workspace_id, table_id, _TRIGGERS, CHANGES_FUNCTION)
 
 
 # --------------------------------------------------------------------------- row counts
@@ -151,17 +156,9 @@ _COUNT_TRIGGERS = (
 
 
 def count_trigger_sql(workspace_id: int, table_id: int) -> list[str]:
-    """Statements (re)creating the row-counter triggers of one physical table (plain
-    strings built from integers only, shared by migration m0013 and the DDL path)."""
-    target = f"{schema_name(workspace_id)}.{table_name(table_id)}"
-    out: list[str] = []
-    for name, event, referencing in _COUNT_TRIGGERS:
-        out.append(f"DROP TRIGGER IF EXISTS {name} ON {target}")
-        out.append(
-            f"CREATE TRIGGER {name} AFTER {event} ON {target} REFERENCING {referencing}"
-            f" FOR EACH STATEMENT EXECUTE FUNCTION {COUNT_FUNCTION}('{int(workspace_id)}', '{int(table_id)}')"
-        )
-    return out
+    """Statements (re)creating the row-counter triggers of one physical table (shared by
+    migration m0013 and the DDL path)."""
+    return _statement_triggers(workspace_id, table_id, _COUNT_TRIGGERS, COUNT_FUNCTION)
 
 
 def count_seed_sql(workspace_id: int, table_id: int, rows: int) -> str:

@@ -234,8 +234,9 @@ async def create_column(
             (table_id, position),
         )
     formula, config = spec.formula, spec.config
-    if spec.type.computed and encode:
-        names = await load_names(conn, workspace_id=workspace_id)
+    # one index read serves encoding and the answer (a column never reads itself)
+    names = await load_names(conn, workspace_id=workspace_id) if spec.type.computed else None
+    if names is not None and encode:
         formula, config = refs.encode(spec.type.value, formula, config, table_id=table_id, names=names)
     cur = await conn.execute(
         "INSERT INTO wds.columns (workspace_id, table_id, name, type, required, position, options,"
@@ -249,16 +250,10 @@ async def create_column(
     )
     row = await cur.fetchone()
     assert row is not None
-    col = await _decoded(conn, workspace_id, row)
+    col = _column_from_row(row, names)
     await ddl.add_column(conn, workspace_id, col)
     await touch_table(conn, table_id=table_id)
     return col
-
-
-async def _decoded(conn: Conn, workspace_id: int, row: dict[str, Any]) -> ColumnMeta:
-    if not ColumnType(row["type"]).computed:
-        return _column_from_row(row)
-    return _column_from_row(row, await load_names(conn, workspace_id=workspace_id))
 
 
 async def encode_table_columns(conn: Conn, *, workspace_id: int, table_id: int) -> None:
@@ -307,8 +302,8 @@ async def update_column(
     # a broken column keeps its dangling references (and its mark) until they are edited
     untouched = spec.type is current.type and spec.formula == current.formula and spec.config == current.config
     broken = current.broken if untouched else None
-    if spec.type.computed:
-        names = await load_names(conn, workspace_id=workspace_id)
+    names = await load_names(conn, workspace_id=workspace_id) if spec.type.computed else None
+    if names is not None:
         formula, config = refs.encode(
             spec.type.value, formula, config, table_id=current.table_id, names=names, strict=not untouched
         )
@@ -330,7 +325,7 @@ async def update_column(
     )
     row = await cur.fetchone()
     assert row is not None
-    new = await _decoded(conn, workspace_id, row)
+    new = _column_from_row(row, names)
     if new.type is not current.type or new.relation_table_id != current.relation_table_id:
         new = await _convert_values(
             conn, workspace_id=workspace_id, old=current, new=new, allow_loss=allow_loss, report=report

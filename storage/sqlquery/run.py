@@ -81,6 +81,13 @@ async def run_sql(
     if timeout_s <= 0:
         raise ValueError("timeout_s must be positive")
     work = _work(conn, plan, count=count, json_rows=json_rows)
+    results = await _execute(conn, work, workspace_id=workspace_id, timeout_s=timeout_s)
+    return _shape(plan, work, results)
+
+
+async def _execute(conn: psycopg.AsyncConnection[Any], work: Any, *, workspace_id: int, timeout_s: float) -> Any:
+    """Run ``work`` in one round trip when the connection is idle in autocommit, else in a
+    (sub)transaction; a timeout is ``SQL_TIMEOUT``, a value PostgreSQL rejects ``INVALID_SQL``."""
     top_level = conn.info.transaction_status == TransactionStatus.IDLE
     try:
         if top_level and conn.autocommit:
@@ -92,7 +99,7 @@ async def run_sql(
         raise SQLTimeout(f"the query ran longer than the plan's SQL timeout of {timeout_s:g} s") from exc
     except pg_errors.DataError as exc:
         raise InvalidSQL(f"the database rejected a value: {exc.diag.message_primary}") from exc
-    return _shape(plan, work, results)
+    return results
 
 
 async def _run_analytic(
@@ -117,17 +124,8 @@ async def _run_analytic(
     if statement is None:  # every value is a literal of the composed text: no parameters
         statement = plan.bound[key] = (plan.counted if count else plan.probe).as_bytes(conn)
     work = _Work((statement,), "json", count)
-    top_level = conn.info.transaction_status == TransactionStatus.IDLE
     try:
-        if top_level and conn.autocommit:
-            results = await _run_pipelined(conn, work, workspace_id=workspace_id, timeout_s=timeout_s)
-        else:
-            results = await _run_in_transaction(conn, work, workspace_id=workspace_id, timeout_s=timeout_s,
-                                                top_level=top_level)
-    except pg_errors.QueryCanceled as exc:
-        raise SQLTimeout(f"the query ran longer than the plan's SQL timeout of {timeout_s:g} s") from exc
-    except pg_errors.DataError as exc:
-        raise InvalidSQL(f"the database rejected a value: {exc.diag.message_primary}") from exc
+        results = await _execute(conn, work, workspace_id=workspace_id, timeout_s=timeout_s)
     except (psycopg.ProgrammingError, psycopg.NotSupportedError, pg_errors.ProgramLimitExceeded) as exc:
         # e.g. a function over a type it does not take, a statement too complex to plan
         raise InvalidSQL(f"the database refused the query: {exc.diag.message_primary}") from exc
