@@ -98,6 +98,12 @@ class ConversionOut(BaseModel):
     lost: int = Field(description="values dropped (non-zero only with allow_loss)")
 
 
+# the error answers every REST route may give, for OpenAPI (413: body too large; 503: database unreachable)
+ERRORS: dict[int | str, dict[str, Any]] = {
+    s: {"model": ErrorOut} for s in (400, 401, 402, 403, 404, 409, 413, 429, 503)
+}
+
+
 class LossyChangeOut(ErrorOut):
     """409: ``CONFLICT`` (a name taken) or ``LOSSY_CHANGE`` with how many records would
     lose a value and the first 10 of their ids."""

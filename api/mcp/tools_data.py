@@ -33,6 +33,8 @@ from api.mcp.spec import (
     out,
     string,
 )
+from api.ops.access import table_for
+from api.ops.catalogue import INTEGRATION_SOURCES
 from api.routes import records as rest_records
 from api.routes import runs as rest_runs
 from api.routes import search as rest_search
@@ -61,10 +63,6 @@ from storage.schema import COMPUTED_TYPES, DATA_TYPES, TableMeta, WorkspaceSchem
 
 MCP_DEFAULT_LIMIT = DEFAULT_LIMIT  # pages as REST does (spec "Limits": default 100, at most 1000)
 MCP_MAX_LIMIT = MAX_LIMIT
-
-# Later issues (the special-fields catalogue) append callables returning installed
-# integrations; check_column_types lists whatever they report.
-INTEGRATION_SOURCES: list[Any] = []
 
 _DATA_DOCS = {
     "text": "free text", "number": "a number (integer or decimal)",
@@ -97,13 +95,6 @@ def route_json(resp: Response) -> Any:
 def record_ref(value: Any) -> str:
     """A record id argument as the REST path segment (REST answers 404 for non-ids)."""
     return str(value).strip()
-
-
-async def table_for(state: AppState, principal: Principal, ref: Any, action: Action) -> TableMeta:
-    """Resolve ``table_id`` (id or name) and enforce the grant exactly as REST does."""
-    table = table_or_404(await state.schema(principal.workspace_id), ref)
-    require(principal, table, action)
-    return table
 
 
 # --------------------------------------------------------------------------- handlers

@@ -20,8 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 from api.chat import messaging
 from api.deps import RestPrincipal, StateDep, require_writable
 from api.responses import JSON
-from api.routes.tables import ERRORS
-from api.schemas import Deleted
+from api.schemas import ERRORS, Deleted
 from api.state import AppState
 from storage import agents
 from storage.access import Principal, TokenType

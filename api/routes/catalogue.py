@@ -16,9 +16,9 @@ from pydantic import BaseModel
 
 from activities import catalogue
 from api.deps import RestPrincipal
-from api.mcp.tools_data import INTEGRATION_SOURCES
+from api.ops.catalogue import INTEGRATION_SOURCES
 from api.responses import JSON
-from api.routes.tables import ERRORS
+from api.schemas import ERRORS
 from api.state import AppState
 from storage.access import Principal
 from storage.errors import NotFound

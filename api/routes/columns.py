@@ -8,9 +8,10 @@ from fastapi import APIRouter
 
 from api.backfill import backfill_after_change
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
+from api.ops.access import require_manage
+from api.ops.schema_tx import check_column_hosts, schema_change
 from api.responses import JSON
-from api.routes.tables import ERRORS, check_column_hosts, require_manage, schema_change
-from api.schemas import ColumnIn, ColumnOut, ColumnPatch, ColumnPatchOut, Deleted, LossyChangeOut
+from api.schemas import ERRORS, ColumnIn, ColumnOut, ColumnPatch, ColumnPatchOut, Deleted, LossyChangeOut
 from api.serialize import column_out
 from storage import dependents, meta
 from storage.access import Action

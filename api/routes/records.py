@@ -26,16 +26,14 @@ from api.pipelines import (
     will_run,
 )
 from api.responses import JSON
-from api.routes.tables import ERRORS
 from api.routes.views import view_query
-from api.schemas import BatchIn, BatchOut, Deleted, RecordIn, RecordList, RecordOut
+from api.schemas import ERRORS, BatchIn, BatchOut, Deleted, RecordIn, RecordList, RecordOut
 from api.state import AppState
-from storage import objects
+from storage import jsontext, objects
 from storage import records as rec
 from storage.access import Action, Principal
 from storage.errors import Forbidden, NotFound, ServiceError
 from storage.plans import BATCH_MAX
-from storage import jsontext
 from storage.query import list_page, parse_params, parse_record_params, plan_query
 from storage.query.listing import CountMode
 from storage.query.plan import QueryPlan
@@ -285,16 +283,6 @@ async def _shaped_record(state: AppState, principal: Principal, table_id: int, r
                                              else rec.row_to_record(embed.table, related, embed.fields))
             record["fields"] = {c.name: fields[c.name] for c in plan.output}  # the list's field order
         return JSON(record)
-    raise NotFound(f"record {record_id} not found")
-    for embed in plan.embeds:  # the plan is shared: the read check on related tables is per caller
-        if not principal.can_read(embed.table.id):
-            raise Forbidden(f"no read permission on the table related by {embed.column.name!r}")
-    # the record and its embedded records in one statement (the same text for every id)
-    async with state.db.connection() as conn:
-        cur = await conn.cursor(row_factory=tuple_row).execute(text_sql, (*values, rid))
-        got = await cur.fetchone()
-    if got is not None:
-        return JSON(decode_row(plan, got))
     raise NotFound(f"record {record_id} not found")
 
 

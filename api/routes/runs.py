@@ -17,7 +17,7 @@ from api.limits import charge_automation_runs
 from api.pipelines import run_after_write
 from api.responses import JSON
 from api.routes.records import _record_id
-from api.routes.tables import ERRORS
+from api.schemas import ERRORS
 from api.state import AppState
 from storage import records as rec
 from storage import runs

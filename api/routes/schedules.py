@@ -16,8 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from api import schedules
 from api.deps import RestPrincipal, StateDep
 from api.responses import JSON
-from api.routes.tables import ERRORS
-from api.schemas import Deleted
+from api.schemas import ERRORS, Deleted
 
 router = APIRouter(prefix="/functions/v1/rest-api/tables/{table_id}/schedules", tags=["schedules"])
 Filters = list[dict[str, Any]] | dict[str, Any] | None

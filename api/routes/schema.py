@@ -8,7 +8,7 @@ from fastapi import APIRouter
 
 from api.deps import RestPrincipal, StateDep
 from api.responses import JSON
-from api.routes.tables import ERRORS
+from api.schemas import ERRORS
 from api.serialize import table_out
 from api.state import AppState
 from storage.access import Principal

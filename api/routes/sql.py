@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import RestPrincipal, StateDep
 from api.responses import JSON
-from api.routes.tables import ERRORS
+from api.schemas import ERRORS
 from api.state import AppState
 from storage.access import Principal
 from storage.plans import plan as plan_of

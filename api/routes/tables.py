@@ -2,66 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
-import psycopg
 from fastapi import APIRouter
 
-from activities import catalogue
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.limits import check_table_quota
+from api.ops.access import require_manage
+from api.ops.schema_tx import check_column_hosts, schema_change
 from api.responses import JSON
 from api.routes import search as semantic_search
 from api.schedules import delete_table_schedules
-from api.schemas import Deleted, ErrorOut, TableIn, TableOut, TablePatch, TableSummary
+from api.schemas import ERRORS, Deleted, TableIn, TableOut, TablePatch, TableSummary
 from api.serialize import table_out, table_summary
 from api.state import AppState
-from storage import access, dependents, meta, secrets
+from storage import access, dependents, meta
 from storage.access import Action, Principal, TokenType
 from storage.columnspec import parse_new_column
-from storage.errors import ColumnInUse, Conflict, Forbidden, ValidationError
-from storage.pipelines import ColumnLike, check_computed_columns
+from storage.errors import ColumnInUse, Conflict, ValidationError
+from storage.pipelines import check_computed_columns
 from storage.schema import TableMeta, WorkspaceSchema
 
 router = APIRouter(prefix="/functions/v1/rest-api", tags=["tables"])
-ERRORS: dict[int | str, dict[str, Any]] = {  # 413: body too large; 503: database unreachable
-    s: {"model": ErrorOut} for s in (400, 401, 402, 403, 404, 409, 413, 429, 503)
-}
 MAX_TABLE_NAME = 255
-
-
-async def check_column_hosts(state: AppState, workspace_id: int, specs: list[ColumnLike]) -> None:
-    """400 ``CREDENTIAL_HOST_MISMATCH`` early: a step whose literal URL host its named
-    credential is not bound to would fail on every record."""
-    columns = [(s.name, s.type.value, s.config or {}) for s in specs if s.type.computed]
-    if columns:
-        async with state.db.connection() as conn:
-            await secrets.check_bound_hosts(conn, workspace_id=workspace_id, columns=columns,
-                                            defaults=catalogue.param_defaults)
-
-
-@asynccontextmanager
-async def schema_change(state: AppState, workspace_id: int) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    """A transaction that changes a workspace's schema; all caches drop it on commit."""
-    try:
-        async with state.db.transaction() as conn:
-            # serialise schema changes per workspace (names, positions, DDL)
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (workspace_id,))
-            yield conn
-            await state.caches.notify(conn, workspace_id=workspace_id)
-    except psycopg.errors.UniqueViolation as exc:
-        raise Conflict("a table or column with that name already exists") from exc
-    finally:
-        state.caches.drop_schema(workspace_id)
-
-
-def require_manage(principal: Principal, table: TableMeta) -> None:
-    """Schema changes need every right on the table (its creator, a full grant, or the builder)."""
-    perms = principal.perms(table.id)
-    if not (perms.read and perms.create and perms.update and perms.delete):
-        raise Forbidden(f"changing table {table.name!r} needs full access to it")
 
 
 def _table_name(value: Any) -> str:

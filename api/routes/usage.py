@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query
 from api import limits
 from api.deps import RestPrincipal, StateDep
 from api.responses import JSON
-from api.routes.tables import ERRORS
+from api.schemas import ERRORS
 from api.state import AppState
 from storage.usage import MAX_DAYS, usage_report
 

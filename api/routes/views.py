@@ -13,9 +13,9 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
+from api.ops.access import require_manage
 from api.responses import JSON
-from api.routes.tables import ERRORS, require_manage
-from api.schemas import Deleted
+from api.schemas import ERRORS, Deleted
 from api.state import AppState
 from storage import views
 from storage.access import Action, Principal

@@ -13,7 +13,7 @@ import psycopg
 
 from api.mcp.builder.common import builder, positive_id
 from api.mcp.spec import ID_OR_NAME, TABLE_ID, ToolSpec, boolean, integer, jsonable, obj, out, string
-from api.mcp.tools_data import table_for
+from api.ops.access import table_for
 from api.state import AppState
 from storage import access, objects, secrets
 from storage.access import Action, BucketPerms, Perms, Principal

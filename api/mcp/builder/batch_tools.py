@@ -20,7 +20,8 @@ from api.mcp.spec import (
     out,
     string,
 )
-from api.mcp.tools_data import record_ref, route_json, table_for
+from api.mcp.tools_data import record_ref, route_json
+from api.ops.access import table_for
 from api.pipelines import run_after_write
 from api.routes import records as rest_records
 from api.routes import runs as rest_runs

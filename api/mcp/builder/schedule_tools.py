@@ -12,7 +12,7 @@ from typing import Any
 from api import schedules as api_schedules
 from api.mcp.builder.common import builder, column_ids, positive_id
 from api.mcp.spec import ID_OR_NAME, TABLE_ID, ToolSpec, array, boolean, integer, obj, out, string
-from api.mcp.tools_data import table_for
+from api.ops.access import table_for
 from api.state import AppState
 from storage import schedules as sched
 from storage.access import Action, Principal

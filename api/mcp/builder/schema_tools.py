@@ -20,7 +20,8 @@ from api.mcp.spec import (
     out,
     string,
 )
-from api.mcp.tools_data import route_json, table_for
+from api.mcp.tools_data import route_json
+from api.ops.access import table_for
 from api.routes import columns as rest_columns
 from api.routes import tables as rest_tables
 from api.schemas import ColumnIn, ColumnPatch, TableIn, TablePatch

@@ -11,10 +11,10 @@ from typing import Any
 
 from api.mcp.builder.common import builder, model, pick, positive_id
 from api.mcp.spec import DELETED_OUT, TABLE_ID, ToolSpec, any_object, integer, jsonable, obj, out, string
-from api.mcp.tools_data import route_json, table_for
+from api.mcp.tools_data import route_json
+from api.ops.access import require_manage, table_for
 from api.routes import views as rest_views
 from api.routes.publish import share_url
-from api.routes.tables import require_manage
 from api.state import AppState
 from storage.access import Action, Principal
 from storage.errors import NotFound, ValidationError
