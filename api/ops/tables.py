@@ -7,6 +7,7 @@ from typing import Any
 from api.deps import require_writable, table_or_404
 from api.limits import check_table_quota
 from api.ops.access import require_manage, table_for
+from api.ops.agents import list_agents
 from api.ops.schema_tx import check_column_hosts, schema_change
 from api.routes import search as semantic_search  # TODO(lead): api.ops.search
 from api.schedules import delete_table_schedules
@@ -51,6 +52,23 @@ async def list_tables(state: AppState, principal: Principal) -> list[dict[str, A
     """Summaries of the tables the principal can read."""
     schema = await state.schema(principal.workspace_id)
     return [table_summary(t) for t in schema.tables.values() if principal.can_read(t.id)]
+
+
+async def workspace_overview(state: AppState, principal: Principal) -> dict[str, Any]:
+    """Tables with columns and the principal's access, plus agents and their public channels.
+
+    Three queries whatever the size of the workspace: the cached schema (two) and one
+    for agents with their channels.
+    """
+    schema = await state.schema(principal.workspace_id)
+    tables = []
+    for table in schema.tables.values():
+        perms = principal.perms(table.id)
+        if not perms.read:
+            continue
+        tables.append({**table_out(table), "access": perms.as_dict()})
+    agents = await list_agents(state, principal)
+    return {"workspace_id": principal.workspace_id, "tables": tables, "agents": agents}
 
 
 async def get_table(state: AppState, principal: Principal, table_ref: int | str) -> dict[str, Any]:

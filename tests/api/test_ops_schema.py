@@ -89,6 +89,9 @@ async def test_operations_refuse_as_rest_does_and_change_nothing(ws, state):
     assert ws.api.get(f"/agents/{agent['id']}").json() == agent
     channel = await agent_ops.create_channel(state, builder, agent["id"], agent_ops.ChannelIn(type="web"))
     assert channel["token"].startswith("wds_chan_")
+    overview = await table_ops.workspace_overview(state, builder)
+    assert overview == ws.api.get("/schema").json()
+    assert [a["channels"] for a in overview["agents"]] == [[channel]]
     assert await agent_ops.delete_agent(state, builder, agent["id"]) == {"id": agent["id"], "deleted": True}
     with pytest.raises(NotFound):
         await agent_ops.get_agent(state, builder, agent["id"])
