@@ -45,6 +45,9 @@ DOORS: tuple[tuple[str, str], ...] = (
     ("/storage/v1", "storage"),
 )
 ENFORCED_HERE = frozenset({"rest", "sql", "storage"})  # bearer-token doors routed here
+# doors whose requests take a slot of their workspace's share of the process (limits.WorkspaceGate);
+# storage is I/O, not event-loop work, and a slow upload must not hold a slot
+GATED = frozenset({"rest", "sql"})
 
 
 def door_of(path: str) -> str | None:
@@ -149,7 +152,20 @@ class ApiMiddleware:
                                                   **exc.extra)
                         await response(scope, receive, send_with_headers)
                         return
-            await self.app(scope, receive, send_with_headers)
+            principal = st.get(limits.PRINCIPAL_KEY)
+            if principal is None or door not in GATED:
+                await self.app(scope, receive, send_with_headers)
+                return
+            try:
+                release = await limits.runtime(state).gate.acquire(principal.workspace_id)
+            except ServiceError as exc:
+                await error_response(exc.status, exc.message, exc.code, exc.headers or None)(
+                    scope, receive, send_with_headers)
+                return
+            try:
+                await self.app(scope, receive, send_with_headers)
+            finally:
+                release()
         finally:
             principal = st.get(limits.PRINCIPAL_KEY)
             limits.runtime(state).usage.record(
