@@ -254,7 +254,7 @@ class QueryBuilder {
     this._c = client;
     this._table = table;
     this._filters = []; // [column, expr] pairs, expr = "<op>.<value>"
-    this._groups = []; // [or|not.or, "(...)"] pairs
+    this._groups = []; // [or|and|not.or|not.and, "(...)"] pairs
     this._order = [];
     this._select = null;
     this._expand = [];
@@ -305,6 +305,13 @@ class QueryBuilder {
    * `or=(Score.gte.10,and(Status.eq.done,Title.ilike.*x*))`. `{ negate: true }` sends `not.or`. */
   or(conditions, options = {}) {
     this._groups.push([options.negate ? "not.or" : "or", `(${conditions})`]);
+    return this;
+  }
+
+  /** All of the conditions, as `or()` writes them: `.and("Score.gt.0,Score.lt.10")` sends
+   * `and=(Score.gt.0,Score.lt.10)`; `{ negate: true }` sends `not.and` (not all of them). */
+  and(conditions, options = {}) {
+    this._groups.push([options.negate ? "not.and" : "and", `(${conditions})`]);
     return this;
   }
 
