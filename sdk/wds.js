@@ -498,8 +498,8 @@ class QueryBuilder {
     for (const [key, text] of this._groups) parts.push(`${key}=${encodeURIComponent(text)}`);
     if (extra) parts.push(extra);
     if (this._order.length) parts.push(`order=${encodeURIComponent(this._order.join(","))}`);
-    if (limit !== undefined) parts.push(`limit=${limit}`);
-    if (offset !== undefined) parts.push(`offset=${offset}`);
+    if (limit !== undefined) parts.push(`limit=${encodeURIComponent(limit)}`);
+    if (offset !== undefined) parts.push(`offset=${encodeURIComponent(offset)}`);
     if (after !== undefined && after !== null) parts.push(`after=${encodeURIComponent(after)}`);
     if (this._view !== undefined) parts.push(`view=${encodeURIComponent(this._view)}`);
     return parts.join("&");
@@ -621,7 +621,7 @@ class QueryBuilder {
       if (r.error) return result(null, r.error, null, r.status);
       return this._finishWrite([shape(r.data)], r.status);
     }
-    if (!this._filters.length && this._view === undefined) {
+    if (!this._filters.length && !this._groups.length && this._view === undefined) {
       return fail("update and delete need a filter (e.g. .eq('id', 5)); to touch every record use .gte('id', 0)", "FILTER_REQUIRED", NO_HTTP);
     }
     // write-by-filter: resolve every matching id first (paging), then one request per record

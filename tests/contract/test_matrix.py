@@ -612,12 +612,45 @@ def _sdk_calls(name: str, pairs: list[tuple[str, str]]) -> list[list[Any]]:
 SDK_CASES = [c[0] for c in CASES if c[0] not in SDK_SKIP]
 
 
+# (name, query pairs, page size): walked page by page through REST's `next` and the SDK's pages()
+SDK_WALKS: list[tuple[str, list[tuple[str, str]], int]] = [
+    ("by id", [("order", "id")], 3),
+    ("by score descending, nulls first", [("order", "Score.desc")], 4),
+    ("by title, filtered", [("Title", "not.is.null"), ("order", "Title.asc")], 2),
+    ("by option order, nulls first", [("order", "Status.desc.nullsfirst")], 5),
+    ("by date, ascending", [("order", "Due.asc")], 4),
+    ("an or group, default order", [("or", "(Score.gt.1,Done.is.true)")], 3),
+]
+
+
+def _cursor_cases(first: str) -> list[tuple[str, list[tuple[str, str]], list[list[Any]]]]:
+    """Single pages by cursor: (name, REST pairs, SDK calls). ``first`` is the ``next`` of
+    the first page of ``order=Score.desc&limit=3``."""
+    page = [("order", "Score.desc"), ("limit", "3")]
+    calls = _sdk_calls("", page)
+    return [
+        ("the second page", page + [("after", first)], calls + [["after", first]]),
+        ("a cursor of another order", [("order", "Score.asc"), ("limit", "3"), ("after", first)],
+         _sdk_calls("", [("order", "Score.asc"), ("limit", "3")]) + [["after", first]]),
+        ("garbage", page + [("after", "garbage")], calls + [["after", "garbage"]]),
+        ("with an offset", [("order", "Score.desc"), ("limit", "3"), ("offset", "3"), ("after", first)],
+         _sdk_calls("", [("order", "Score.desc"), ("limit", "3"), ("offset", "3")]) + [["after", first]]),
+    ]
+
+
 @pytest.fixture(scope="module")
 def sdk_results(world: dict[str, Any], base_url: str) -> dict[str, Any]:
     """Every SDK case in one node process (sdk_matrix.mjs): {name: {data, error, count, status, next}}."""
     if NODE is None:
         pytest.skip("node is not installed: the SDK door of the matrix needs Node 18+")
     cases = [{"name": name, "calls": _sdk_calls(name, _subst(dict(CASES)[name], world["subs"]))} for name in SDK_CASES]
+    token = world["ws"].builder_token
+    for name, pairs, size in SDK_WALKS:
+        cases.append({"name": f"walk: {name}", "calls": _sdk_calls(name, pairs), "pages": size})
+    first = _rest(base_url, token, world["table"], [("order", "Score.desc"), ("limit", "3")]).json()["next"]
+    assert first, "the first page of three has a next page"
+    for name, pairs, calls in _cursor_cases(first):
+        cases.append({"name": f"cursor: {name}", "calls": calls})
     payload = {"url": base_url, "token": world["ws"].builder_token, "table": world["table"], "cases": cases}
     r = subprocess.run([NODE, str(SDK_SCRIPT)], input=json.dumps(payload), capture_output=True, text=True,
                        timeout=300, check=False)
@@ -645,3 +678,132 @@ def test_the_sdk_gets_what_rest_gets(name: str, world: dict[str, Any], base_url:
         assert got["count"] == int(rest.headers["x-total-count"])
     else:
         assert got["count"] is None
+
+
+# ------------------------------------------------------------------ saved views
+
+# A case is a view case when it has filters or an order: they become the view's
+# ``config.filters`` and ``config.sort``, the rest of the query (select, expand, limit,
+# offset, count) is sent beside ``?view=``. Not view cases: the REST-only repeats and
+# parameters (a view holds one sort and no paging) and:
+VIEW_SKIP: dict[str, str] = {
+    "legacy form": "filter[col][op]= is query-string syntax; a view's filters are the object or list form",
+}
+_SINGLE_VALUED = {"order", "sort", "limit", "offset", "select", "expand", "view", "count"}
+
+
+def _view_case(name: str, pairs: list[tuple[str, str]]) -> bool:
+    keys = [k for k, _ in pairs]
+    repeated = any(keys.count(k) > 1 for k in _SINGLE_VALUED)
+    shaped = any(k not in PAGING_KEYS or k == "order" for k in keys)
+    return shaped and not repeated and not {"sort", "view", "run_pipeline"} & set(keys) and name not in VIEW_SKIP
+
+
+def _view_filters(pairs: list[tuple[str, str]]) -> list[tuple[str, Any]]:
+    """The case's filters as a view holds them: the object form (when no key repeats) and
+    the list form ``[{column, op, value}]`` / ``{"or": "(...)"}`` (when every filter has an
+    ``<op>.<value>``), as (form, filters) pairs."""
+    filters = [(k, v) for k, v in pairs if k not in PAGING_KEYS]
+    if not filters:
+        return [("none", None)]
+    forms: list[tuple[str, Any]] = []
+    if len({k for k, _ in filters}) == len(filters):
+        forms.append(("object", dict(filters)))
+    items: list[dict[str, Any]] = []
+    for k, v in filters:
+        if k in GROUP_KEYS:
+            items.append({k: v})
+            continue
+        negate = v.startswith("not.")
+        op, dot, value = v[4 if negate else 0:].partition(".")
+        if not dot:
+            break  # `Score=eq` has no list form
+        items.append({"column": k, "op": f"not.{op}" if negate else op, "value": value})
+    else:
+        forms.append(("list", items))
+    return forms
+
+
+VIEW_CASES = [c[0] for c in CASES if _view_case(*c)]
+
+
+@pytest.mark.parametrize("name", VIEW_CASES)
+def test_a_view_lists_what_the_query_lists(name: str, world: dict[str, Any], base_url: str) -> None:
+    """The case's filters and order saved as a grid view (object and list form), listed
+    with ``?view=`` and the rest of the query: REST's rows, count and paging, or REST's
+    {error, code} (when saving the view, or when listing with it)."""
+    ws: Workspace = world["ws"]
+    pairs = _subst(dict(CASES)[name], world["subs"])
+    rest = _rest(base_url, ws.builder_token, world["table"], pairs, Prefer="count=exact")
+    order = dict(pairs).get("order")
+    beside = [(k, v) for k, v in pairs if k in PAGING_KEYS and k != "order"]
+    for form, filters in _view_filters(pairs):
+        config: dict[str, Any] = {}
+        if filters is not None:
+            config["filters"] = filters
+        if order is not None:
+            config["sort"] = order
+        saved = ws.api.post(f"/tables/{world['table']}/views",
+                            json={"name": f"{name} ({form})", "view_type": "grid", "config": config})
+        if saved.status_code != 201:
+            assert saved.status_code == 400 == rest.status_code, (name, form, saved.text, rest.text)
+            assert _error(saved.json()) == _error(rest.json()), (name, form, saved.text, rest.text)
+            continue
+        view_id = saved.json()["id"]
+        try:
+            listed = _rest(base_url, ws.builder_token, world["table"], beside + [("view", str(view_id))],
+                           Prefer="count=exact")
+        finally:
+            assert ws.api.delete(f"/tables/{world['table']}/views/{view_id}").status_code == 200
+        assert listed.status_code == rest.status_code, (name, form, listed.text, rest.text)
+        if rest.status_code != 200:
+            assert _error(listed.json()) == _error(rest.json()), (name, form)
+            continue
+        got, want = listed.json(), rest.json()
+        assert (got["records"], got["limit"], got["offset"]) == (want["records"], want["limit"], want["offset"]), \
+            (name, form)
+        assert (got["next"] is None) == (want["next"] is None), (name, form)
+        assert listed.headers["x-total-count"] == rest.headers["x-total-count"], (name, form)
+
+
+def test_the_sdk_pages_by_cursor_as_rest_does(world: dict[str, Any], base_url: str,
+                                              sdk_results: dict[str, Any]) -> None:
+    """A page by ``after(next)`` is REST's page for ``after=next``; a cursor REST refuses
+    (another order's, garbage, with an offset) is refused alike."""
+    token = world["ws"].builder_token
+    first = _rest(base_url, token, world["table"], [("order", "Score.desc"), ("limit", "3")]).json()["next"]
+    refused = 0
+    for name, pairs, _ in _cursor_cases(first):
+        rest = _rest(base_url, token, world["table"], pairs)
+        got = sdk_results[f"cursor: {name}"]
+        assert got["status"] == rest.status_code, (name, got, rest.text)
+        if rest.status_code == 200:
+            assert got["error"] is None and got["data"] == rest.json()["records"] and got["next"] == rest.json()["next"]
+            assert got["data"], name
+        else:
+            refused += 1
+            assert {"error": got["error"]["message"], "code": got["error"]["code"]} == _error(rest.json()), name
+            assert got["error"]["code"] == "INVALID_CURSOR"
+    assert refused == 3
+
+
+@pytest.mark.parametrize("name", [w[0] for w in SDK_WALKS])
+def test_the_sdk_walks_every_page_rest_walks(name: str, world: dict[str, Any], base_url: str,
+                                             sdk_results: dict[str, Any]) -> None:
+    _, pairs, size = next(w for w in SDK_WALKS if w[0] == name)
+    token = world["ws"].builder_token
+    pages: list[list[Any]] = []
+    cursor = None
+    while True:
+        r = _rest(base_url, token, world["table"], pairs + [("limit", str(size))] + ([("after", cursor)] if cursor else []))
+        assert r.status_code == 200, r.text
+        pages.append(r.json()["records"])
+        cursor = r.json()["next"]
+        if cursor is None:
+            break
+    got = sdk_results[f"walk: {name}"]
+    assert got["error"] is None, got["error"]
+    assert got["data"] == pages, name
+    assert len(pages) > 1
+    whole = _rest(base_url, token, world["table"], pairs + [("limit", "1000")]).json()["records"]
+    assert [rec for page in pages for rec in page] == whole
