@@ -51,6 +51,7 @@ CASES: list[tuple[str, list[tuple[str, str]]]] = [
     ("neq", [("Title", "neq.alpha")]),
     ("gt", [("Score", "gt.2")]),
     ("gte decimal", [("Score", "gte.2.5")]),
+    ("exponent", [("Score", "gte.1e6")]),
     ("lt", [("Score", "lt.0")]),
     ("lte", [("Score", "lte.0")]),
     ("like", [("Title", "like.*a*")]),
@@ -61,6 +62,7 @@ CASES: list[tuple[str, list[tuple[str, str]]]] = [
     ("ilike greek", [("Title", "ilike.ωMEGA*")]),
     ("ilike titlecase digraph", [("Title", "ilike.ǆ*")]),
     ("in with quoted item", [("Title", 'in.(alpha,Beta,"a,b")')]),
+    ("in with quotes and parentheses", [("Title", 'in.("say \\"hi\\"","(x)",alpha,"a\\\\b")')]),
     ("cs two", [("Tags", "cs.{red,blue}")]),
     ("cs one", [("Tags", "cs.{red}")]),
     ("is null text", [("Title", "is.null")]),
@@ -90,6 +92,7 @@ CASES: list[tuple[str, list[tuple[str, str]]]] = [
     ("date lt instant", [("Due", "lt.2026-01-02T00:00:00Z")]),
     ("date eq day is midnight", [("Due", "eq.2026-01-01")]),
     ("date is null", [("Due", "is.null")]),
+    ("date with an offset", [("Due", "gt.2026-01-02T13:00:00+02:00")]),
     ("date bad", [("Due", "gt.yesterday")]),
     # relations and system columns
     ("relation eq", [("Owner", "eq.{p1}")]),
@@ -328,6 +331,9 @@ EXPECTED_ROWS = {
     "eq false counts unset": {"Beta", "épsilon", "Straße", None, "ǅemal", "axb"},
     "select ilike unicode label": {"épsilon", "ǅemal"},
     "dotted unicode column": {"Beta", "épsilon", "a_b"},
+    "in with quotes and parentheses": {"alpha"},
+    "date with an offset": {"Beta", "Straße", "a_b"},
+    "exponent": {"Ωmega ω"},
     "dotted column in a group": {"alpha", "ÉCOLE", "Straße", "50% off", None, "ǅemal", "Ωmega ω", "axb"},
 }
 
@@ -547,8 +553,8 @@ SDK_OVERRIDES: dict[str, list[list[Any]]] = {
     "select empty": [["select", []], ["order", "id"]],
 }
 
-_NUMBER = re.compile(r"-?\d+(\.\d+)?")
-_DATE = re.compile(r"\d{4}-\d\d-\d\d(T[0-9:.]+Z)?")
+_NUMBER = re.compile(r"-?\d+(\.\d+)?(e\d+)?")
+_DATE = re.compile(r"\d{4}-\d\d-\d\d(T[0-9:.]+(Z|[+-]\d\d:\d\d))?")
 _SDK_METHODS = {"eq", "neq", "gt", "gte", "lt", "lte", "like", "ilike", "in", "cs", "is"}
 
 
@@ -559,7 +565,7 @@ def _sdk_value(column: str, text: str) -> Any:
     if text in ("true", "false"):
         return text == "true"
     if _NUMBER.fullmatch(text):
-        return float(text) if "." in text else int(text)
+        return float(text) if "." in text or "e" in text else int(text)
     return text
 
 
