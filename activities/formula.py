@@ -163,6 +163,23 @@ def run_budgeted(
     return values, errors, {}
 
 
+def sandbox_bound(col: ColumnSnap) -> bool:
+    """Whether :func:`evaluate_column` sends every value of this column to the sandbox
+    (JavaScript, heavy or long Excel formulas, or ``WDS_FORMULA_INLINE=never``); a cheap
+    column (inline, even when its slice spills part of a batch over) or one that does not
+    compile (its error needs no evaluation) is not."""
+    if col.type != "formula" or col.broken:
+        return False
+    language = col.config.get("language", "excel")
+    if language != "excel":
+        return True
+    try:
+        compiled = compile_formula(col.formula or col.config.get("formula") or "", language=language)
+    except InvalidFormula:
+        return False
+    return not (INLINE == "always" or (INLINE == "cheap" and is_cheap(compiled)))
+
+
 async def evaluate_column(
     col: ColumnSnap, records: dict[str, dict[str, Any]], now: datetime, budget: Budget, sandbox: Any,
     *, workspace: int | None = None,

@@ -13,7 +13,7 @@ from temporalio import activity
 from activities import formula, json_parser, written
 from activities.ledger import Ledger
 from activities.metrics import observe_step
-from activities.sandbox import sandbox
+from activities.sandbox import SandboxLost, lost_message, sandbox
 from activities.snap import step_decoder, table_meta
 from activities.types import FusedInput, LoadInput, PipelineResult, RecordOutcome, TableSnap, WriteInput
 from storage import records as rec
@@ -138,12 +138,27 @@ def _decode(table: TableMeta, rows: list[dict[str, Any]]) -> dict[str, dict[str,
 
 async def _evaluate(inp: FusedInput, fields: dict[str, dict[str, Any]]) -> Ledger:
     """Every level of formula/parser columns over ``fields``, in order, under the batch's
-    budgets (activities/formula.py); formulas run off the event loop unless cheap."""
+    budgets (activities/formula.py); formulas run off the event loop unless cheap.
+
+    When a column would go to the sandbox whole (:func:`formula.sandbox_bound`), the
+    whole run goes there in ONE round trip (:meth:`Sandbox.pipeline`) instead of one per
+    formula column; if that child is lost, those columns fail with the loss (never run
+    again) and the others run here as usual."""
     p = inp.pipeline
-    ledger = Ledger(p, list(fields))
     cols = {c.id: c for c in p.table.columns}
     now = datetime.fromisoformat(inp.now)
     budget = formula.Budget.for_run(p.time_budget_s)
+    lost: str | None = None
+    if any(formula.sandbox_bound(cols[cid]) for level in p.levels for cid in level if cid in cols):
+        try:
+            ledger, timings = await sandbox().pipeline(p, fields, now, budget, workspace=p.table.workspace_id)
+        except SandboxLost as exc:
+            lost = lost_message(exc)
+        else:
+            for kind, status, seconds, n in timings:
+                observe_step(kind, status, seconds, n)
+            return ledger
+    ledger = Ledger(p, list(fields))
     for level in p.levels:
         for cid in level:
             col = cols.get(cid)
@@ -159,7 +174,9 @@ async def _evaluate(inp: FusedInput, fields: dict[str, dict[str, Any]]) -> Ledge
                 continue
             batch = {r: fields[r] for r in rids}
             started = time.perf_counter()
-            if col.type == "formula":
+            if col.type == "formula" and lost is not None and formula.sandbox_bound(col):
+                values, errors = {}, {r: lost for r in rids}
+            elif col.type == "formula":
                 values, errors = await formula.evaluate_column(col, batch, now, budget, sandbox(),
                                                                workspace=p.table.workspace_id)
             else:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import os
 import subprocess
 import sys
@@ -30,6 +31,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from activities.formula import Budget, over
+from activities.ledger import Ledger
+from activities.types import PipelineInput
 from storage.childpool import ChildPool, PoolClosed
 
 SIZE = max(1, min(2, os.cpu_count() or 1))
@@ -172,10 +175,35 @@ class Sandbox:
             values, errors, used = await self._run("formula", (source, language, records, now.isoformat(), sub),
                                                    budget.deadline, workspace)
         except SandboxLost as exc:
-            message = str(exc) if isinstance(exc, SandboxDown) else over(str(exc))
+            message = lost_message(exc)
             return {}, {rid: message for rid in records}
         budget.used.update(used)
         return values, errors
+
+    async def pipeline(self, p: PipelineInput, fields: dict[str, dict[str, Any]], now: datetime, budget: Budget,
+                       *, workspace: int | None = None) -> tuple[Ledger, list[tuple[str, str, float, int]]]:
+        """Every level of a pure pipeline over a batch in a child, in one round trip
+        (:func:`activities.sandbox_jobs.pipeline_job`): its :class:`Ledger` and (kind,
+        status, seconds, records) per column evaluated; ``fields`` gets the computed values
+        and ``budget.used`` is updated, as when the columns run one by one.
+
+        Raises:
+            SandboxLost: the batch ran out of its wall-clock budget, or the child died or
+                was killed (:func:`lost_message` says how each value reports it).
+        """
+        if time.monotonic() >= budget.deadline:
+            raise SandboxLost("the batch ran out of its wall-clock budget")
+        # the child needs the columns, levels and budgets, not the run's record ids
+        slim = dataclasses.replace(p, record_ids=[])
+        state, used, timings = await self._run("pipeline", (slim, fields, now.isoformat(), budget.subset(list(fields))),
+                                               budget.deadline, workspace)
+        ledger = Ledger(p, list(fields))
+        ledger.values, ledger.errors, ledger.steps, ledger.blocked = state
+        for rid, values in ledger.values.items():
+            for cid, value in values.items():
+                fields[rid][ledger.names[cid]] = value
+        budget.used.update(used)
+        return ledger, timings
 
     async def render(self, items: list[tuple[Any, dict[str, Any], dict[str, Any]]], value_s: float,
                      deadline: float, *, workspace: int | None = None) -> list[tuple[bool, Any]]:
@@ -186,7 +214,13 @@ class Sandbox:
         try:
             return await self._run("render", (items, value_s, deadline), deadline, workspace)  # type: ignore[no-any-return]
         except SandboxLost as exc:
-            return [(False, str(exc) if isinstance(exc, SandboxDown) else over(str(exc)))] * len(items)
+            return [(False, lost_message(exc))] * len(items)
+
+
+def lost_message(exc: SandboxLost) -> str:
+    """How a value reports a lost evaluation: ``BUDGET_EXCEEDED …``, except a sandbox that
+    could not start (not a budget matter: a plain error)."""
+    return str(exc) if isinstance(exc, SandboxDown) else over(str(exc))
 
 
 _sandbox: Sandbox | None = None

@@ -18,7 +18,9 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
-from activities import formula, templates
+from activities import formula, json_parser, templates
+from activities.ledger import Ledger
+from activities.types import PipelineInput
 
 T = TypeVar("T")
 
@@ -110,6 +112,47 @@ def formula_job(meter: Meter, source: str, language: str, records: dict[str, dic
     return values, errors, budget.used
 
 
+def pipeline_job(meter: Meter, p: PipelineInput, fields: dict[str, dict[str, Any]], now: str,
+                 budget: formula.Budget) -> tuple[tuple[Any, ...], dict[str, float], list[tuple[str, str, float, int]]]:
+    """Every level of a pure pipeline (formula and json_parser columns) over a batch, in
+    order, as the fused pipeline activity runs it (``activities.records_io._evaluate``): one
+    round trip for the whole run instead of one per formula column. Each formula column
+    runs as :func:`formula_job` runs it (CPU budget per value, memory cap per column's
+    batch, the row and batch budgets in ``budget``).
+
+    Returns ((values, errors, steps, blocked) of the run's :class:`Ledger`, seconds used
+    per record, (kind, status, seconds, records) per column evaluated)."""
+    ledger = Ledger(p, list(fields))
+    cols = {c.id: c for c in p.table.columns}
+    when = datetime.fromisoformat(now)
+    timings: list[tuple[str, str, float, int]] = []
+    for level in p.levels:
+        for cid in level:
+            col = cols.get(cid)
+            if col is None:
+                continue
+            rids = ledger.eligible(cid)
+            if not rids:
+                continue
+            if col.broken:  # a column it read was deleted with force: null, and say why
+                for r in rids:
+                    ledger.record(r, cid, None, fields)
+                    ledger.fail(r, cid, col.broken)
+                continue
+            batch = {r: fields[r] for r in rids}
+            started = time.perf_counter()
+            if col.type == "formula":
+                language = col.config.get("language", "excel")
+                with meter.capped(language != "javascript"):
+                    values, errors, _ = formula.run_budgeted(col.formula or col.config.get("formula") or "", language,
+                                                             batch, when, budget, meter=meter, over_budget=OverBudget)
+            else:
+                values, errors = json_parser.evaluate_batch(col, batch)
+            timings.append((col.type, "error" if errors else "ok", time.perf_counter() - started, len(batch)))
+            ledger.apply(cid, rids, values, errors, fields)
+    return (ledger.values, ledger.errors, ledger.steps, ledger.blocked), budget.used, timings
+
+
 def render_job(meter: Meter, items: list[tuple[Any, dict[str, Any], dict[str, Any]]], value_s: float,
                deadline: float) -> list[tuple[bool, Any]]:
     """Render each (JSON value of templates, fields, extra): (True, rendered) or (False, error)."""
@@ -135,4 +178,4 @@ def _render_all(meter: Meter, items: list[tuple[Any, dict[str, Any], dict[str, A
             out.append((False, str(exc)))
 
 
-JOBS: dict[str, Callable[..., Any]] = {"formula": formula_job, "render": render_job}
+JOBS: dict[str, Callable[..., Any]] = {"formula": formula_job, "pipeline": pipeline_job, "render": render_job}
