@@ -4,8 +4,9 @@ API's event loop, each value under a CPU budget and a memory cap (issue #22).
 Why processes: formula and template evaluation is CPU-bound Python; in a thread it would
 still hold the GIL and stall the event loop (and with it every tenant's requests and
 ``/healthz``). Each child (:mod:`activities.sandbox_worker`) evaluates a whole batch per
-round trip (one column over every record of a batch, or every template of a step), so
-the inter-process cost is paid per batch, not per value. A child runs at a lower CPU
+round trip (every formula and parser column of a fused pure pipeline over a batch, one
+column over every record of a batch, or every template of a step), so the inter-process
+cost is paid per batch, not per value or column. A child runs at a lower CPU
 priority, without the service's environment (no database URL, no secrets), and is killed
 when a batch outlives its wall-clock deadline (plus ``KILL_GRACE_S``), or retired after a
 batch that left it holding more than ``RETIRE_RSS`` resident memory; a replacement is

@@ -177,7 +177,7 @@ def _ratio(value: float | None, base: float | None) -> float | None:
 
 def paired_figure(
     name: str, rounds: list[tuple[Turns, Turns]], *, unit: str, rate: Callable[[Turns], float | None],
-    target: Target | None, what: str, note: str,
+    target: Target | None, what: str, note: str, latencies: bool = True,
 ) -> Figure:
     """The median round's figure (by ``rate`` ratio, mode ÷ inline; higher is better), the
     spread of the rounds' ratios and the pooled ratio in the note."""
@@ -201,8 +201,9 @@ def paired_figure(
         notes.append(f"baseline error: {pooled_b.first_error}")
     return Figure(
         scenario="pipelines.sandbox", name=name, unit=unit, value=rate(mode), baseline=rate(base),
-        baseline_label="inline", target=target, p50_ms=mode.p50_ms, p99_ms=mode.p99_ms,
-        baseline_p50_ms=base.p50_ms, baseline_p99_ms=base.p99_ms, errors=errors, note="; ".join(notes),
+        baseline_label="inline", target=target, errors=errors, note="; ".join(notes),
+        **({"p50_ms": mode.p50_ms, "p99_ms": mode.p99_ms, "baseline_p50_ms": base.p50_ms,
+            "baseline_p99_ms": base.p99_ms} if latencies else {}),
     )
 
 
@@ -260,7 +261,7 @@ async def sandbox_overhead(ctx: BenchContext) -> list[Figure]:
         for kind, pairs in (("create", creates_of), ("batch", batches_of)):
             figures.append(paired_figure(
                 f"server CPU per record, {kind}, {LABELS[mode]} vs inline", pairs, unit="records/CPU-s",
-                rate=_records_per_cpu_s, target=None, what="records per CPU-second",
+                rate=_records_per_cpu_s, target=None, what="records per CPU-second", latencies=False,
                 note="the API process and its children (sandbox, V8), over the same turns"))
     for fig in figures:
         fig.tags = ctx.tags
