@@ -31,9 +31,6 @@ class OverBudget(BaseException):
     it through."""
 
 
-def _on_timer(signum: int, frame: Any) -> None:
-    raise OverBudget()
-
 
 def _data_bytes() -> int:
     """This process's data segment now (what RLIMIT_DATA counts), from /proc."""
@@ -66,15 +63,28 @@ class Meter:
     def __init__(self, memory_bytes: int, *, armed: bool = False) -> None:
         self.memory_bytes = memory_bytes
         self.armed = armed and hasattr(signal, "setitimer")
+        self._in_value = False
         if self.armed:
-            signal.signal(signal.SIGPROF, _on_timer)
+            signal.signal(signal.SIGPROF, self._on_timer)
+
+    def _on_timer(self, signum: int, frame: Any) -> None:
+        # a value's timer is re-armed when the next value starts, not disarmed after each
+        # (one system call per value, not two): one that ends between values is ignored
+        if self._in_value:
+            raise OverBudget()
 
     @contextmanager
     def capped(self, enabled: bool = True) -> Iterator[None]:
         """Cap the data segment for the duration of a batch (one /proc read and two
         setrlimit calls per batch: per value they cost more than the cheap formulas)."""
-        if not (self.armed and enabled):
+        if not self.armed:
             yield
+            return
+        if not enabled:
+            try:
+                yield
+            finally:
+                signal.setitimer(signal.ITIMER_PROF, 0)
             return
         soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
         cap = _data_bytes() + self.memory_bytes
@@ -84,6 +94,7 @@ class Meter:
         try:
             yield
         finally:
+            signal.setitimer(signal.ITIMER_PROF, 0)  # the last value's timer
             resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
     def run(self, fn: Callable[[], T], cpu_s: float) -> T:
@@ -95,11 +106,14 @@ class Meter:
         """
         if not self.armed:
             return fn()
+        # re-arming replaces the previous value's timer; the flag is set after it, so that
+        # timer cannot fail this value (its signal, if it came, is ignored)
         signal.setitimer(signal.ITIMER_PROF, max(0.001, cpu_s))
+        self._in_value = True
         try:
             return fn()
         finally:
-            signal.setitimer(signal.ITIMER_PROF, 0)
+            self._in_value = False
 
 
 def formula_job(meter: Meter, source: str, language: str, records: dict[str, dict[str, Any]], now: str,
