@@ -149,7 +149,7 @@ async def _evaluate(inp: FusedInput, fields: dict[str, dict[str, Any]]) -> Ledge
     now = datetime.fromisoformat(inp.now)
     budget = formula.Budget.for_run(p.time_budget_s)
     lost: str | None = None
-    if any(formula.sandbox_bound(cols[cid]) for level in p.levels for cid in level if cid in cols):
+    if fields and any(formula.sandbox_bound(cols[cid]) for level in p.levels for cid in level if cid in cols):
         try:
             ledger, timings = await sandbox().pipeline(p, fields, now, budget, workspace=p.table.workspace_id)
         except SandboxLost as exc:
