@@ -12,7 +12,7 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
-from storage import convert, ddl, refs, values
+from storage import convert, ddl, refs, values, valuetype
 from storage.columnspec import MAX_OPTIONS, ColumnSpec, new_option_id
 from storage.errors import LossyChange, ValidationError
 from storage.schema import (
@@ -90,6 +90,7 @@ def _column_from_row(row: dict[str, Any], names: refs.Names | None = None) -> Co
         refs=own,
         other_refs=other,
         broken=row.get("broken"),
+        value_type=row.get("value_type"),
     )
 
 
@@ -238,14 +239,15 @@ async def create_column(
     names = await load_names(conn, workspace_id=workspace_id) if spec.type.computed else None
     if names is not None and encode:
         formula, config = refs.encode(spec.type.value, formula, config, table_id=table_id, names=names)
+    value_type = await _value_type(conn, table_id=table_id, spec=spec)
     cur = await conn.execute(
         "INSERT INTO wds.columns (workspace_id, table_id, name, type, required, position, options,"
-        " config, formula, relation_table_id, relation_label_column_id)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
+        " config, formula, relation_table_id, relation_label_column_id, value_type)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
         (
             workspace_id, table_id, spec.name, spec.type.value, spec.required, position,
             Jsonb(spec.options_json()), Jsonb(config), formula,
-            spec.relation_table_id, spec.relation_label_column_id,
+            spec.relation_table_id, spec.relation_label_column_id, value_type,
         ),
     )
     row = await cur.fetchone()
@@ -275,6 +277,21 @@ async def encode_table_columns(conn: Conn, *, workspace_id: int, table_id: int) 
         await conn.execute(
             "UPDATE wds.columns SET formula = %s, config = %s WHERE id = %s", (formula, Jsonb(config), row["id"])
         )
+
+
+async def _value_type(conn: Conn, *, table_id: int, spec: ColumnSpec, column_id: int | None = None) -> str | None:
+    """The value type of a new or changed column (storage/valuetype.py); a formula reads
+    the types of the table's other columns by name."""
+    if not spec.type.computed:
+        return None
+    lookup = None
+    if spec.type is ColumnType.FORMULA and "result_type" not in spec.config:
+        cur = await conn.execute(
+            "SELECT name, type, value_type FROM wds.columns WHERE table_id = %s AND id IS DISTINCT FROM %s",
+            (table_id, column_id),
+        )
+        lookup = valuetype.field_types({r["name"]: (r["type"], r["value_type"]) for r in await cur.fetchall()})
+    return valuetype.value_type_of(spec.type, spec.formula, spec.config, lookup)
 
 
 def spec_of(col: ColumnMeta) -> ColumnSpec:
@@ -312,15 +329,18 @@ async def update_column(
             "UPDATE wds.columns SET position = position + 1 WHERE table_id = %s AND position >= %s AND id <> %s",
             (current.table_id, spec.position, current.id),
         )
+    # a formula edit may change the value type: re-indexed below, in this transaction
+    value_type = current.value_type if untouched else await _value_type(
+        conn, table_id=current.table_id, spec=spec, column_id=current.id)
     cur = await conn.execute(
         "UPDATE wds.columns SET name = %s, type = %s, required = %s, position = %s, options = %s,"
         " config = %s, formula = %s, relation_table_id = %s, relation_label_column_id = %s,"
-        " broken = %s, updated_at = now() WHERE id = %s RETURNING *",
+        " broken = %s, value_type = %s, updated_at = now() WHERE id = %s RETURNING *",
         (
             spec.name, spec.type.value, spec.required,
             spec.position if spec.position is not None else current.position,
             Jsonb(spec.options_json()), Jsonb(config), formula, spec.relation_table_id,
-            spec.relation_label_column_id, broken, current.id,
+            spec.relation_label_column_id, broken, value_type, current.id,
         ),
     )
     row = await cur.fetchone()
@@ -330,6 +350,8 @@ async def update_column(
         new = await _convert_values(
             conn, workspace_id=workspace_id, old=current, new=new, allow_loss=allow_loss, report=report
         )
+    elif new.computed and new.scalar_value_type != current.scalar_value_type:
+        await ddl.reindex_computed(conn, workspace_id, current, new)
     elif new.type in (ColumnType.SINGLE_SELECT, ColumnType.MULTI_SELECT):
         removed = {o.id for o in current.options} - {o.id for o in new.options}
         if removed:
