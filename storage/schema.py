@@ -10,7 +10,9 @@ Physical naming (DESIGN §3): workspace ``W`` lives in schema ``ws_W``; table ``
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -77,6 +79,28 @@ COMPUTED_PG_TYPE = "jsonb"
 # that type (storage/ddl.py ``computed_value_expr``); ``json`` is neither.
 VALUE_TYPES = ("number", "text", "date", "boolean", "json")
 SCALAR_VALUE_TYPES = frozenset({"number", "text", "date", "boolean"})
+# a date value: ISO-8601 with an explicit offset (as storage/ddl.py INSTANT_FUNCTION_SQL reads it)
+_INSTANT_RE = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?([Zz]|[+-]\d{2}(:?\d{2})?)")
+
+
+def value_fits(value_type: str | None, value: Any) -> bool:
+    """Whether a computed value is of ``value_type`` (blank fits every type, and
+    anything fits ``json``). Pure: pipelines check results with it (activities/ledger.py)."""
+    if value is None or value_type not in SCALAR_VALUE_TYPES:
+        return True
+    if value_type == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if value_type == "boolean":
+        return isinstance(value, bool)
+    if value_type == "text":
+        return isinstance(value, str)
+    if not isinstance(value, str) or not _INSTANT_RE.fullmatch(value):
+        return False
+    try:
+        datetime.fromisoformat(value.replace("z", "Z"))
+    except ValueError:
+        return False
+    return True
 
 # System columns visible as record attributes (not inside ``fields``).
 SYSTEM_COLUMNS = ("id", "created_at", "updated_at")
