@@ -20,7 +20,6 @@ from storage.formula.types import FIELD_TYPES, infer_type
 from storage.schema import VALUE_TYPES, ColumnType
 
 RESULT_TYPE_KEY = "result_type"
-INVALID_RESULT_TYPE = "INVALID_RESULT_TYPE"
 
 _KIND_TYPES = {
     ColumnType.CREATE_RECORD: "number",
@@ -41,10 +40,10 @@ def check_result_type(kind: ColumnType, config: Mapping[str, Any]) -> None:
         return
     value = config[RESULT_TYPE_KEY]
     if not kind.computed:
-        raise ValidationError(f"{kind.value} columns take no result_type", code=INVALID_RESULT_TYPE)
+        raise ValidationError(f"{kind.value} columns take no result_type", code="INVALID_RESULT_TYPE")
     if not isinstance(value, str) or value not in VALUE_TYPES:
         raise ValidationError(
-            f"config.result_type must be one of {', '.join(VALUE_TYPES)}, got {value!r}", code=INVALID_RESULT_TYPE
+            f"config.result_type must be one of {', '.join(VALUE_TYPES)}, got {value!r}", code="INVALID_RESULT_TYPE"
         )
 
 
