@@ -358,8 +358,41 @@ async def update_column(
             await _clear_options(
                 conn, workspace_id=workspace_id, col=new, removed=removed, allow_loss=allow_loss, report=report
             )
+    if new.type is not current.type or new.value_type != current.value_type:
+        # formulas that read this column may now have another type
+        await _refresh_value_types(conn, workspace_id=workspace_id, table_id=current.table_id)
     await touch_table(conn, table_id=current.table_id)
     return new
+
+
+async def _refresh_value_types(conn: Conn, *, workspace_id: int, table_id: int) -> None:
+    """Re-infer the value type of the table's formula columns without a declared one
+    (after a column they may read changed type), re-indexing those whose type changed;
+    repeated until nothing changes, so formulas reading formulas follow."""
+    cur = await conn.execute(
+        "SELECT id, name, type, formula, config, value_type FROM wds.columns WHERE table_id = %s ORDER BY id",
+        (table_id,),
+    )
+    rows = await cur.fetchall()
+    known = {f"@{r['id']}": (r["type"], r["value_type"]) for r in rows}
+    formulas = [r for r in rows if r["type"] == ColumnType.FORMULA.value
+                and valuetype.RESULT_TYPE_KEY not in (r["config"] or {})]
+    for _ in range(len(formulas)):
+        changed = False
+        for r in formulas:
+            old_type = known[f"@{r['id']}"][1]
+            value_type = valuetype.value_type_of(
+                ColumnType.FORMULA, r["formula"], r["config"] or {}, valuetype.field_types(known))
+            if value_type == old_type:
+                continue
+            old = ColumnMeta(id=r["id"], table_id=table_id, name=r["name"], type=ColumnType.FORMULA,
+                             value_type=old_type)
+            await conn.execute("UPDATE wds.columns SET value_type = %s WHERE id = %s", (value_type, r["id"]))
+            await ddl.reindex_computed(conn, workspace_id, old, replace(old, value_type=value_type))
+            known[f"@{r['id']}"] = (r["type"], value_type)
+            changed = True
+        if not changed:
+            return
 
 
 async def _convert_values(

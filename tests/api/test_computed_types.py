@@ -104,3 +104,20 @@ def test_boolean_and_date_formulas_filter_like_data_columns(ws, formula, value, 
     got = ws.api.get(f"/tables/{t['id']}/records", params={**query, "order": "A.asc"}).json()["records"]
     assert [r["fields"]["A"] for r in got] == [3, 4]
     assert got[0]["fields"]["F"] == value
+
+
+def test_formulas_reading_a_retyped_column_follow_its_type(ws):
+    t = ws.create_table("Follow", [
+        {"name": "A", "type": "number"},
+        {"name": "F", "type": "formula", "formula": "{A}"},
+        {"name": "G", "type": "formula", "formula": "IF({F}, {F})"},
+        {"name": "D", "type": "formula", "formula": "{A}", "config": {"result_type": "json"}},
+    ])
+    cols = {c["name"]: c for c in t["columns"]}
+    assert [cols[n]["result_type"] for n in "FGD"] == ["number", "number", "json"]
+    r = ws.api.patch(f"/tables/{t['id']}/columns/{cols['A']['id']}", json={"type": "text"})
+    assert r.status_code == 200, r.text
+    listed = {c["name"]: c.get("result_type") for c in ws.api.get(f"/tables/{t['id']}/columns").json()}
+    assert listed == {"A": None, "F": "text", "G": "text", "D": "json"}
+    for n in "FG":
+        assert "'string'" in _indexes(ws.id, t["id"], cols[n]["id"])[f"t_{t['id']}_c_{cols[n]['id']}"]
