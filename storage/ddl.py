@@ -285,7 +285,7 @@ INSTANT_FUNCTION_SQL = r"""
 CREATE OR REPLACE FUNCTION wds.json_instant(v jsonb) RETURNS timestamptz
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
   SELECT CASE WHEN jsonb_typeof(v) = 'string'
-    AND (v #>> '{}') ~ '^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?([Zz]|[+-]\d{2}(:?\d{2})?)$'
+    AND (v #>> '{}') ~ '^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?([Zz]|[+-]\d{2}(:?\d{2}(:?\d{2})?)?)$'
     AND pg_input_is_valid(v #>> '{}', 'timestamptz')
   THEN (v #>> '{}')::timestamptz END
 $$"""

@@ -80,7 +80,7 @@ COMPUTED_PG_TYPE = "jsonb"
 VALUE_TYPES = ("number", "text", "date", "boolean", "json")
 SCALAR_VALUE_TYPES = frozenset({"number", "text", "date", "boolean"})
 # a date value: ISO-8601 with an explicit offset (as storage/ddl.py INSTANT_FUNCTION_SQL reads it)
-_INSTANT_RE = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?([Zz]|[+-]\d{2}(:?\d{2})?)")
+_INSTANT_RE = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?([Zz]|[+-]\d{2}(:?\d{2}(:?\d{2})?)?)")
 
 
 def value_fits(value_type: str | None, value: Any) -> bool:

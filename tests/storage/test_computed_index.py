@@ -126,3 +126,16 @@ def test_answers_match_the_values(big):
     assert len(seen) == sum(1 for i in range(1, ROWS + 1) if (i % 300) * 2 < 10)
     bad = ws.api.get(f"/tables/{t['id']}/records", params={"Double": "gt.abc"})
     assert bad.status_code == 400 and bad.json()["code"] == "INVALID_VALUE", bad.text
+
+
+@pytest.mark.parametrize("text", [
+    "2024-01-01T00:00:00+00:00", "2024-01-01T00:00:00Z", "2024-01-01 10:30-05", "2024-01-01T10:30:00.123456+0530",
+    "1850-01-01T00:00:00+00:09:21", "2024-02-30T00:00:00Z", "2024-01-01T00:00:00", "2024-01-01", "soon",
+    "2024-01-01T25:00:00Z", "2024-13-01T00:00:00Z",
+])
+def test_a_date_fits_in_python_exactly_when_the_index_reads_it(text):
+    from storage.schema import value_fits
+
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        read = conn.execute("SELECT wds.json_instant(to_jsonb(%s::text))", (text,)).fetchone()[0]
+    assert (read is not None) is value_fits("date", text), (text, read)
