@@ -277,6 +277,8 @@ async def encode_table_columns(conn: Conn, *, workspace_id: int, table_id: int) 
         await conn.execute(
             "UPDATE wds.columns SET formula = %s, config = %s WHERE id = %s", (formula, Jsonb(config), row["id"])
         )
+    # a formula may read a column made after it in the same table: its type is known now
+    await _refresh_value_types(conn, workspace_id=workspace_id, table_id=table_id)
 
 
 async def _value_type(conn: Conn, *, table_id: int, spec: ColumnSpec, column_id: int | None = None) -> str | None:

@@ -121,3 +121,12 @@ def test_formulas_reading_a_retyped_column_follow_its_type(ws):
     assert listed == {"A": None, "F": "text", "G": "text", "D": "json"}
     for n in "FG":
         assert "'string'" in _indexes(ws.id, t["id"], cols[n]["id"])[f"t_{t['id']}_c_{cols[n]['id']}"]
+
+
+def test_a_formula_reading_a_later_column_of_a_new_table_gets_its_type(ws):
+    t = ws.create_table("Order", [
+        {"name": "Early", "type": "formula", "formula": "{Late}"},
+        {"name": "Late", "type": "formula", "formula": "{A} * 2"},
+        {"name": "A", "type": "number"},
+    ])
+    assert {c["name"]: c.get("result_type") for c in t["columns"]} == {"Early": "number", "Late": "number", "A": None}
