@@ -130,3 +130,32 @@ def test_a_formula_reading_a_later_column_of_a_new_table_gets_its_type(ws):
         {"name": "A", "type": "number"},
     ])
     assert {c["name"]: c.get("result_type") for c in t["columns"]} == {"Early": "number", "Late": "number", "A": None}
+
+
+def test_long_text_results_are_written_sorted_and_paged(ws):
+    import secrets
+
+    t = ws.create_table("Long", [{"name": "A", "type": "text"},
+                                 {"name": "F", "type": "formula", "formula": '"same prefix " & {A} & {A} & {A}'}])
+    # results of random text far over a btree entry's ~2.7 kB, sharing their first 200
+    # characters (A itself stays under it: a data text column's btree holds it whole)
+    head = "x" * 200
+    rows = [{"fields": {"A": head + secrets.token_hex(900)}} for _ in range(7)]
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows})
+    assert r.status_code == 200, r.text
+    assert r.json()["pipeline"]["status"] == "ok", r.json()["pipeline"]
+    seen: list[int] = []
+    params = {"order": "F.asc", "limit": "3", "select": "A"}
+    while True:
+        page = ws.api.get(f"/tables/{t['id']}/records", params=params).json()
+        seen.extend(x["id"] for x in page["records"])
+        if not page["next"]:
+            break
+        params = {**params, "after": page["next"]}
+    assert seen == sorted(seen) and len(seen) == 7  # equal prefixes: by id
+    one = ws.api.get(f"/tables/{t['id']}/records/{seen[3]}").json()["fields"]["F"]
+    got = ws.api.get(f"/tables/{t['id']}/records", params={"F": f"eq.{one}", "select": ""}).json()["records"]
+    assert [x["id"] for x in got] == [seen[3]]
+    got = ws.api.get(f"/tables/{t['id']}/records", params={"F": f"gt.{one}", "select": ""}).json()["records"]
+    assert sorted(x["id"] for x in got) == sorted(
+        i for i in seen if ws.api.get(f"/tables/{t['id']}/records/{i}").json()["fields"]["F"] > one)
