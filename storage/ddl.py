@@ -315,7 +315,7 @@ def computed_key_expr(column: sql.Composable, value_type: str) -> sql.Composable
 async def _ensure_instant_function(conn: AsyncConnection[Any]) -> None:
     # migration m0016 makes it; a bare scratch database (storage tests) may lack it
     row = await (await conn.execute("SELECT to_regprocedure('wds.json_instant(jsonb)') IS NOT NULL")).fetchone()
-    found = list(row.values())[0] if isinstance(row, dict) else (row[0] if row else False)
+    found = next(iter(row.values())) if isinstance(row, dict) else (row[0] if row else False)
     if not found:
         await conn.execute(INSTANT_FUNCTION_SQL)
 

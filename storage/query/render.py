@@ -24,9 +24,9 @@ from storage.query.build import (
     TABLE_ALIAS,
     _order_by,
     build_count,
-    computed_keys,
     build_counter,
     build_estimate,
+    computed_keys,
     order_keys,
     page_source,
 )
