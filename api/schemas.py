@@ -82,6 +82,11 @@ class ColumnOut(BaseModel):
         default=None, description='computed columns: "ok", or "error" when a column it read was deleted with force'
     )
     status_reason: str | None = None
+    result_type: str | None = Field(
+        default=None,
+        description='computed columns: the value type, "number", "text", "date", "boolean" or "json" (declared with'
+        ' config.result_type, else inferred); a scalar type is indexed, sorted and filtered like a data column',
+    )
     backfill: BackfillOut | None = None  # column create/update only
 
 

@@ -73,6 +73,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     "LIMIT_TOO_LARGE": ("`limit` above the page maximum (1,000 on REST and SQL; lower over MCP; semantic search has its own maximum).", ""),
     "BATCH_TOO_LARGE": ("A batch of more than 500 rows, or an MCP bulk update matching more records than it may change.", ""),
     "INVALID_SQL": ("`POST /sql`: not a single read-only `SELECT`, a syntax error, an unknown table or column, a construct outside the supported subset.", ""),
+    "INVALID_RESULT_TYPE": ("A computed column's `config.result_type` is not one of `number`, `text`, `date`, `boolean`, `json`, or is given to a data column ([formulas.md](formulas.md#result-types)).", ""),
     "INVALID_FORMULA": ("A formula (Excel-like or JavaScript) or template that does not parse, calls an unknown function, has a wrong argument count, or is too long/deep.", ""),
     "CIRCULAR_REFERENCE": ("Computed columns would depend on each other in a cycle. `path` lists the column names around the cycle.", "path"),
     "WEAK_PASSWORD": ("App-user sign-up: a password too short, too long, too common, or equal to the e-mail address.", ""),

@@ -28,9 +28,10 @@ from typing import Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from storage.ddl import search_expr
+from storage.ddl import COMPUTED_TEXT_PREFIX, computed_key_expr, computed_value_expr, search_expr
 from storage.query.parse import Op
 from storage.query.plan import Embed, JsonOperand, Kind, PlannedFilter, PlannedGroup, PlannedOrder, QueryPlan
+from storage.query.targets import Target
 
 TABLE_ALIAS = "t"
 _EMBED_ALIAS = "r"
@@ -74,7 +75,7 @@ def _junction(filters: Sequence[PlannedFilter | PlannedGroup], glue: str, alias:
         if isinstance(f, PlannedGroup):
             cond, p = _junction(f.items, " OR " if f.kind == "or" else " AND ", alias)
         else:
-            cond, p = _condition(f, sql.Identifier(alias, f.target.physical))
+            cond, p = _condition(f, value_expr(f.target, alias))
         if f.negate:
             cond = sql.SQL("({}) IS NOT TRUE").format(cond)
         else:
@@ -145,7 +146,7 @@ def order_keys(plan: QueryPlan, alias: str = TABLE_ALIAS) -> Fragment:
     if plan.cursor_kinds is None:
         return sql.SQL("NULL::json"), []
     return sql.SQL("json_build_array({})").format(
-        sql.SQL(", ").join(sql.Identifier(alias, t.target.physical) for t in plan.order)), []
+        sql.SQL(", ").join(key_expr(t.target, alias) for t in plan.order)), []
 
 
 def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> list[Fragment]:
@@ -163,15 +164,15 @@ def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> list[Fragmen
     exprs: list[tuple[sql.Composable, list[Any]]] = []
     vals: list[Any] = []
     for term, v in zip(order, values, strict=True):
-        expr: sql.Composable = sql.Identifier(TABLE_ALIAS, term.target.physical)
+        expr: sql.Composable = key_expr(term.target)
         eparams: list[Any] = []
-        kind = term.target.kind
+        kind: sql.Composable = _param(term.target)
         if term.option_ids is not None:
             expr = sql.SQL("array_position(%s::text[], {})").format(expr)
             eparams = [list(term.option_ids)]
             # the position of the cursor's option (NULL for a NULL or a removed option)
             v = term.option_ids.index(v) + 1 if v in term.option_ids else None
-            kind = Kind.INT
+            kind = _typed_param(Kind.INT)
         exprs.append((expr, eparams))
         vals.append((v, kind))
     # NOT NULL columns (id and the timestamps) hold no NULL to place: as if they came first
@@ -183,7 +184,7 @@ def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> list[Fragmen
         cmp = "<" if order[0].desc else ">"
         if v is not None:
             values_after = (sql.SQL("({}, {}) " + cmp + " ({}, %s::bigint)").format(
-                e, sql.Identifier(TABLE_ALIAS, "id"), _typed_param(kind)), [*ep, v, i])
+                e, sql.Identifier(TABLE_ALIAS, "id"), kind), [*ep, v, i])
             if nulls_first[0]:
                 return [values_after]
             return [values_after, (sql.SQL("{} IS NULL").format(e), list(ep))]
@@ -201,7 +202,7 @@ def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> list[Fragmen
                 ands.append(sql.SQL("{} IS NULL").format(e))
                 p.extend(ep)
             else:
-                ands.append(sql.SQL("{} = {}").format(e, _typed_param(kind)))
+                ands.append(sql.SQL("{} = {}").format(e, kind))
                 p.extend([*ep, v])
         (e, ep), (v, kind) = exprs[k], vals[k]
         cmp = "<" if order[k].desc else ">"
@@ -211,10 +212,10 @@ def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> list[Fragmen
             ands.append(sql.SQL("{} IS NOT NULL").format(e))
             p.extend(ep)
         elif nulls_first[k]:
-            ands.append(sql.SQL("{} " + cmp + " {}").format(e, _typed_param(kind)))
+            ands.append(sql.SQL("{} " + cmp + " {}").format(e, kind))
             p.extend([*ep, v])
         else:
-            ands.append(sql.SQL("({} " + cmp + " {} OR {} IS NULL)").format(e, _typed_param(kind), e))
+            ands.append(sql.SQL("({} " + cmp + " {} OR {} IS NULL)").format(e, kind, e))
             p.extend([*ep, v, *ep])
         ors.append(sql.SQL("({})").format(sql.SQL(" AND ").join(ands)))
         params.extend(p)
@@ -263,6 +264,31 @@ def _typed_param(kind: Kind, array: bool = False) -> sql.Composable:
     return sql.SQL("%s::" + _PG_TYPE[kind] + ("[]" if array else ""))
 
 
+def _param(target: Target, array: bool = False) -> sql.Composable:
+    """A bound value typed for ``target`` (a typed computed number is numeric, as its index)."""
+    if target.value_type == "number":
+        return sql.SQL("%s::numeric" + ("[]" if array else ""))
+    return _typed_param(target.kind, array)
+
+
+def value_expr(target: Target, alias: str = TABLE_ALIAS) -> sql.Composable:
+    """The SQL a filter compares: the column, or a typed computed column's value read as
+    its type — the very expression its indexes are built on (storage/ddl.py)."""
+    column = sql.Identifier(alias, target.physical)
+    if target.value_type is not None:
+        return computed_value_expr(column, target.value_type)
+    return column
+
+
+def key_expr(target: Target, alias: str = TABLE_ALIAS) -> sql.Composable:
+    """The SQL a list sorts on (and a cursor carries): the column, or a typed computed
+    column's btree key (text: its first characters, storage/ddl.py ``computed_key_expr``)."""
+    column = sql.Identifier(alias, target.physical)
+    if target.value_type is not None:
+        return computed_key_expr(column, target.value_type)
+    return column
+
+
 def _json_text(c: sql.Composable) -> sql.Composable:
     return sql.SQL("({} #>> '{{}}')").format(c)
 
@@ -291,9 +317,18 @@ def _condition(f: PlannedFilter, c: sql.Composable) -> Fragment:
         c = sql.SQL("coalesce({}, false)").format(c)
     if op in (Op.LIKE, Op.ILIKE):
         return _like(op, c, value)
+    target = f.target
+    if target.value_type == "text" and op is not Op.IN:
+        # the btree holds the text's first characters: bound them (exact under the C
+        # collation: a string is after another only if its prefix is not before), then
+        # compare the whole text
+        prefix = sql.SQL("left({}, {})").format(c, sql.Literal(COMPUTED_TEXT_PREFIX))
+        bound = {Op.EQ: "=", Op.GT: ">=", Op.GTE: ">=", Op.LT: "<=", Op.LTE: "<="}[op]
+        return (sql.SQL("({} " + bound + " left(%s::text, {}) AND {} " + _COMPARE[op] + " %s::text)").format(
+            prefix, sql.Literal(COMPUTED_TEXT_PREFIX), c), [value, value])
     if op is Op.IN:
-        return sql.SQL("{} = ANY({})").format(c, _typed_param(kind, array=True)), [list(value)]
-    return sql.SQL("{} " + _COMPARE[op] + " {}").format(c, _typed_param(kind)), [value]
+        return sql.SQL("{} = ANY({})").format(c, _param(target, array=True)), [list(value)]
+    return sql.SQL("{} " + _COMPARE[op] + " {}").format(c, _param(target)), [value]
 
 
 def _like(op: Op, c: sql.Composable, value: Any) -> tuple[sql.Composable, list[Any]]:
@@ -367,11 +402,23 @@ def _json_condition(op: Op, value: Any, c: sql.Composable) -> Fragment:
     return sql.SQL("{} " + symbol + " %s::numeric").format(_json_number(c)), [operand.number]
 
 
-def _order_by(order: Sequence[PlannedOrder]) -> Fragment:
+def computed_keys(order: Sequence[PlannedOrder]) -> sql.Composable:
+    """``, <key> AS _k<i>`` for each typed computed order term: a page subquery selects
+    them so the query around it orders by a column known to be sorted already
+    (:func:`_order_by` with ``keyed``), as it does a data column."""
+    return sql.SQL("").join(
+        sql.SQL(", {} AS {}").format(key_expr(term.target), sql.Identifier(f"_k{i}"))
+        for i, term in enumerate(order) if term.target.value_type is not None
+    )
+
+
+def _order_by(order: Sequence[PlannedOrder], keyed: bool = False) -> Fragment:
     parts: list[sql.Composable] = []
     params: list[Any] = []
-    for term in order:
-        expr: sql.Composable = sql.Identifier(TABLE_ALIAS, term.target.physical)
+    for i, term in enumerate(order):
+        expr: sql.Composable = key_expr(term.target)
+        if keyed and term.target.value_type is not None:
+            expr = sql.Identifier(TABLE_ALIAS, f"_k{i}")
         if term.option_ids is not None:
             # single_select sorts by the options' order, not by their random ids
             expr = sql.SQL("array_position(%s::text[], {})").format(expr)
