@@ -20,12 +20,11 @@ from typing import Any
 import httpx
 import orjson
 
+from api.aiclient import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, http_client  # noqa: F401 (the chat's client)
 from api.state import AppState
 from storage import jsontext
 from storage.errors import ServiceError, Unavailable
 
-CONNECT_TIMEOUT_S = 10.0
-READ_TIMEOUT_S = 120.0  # between two chunks of a stream, not for the whole answer
 NO_PROVIDER = ("no AI provider is configured on this server: the operator sets WDS_AI_BASE_URL"
                " (and WDS_AI_API_KEY, WDS_AI_MODEL) to an OpenAI-compatible endpoint")
 
@@ -53,16 +52,6 @@ class Finished:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tokens: int = 0
     finish_reason: str | None = None
-
-
-def http_client(state: AppState) -> httpx.AsyncClient:
-    """The process's client for AI providers (chat and embeddings), made on first use."""
-    client: httpx.AsyncClient | None = state.extras.get("ai_http")
-    if client is None or client.is_closed:
-        client = httpx.AsyncClient(timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
-                                   limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
-        state.extras["ai_http"] = client
-    return client
 
 
 def require_provider(state: AppState) -> str:

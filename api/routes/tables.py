@@ -8,10 +8,10 @@ from fastapi import APIRouter
 
 from api.deps import RestPrincipal, StateDep, require, require_writable, table_or_404
 from api.limits import check_table_quota
+from api.ops import search as semantic_search
 from api.ops.access import require_manage
 from api.ops.schema_tx import check_column_hosts, schema_change
 from api.responses import JSON
-from api.routes import search as semantic_search
 from api.schedules import delete_table_schedules
 from api.schemas import ERRORS, Deleted, TableIn, TableOut, TablePatch, TableSummary
 from api.serialize import table_out, table_summary

@@ -1,5 +1,6 @@
 """Builder tools for records in bulk: batch create, update by filter, run actions, and
-re-running one record's pipeline. Batch create, run-actions and run call the REST routes."""
+re-running one record's pipeline. Batch create, run-actions, runs and the record's pipeline
+are the REST door's operations (:mod:`api.ops.records`, :mod:`api.ops.runs`)."""
 
 from __future__ import annotations
 
@@ -20,25 +21,26 @@ from api.mcp.spec import (
     out,
     string,
 )
-from api.mcp.tools_data import record_ref, route_json
+from api.mcp.tools_data import record_ref
+from api.ops import records as ops_records
+from api.ops import runs as ops_runs
 from api.ops.access import table_for
 from api.pipelines import run_after_write
-from api.routes import records as rest_records
-from api.routes import runs as rest_runs
-from api.schemas import BatchIn
+from api.schemas import BatchIn, RunActionsIn, RunIn
 from api.state import AppState
 from storage import records as rec
 from storage.access import Action, Principal
 from storage.errors import ServiceError, ValidationError
 from storage.query import parse_filter_list, parse_filter_object, plan_filters
 
-MAX_UPDATE = rest_records.MAX_BATCH
+MAX_UPDATE = ops_records.MAX_BATCH
 
 
 async def batch_create_records(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    table = await table_for(state, principal, args["table_id"], Action.CREATE)
     body = model(BatchIn, {"rows": args["rows"], "run_pipeline": args.get("run_pipeline", True)})
-    return route_json(await rest_records.batch(table.id, body, principal, state))
+    done = await ops_records.create_records(state, principal, args["table_id"], body.rows,
+                                            run_pipeline=body.run_pipeline)
+    return ops_records.plain_results(done)
 
 
 def _filters(raw: Any) -> tuple[Any, ...]:
@@ -79,19 +81,19 @@ async def run_actions(state: AppState, principal: Principal, args: dict[str, Any
         body["filters"] = args["filters"]
     if args.get("columns"):
         body["column_ids"] = column_ids(table, args["columns"])
-    resp = await rest_runs.run_actions(table.id, model(rest_runs.RunActionsIn, body), principal, state)
-    return route_json(resp)
+    checked = model(RunActionsIn, body)
+    return await ops_runs.run_actions(state, principal, table.id, record_ids=checked.record_ids,
+                                      filters=checked.filters, column_ids=checked.column_ids)
 
 
 async def get_run(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    return route_json(await rest_runs.get_run(str(args["run_id"]), principal, state))
+    return await ops_runs.get_run(state, principal, str(args["run_id"]))
 
 
 async def run_record_pipeline(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    table = await table_for(state, principal, args["table_id"], Action.UPDATE)
-    body = model(rest_runs.RunIn, {"mode": args.get("mode", "edit"),
-                                   "changed_columns": args.get("changed_columns", [])})
-    return route_json(await rest_runs.run_record(table.id, record_ref(args["record_id"]), body, principal, state))
+    body = model(RunIn, {"mode": args.get("mode", "edit"), "changed_columns": args.get("changed_columns", [])})
+    return await ops_runs.run_record(state, principal, args["table_id"], record_ref(args["record_id"]),
+                                     mode=body.mode, changed_columns=body.changed_columns)
 
 
 _FILTERS = {"type": ["object", "array"],
