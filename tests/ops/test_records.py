@@ -72,7 +72,7 @@ async def test_batch_create_answers_per_row_with_rendered_records(make_workspace
     table = ws.create_table("Rows", [{"name": "Score", "type": "number"}])
     out = await ops.create_records(state, principal(ws.id), table["id"],
                                    [{"Score": 1}, {"fields": {"Nope": 1}}, {"fields": {"Score": 3}}])
-    first, bad, third = out["results"]
+    first, bad, _ = out["results"]
     assert isinstance(first["record"], ops.RawJson) and first["record"].value()["fields"] == {"Score": 1}
     assert bad["index"] == 1 and bad["code"] == "UNKNOWN_COLUMN"
     assert ops.plain_results(out)["results"][2]["record"]["fields"] == {"Score": 3}
