@@ -29,6 +29,7 @@ from api.pipelines import (
     create_computed,
     queue_pipeline,
     refresh_embeddings,
+    run_after_write,
     will_run,
 )
 from api.state import AppState
@@ -37,7 +38,15 @@ from storage import records as rec
 from storage.access import Action, Principal
 from storage.errors import Forbidden, NotFound, ServiceError, ValidationError
 from storage.plans import BATCH_MAX
-from storage.query import Query, list_page, parse_record_params, plan_query
+from storage.query import (
+    Query,
+    list_page,
+    parse_filter_list,
+    parse_filter_object,
+    parse_record_params,
+    plan_filters,
+    plan_query,
+)
 from storage.query.listing import CountMode
 from storage.query.plan import QueryPlan
 from storage.query.render import (
@@ -421,6 +430,37 @@ async def create_records(state: AppState, principal: Principal, table_ref: int |
     if outcome is not None:
         answer["pipeline"] = {k: v for k, v in outcome.items() if k != "per_record"}
     return answer
+
+
+async def update_matching(state: AppState, principal: Principal, table_ref: int | str, filters: Any,
+                          fields: dict[str, Any], *, run_pipeline: bool = True) -> dict[str, Any]:
+    """Set the same fields on every record matching ``filters`` (``{column: "op.value"}``
+    or ``[{column, op, value}]``; at most :data:`MAX_BATCH` records), in one transaction,
+    then run the edit pipeline over them together: ``{updated, ids, pipeline?}``.
+
+    Raises:
+        ServiceError: ``BATCH_TOO_LARGE`` when more match; ValidationError: no field.
+    """
+    require_writable(principal)
+    table = await table_for(state, principal, table_ref, Action.UPDATE)
+    require(principal, table, Action.READ)
+    planned = plan_filters(parse_filter_object(filters) if isinstance(filters, dict)
+                           else parse_filter_list(filters), table)
+    prepared = rec.prepare_fields(table, fields, creating=False)
+    if not prepared.values:
+        raise ValidationError("fields is empty: nothing to change")
+    async with state.db.transaction() as conn:
+        ids = await rec.page_ids(conn, table=table, filters=planned, after_id=0, limit=MAX_BATCH + 1)
+        if len(ids) > MAX_BATCH:
+            raise ServiceError(f"more than {MAX_BATCH} records match; narrow the filters", code="BATCH_TOO_LARGE")
+        rows = [r for r in [await rec.update_record(conn, table=table, record_id=i, row=prepared) for i in ids]
+                if r is not None]
+    final, outcome = await run_after_write(state, principal, table, rows, mode="edit", changed=list(fields),
+                                           enabled=run_pipeline)
+    out: dict[str, Any] = {"updated": len(final), "ids": [r["id"] for r in final]}
+    if outcome is not None:
+        out["pipeline"] = {k: v for k, v in outcome.items() if k != "per_record"}
+    return out
 
 
 def plain_results(batch: dict[str, Any]) -> dict[str, Any]:

@@ -107,3 +107,19 @@ async def test_operations_raise_the_service_errors_doors_render(make_workspace, 
     other = principal(make_workspace().id)  # another workspace does not see the table
     with pytest.raises(NotFound):
         await ops.list_records(state, other, table["id"], listing(), count=None)
+
+
+async def test_update_by_filter_sets_the_fields_of_every_match(make_workspace, state):
+    ws = make_workspace()
+    table = ws.create_table("Many", [{"name": "Score", "type": "number"}, {"name": "Title", "type": "text"}])
+    me = principal(ws.id)
+    ids = [(await ops.create_record(state, me, table["id"], {"Score": n}))["id"] for n in (1, 2, 3)]
+    out = await ops.update_matching(state, me, table["id"], {"Score": "gte.2"}, {"Title": "big"})
+    assert out == {"updated": 2, "ids": ids[1:]}
+    page = await ops.list_records(state, me, table["id"], listing(filters={"Title": "eq.big"}), count=CountMode.EXACT)
+    assert page.total == 2
+    with pytest.raises(ServiceError) as err:
+        await ops.update_matching(state, me, table["id"], [{"column": "Score", "op": "gt", "value": 0}], {})
+    assert err.value.code == "VALIDATION_ERROR"
+    with pytest.raises(Forbidden):
+        await ops.update_matching(state, principal(ws.id, read_only=True), table["id"], {}, {"Title": "x"})

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.deps import require
 from api.mcp.builder.common import builder, column_ids, model, positive_id
 from api.mcp.spec import (
     FIELDS,
@@ -25,13 +24,9 @@ from api.mcp.tools_data import record_ref
 from api.ops import records as ops_records
 from api.ops import runs as ops_runs
 from api.ops.access import table_for
-from api.pipelines import run_after_write
 from api.schemas import BatchIn, RunActionsIn, RunIn
 from api.state import AppState
-from storage import records as rec
 from storage.access import Action, Principal
-from storage.errors import ServiceError, ValidationError
-from storage.query import parse_filter_list, parse_filter_object, plan_filters
 
 MAX_UPDATE = ops_records.MAX_BATCH
 
@@ -43,33 +38,11 @@ async def batch_create_records(state: AppState, principal: Principal, args: dict
     return ops_records.plain_results(done)
 
 
-def _filters(raw: Any) -> tuple[Any, ...]:
-    return parse_filter_object(raw) if isinstance(raw, dict) else parse_filter_list(raw)
-
-
 async def batch_update_records(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     """Set the same fields on every record matching the filters (at most 500), in one
     transaction, then run the edit pipeline over them together."""
-    table = await table_for(state, principal, args["table_id"], Action.UPDATE)
-    require(principal, table, Action.READ)
-    planned = plan_filters(_filters(args["filters"]), table)
-    fields = args["fields"]
-    prepared = rec.prepare_fields(table, fields, creating=False)
-    if not prepared.values:
-        raise ValidationError("fields is empty: nothing to change")
-    async with state.db.transaction() as conn:
-        ids = await rec.page_ids(conn, table=table, filters=planned, after_id=0, limit=MAX_UPDATE + 1)
-        if len(ids) > MAX_UPDATE:
-            raise ServiceError(f"more than {MAX_UPDATE} records match; narrow the filters",
-                               code="BATCH_TOO_LARGE")
-        rows = [r for r in [await rec.update_record(conn, table=table, record_id=i, row=prepared) for i in ids]
-                if r is not None]
-    final, outcome = await run_after_write(state, principal, table, rows, mode="edit", changed=list(fields),
-                                           enabled=args.get("run_pipeline", True))
-    out_: dict[str, Any] = {"updated": len(final), "ids": [r["id"] for r in final]}
-    if outcome is not None:
-        out_["pipeline"] = {k: v for k, v in outcome.items() if k != "per_record"}
-    return out_
+    return await ops_records.update_matching(state, principal, args["table_id"], args["filters"], args["fields"],
+                                             run_pipeline=args.get("run_pipeline", True))
 
 
 async def run_actions(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
