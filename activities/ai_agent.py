@@ -15,7 +15,6 @@ the SSRF guard of user-defined HTTP steps; transient failures are retried the sa
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -86,38 +85,6 @@ def reply_of(payload: Any) -> ChatReply:
     usage = payload.get("usage") or {}
     tokens = usage.get("total_tokens") or (usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0))
     return ChatReply(content=content, tokens=int(tokens or 0))
-
-
-async def stream_chat(
-    client: httpx.AsyncClient, base_url: str, api_key: str | None, body: dict[str, Any],
-    *, timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> AsyncIterator[dict[str, Any]]:
-    """Stream a chat completion (server-sent events): yields ``{"delta": text}`` per chunk
-    and finally ``{"done": True, "tokens": n}``. For chat UIs; columns use :func:`send`.
-
-    Raises:
-        httpx.HTTPError: transport failures; ValueError: a non-2xx status.
-    """
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    tokens = 0
-    async with client.stream("POST", f"{base_url.rstrip('/')}/chat/completions", json={**body, "stream": True},
-                             headers=headers, timeout=timeout_s) as resp:
-        if resp.status_code >= 300:
-            raise ValueError(f"HTTP {resp.status_code} from the AI provider")
-        async for line in resp.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                break
-            chunk = orjson.loads(data)
-            for choice in chunk.get("choices") or []:
-                text = (choice.get("delta") or {}).get("content")
-                if text:
-                    yield {"delta": text}
-            usage = chunk.get("usage") or {}
-            tokens = int(usage.get("total_tokens") or tokens)
-    yield {"done": True, "tokens": tokens}
 
 
 def parse_json_reply(content: str) -> Any:

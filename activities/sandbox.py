@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import logging
 import os
-import queue
 import subprocess
 import sys
 import threading
@@ -32,8 +30,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from activities.formula import Budget, over
-
-log = logging.getLogger("wds.sandbox")
+from storage.childpool import ChildPool, PoolClosed
 
 SIZE = max(1, min(2, os.cpu_count() or 1))
 MEMORY_BYTES = 256 * 1024 * 1024  # memory cap per value (on top of the child's baseline)
@@ -114,66 +111,33 @@ class Sandbox:
 
     def __init__(self, size: int = SIZE) -> None:
         self.size = size
-        self._idle: queue.LifoQueue[_Child] = queue.LifoQueue()
-        self._all: set[_Child] = set()
-        self._lock = threading.Lock()
+        self._children: ChildPool[_Child] = ChildPool(_Child, "sandbox")
         self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="wds-sandbox")
-        self._closed = False
         self._tenants: dict[int, asyncio.Semaphore] = {}
 
     # ------------------------------------------------------------------ blocking side (threads)
-    def _take(self) -> _Child:
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            child = _Child()
-            with self._lock:
-                if self._closed:
-                    child.kill()
-                    raise SandboxDown("the evaluation sandbox is closed") from None
-                self._all.add(child)
-            return child
-
     def _call(self, kind: str, args: tuple[Any, ...], deadline: float) -> Any:
-        child = self._take()
+        try:
+            child = self._children.take()
+        except PoolClosed:
+            raise SandboxDown("the evaluation sandbox is closed") from None
         reply = child.call(kind, args, deadline + KILL_GRACE_S)
         if reply is None or reply[0] not in ("ok", "error") or child.rss > RETIRE_RSS:
-            child.kill()
-            with self._lock:
-                self._all.discard(child)
+            self._children.discard(child)
             if reply is None:
                 raise SandboxLost("the evaluation ran past its deadline and was stopped")
         else:
-            self._idle.put(child)
+            self._children.give_back(child)
         if reply[0] == "error":
             raise SandboxLost(f"the evaluation failed: {reply[1]}")
         return reply[1]
 
     def warm(self) -> None:
         """Start the children in the background (so the first heavy batch need not wait)."""
-
-        def start() -> None:
-            for _ in range(self.size - self._idle.qsize()):
-                try:
-                    child = _Child()
-                except Exception as exc:  # noqa: BLE001 - the next call tries (and reports) again
-                    log.warning("sandbox child not started: %s", exc)
-                    return
-                with self._lock:
-                    if self._closed:
-                        child.kill()
-                        return
-                    self._all.add(child)
-                self._idle.put(child)
-
-        threading.Thread(target=start, name="wds-sandbox-warm", daemon=True).start()
+        self._children.start_in_background(self.size - self._children.idle())
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            children, self._all = list(self._all), set()
-        for child in children:
-            child.kill()
+        self._children.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ async side (the loop)

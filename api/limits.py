@@ -62,7 +62,7 @@ from limits.storage import storage_from_string
 from api.state import AppState
 from storage import quotas as q
 from storage.access import Principal
-from storage.errors import PlanLimit, RateLimited
+from storage.errors import PlanLimit, RateLimited, Unavailable
 from storage.plans import TOKEN_REQUESTS_PER_MINUTE
 from storage.plans import plan as plan_of
 from storage.quotas import QuotaBook
@@ -257,11 +257,57 @@ def clock_of(settings: Settings) -> Callable[[], datetime]:
     return lambda: start + timedelta(seconds=time.monotonic() - t0)
 
 
+def _nothing() -> None:
+    pass
+
+
+class WorkspaceGate:
+    """Each tenant's fair share of this process: at most ``size`` requests of one workspace
+    run at once; the others wait their turn, first come first served.
+
+    Rate limits bound how many requests a tenant makes a minute; this bounds how many of
+    them interleave on the event loop at once, which is what another tenant's latency
+    depends on (every await of its request queues behind the callbacks of all running
+    requests). A request waiting longer than ``wait_s`` is answered 503 ``WORKSPACE_BUSY``
+    with ``Retry-After`` and has changed nothing.
+    """
+
+    def __init__(self, size: int, wait_s: float) -> None:
+        self.size = size
+        self.wait_s = wait_s
+        self._slots: dict[int, asyncio.Semaphore] = {}
+
+    async def acquire(self, workspace_id: int) -> Callable[[], None]:
+        """Take one of the workspace's slots; call what is returned to give it back.
+
+        Raises:
+            Unavailable: 503 ``WORKSPACE_BUSY`` when no slot came free in time.
+        """
+        if self.size <= 0:
+            return _nothing
+        slots = self._slots.get(workspace_id)
+        if slots is None:
+            slots = self._slots[workspace_id] = asyncio.Semaphore(self.size)
+        try:
+            await asyncio.wait_for(slots.acquire(), timeout=self.wait_s)
+        except TimeoutError:
+            raise Unavailable(
+                f"this workspace already has {self.size} requests running and more waiting; retry shortly",
+                code="WORKSPACE_BUSY", headers={"Retry-After": "1"}) from None
+        return slots.release
+
+    def running(self, workspace_id: int) -> int:
+        """How many of the workspace's requests hold a slot now (for tests and metrics)."""
+        slots = self._slots.get(workspace_id)
+        return 0 if slots is None else self.size - slots._value  # noqa: SLF001 - asyncio keeps no public count
+
+
 @dataclass
 class Runtime:
     limiter: RateLimiter
     quotas: QuotaBook
     usage: UsageBuffer
+    gate: WorkspaceGate
     task: asyncio.Task[None] | None = None
 
 
@@ -274,6 +320,7 @@ def runtime(state: AppState) -> Runtime:
             limiter=RateLimiter(redis_url=s.redis_url, enabled=s.rate_limits),
             quotas=QuotaBook(state.db, clock=clock_of(s)),
             usage=UsageBuffer(),
+            gate=WorkspaceGate(s.requests_in_flight_per_workspace, s.request_queue_timeout_s),
         )
         state.extras["limits"] = rt
     if rt.task is None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hmac
 import os
-import time
 
 from fastapi import APIRouter, Request
 from prometheus_client import (
@@ -42,9 +41,10 @@ from prometheus_client import (
     multiprocess,
 )
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 import activities.metrics  # noqa: F401  (registers the step histograms in this process)
+from api.asgi import ObservingMiddleware
 from api.usage import door_of, route_template
 from storage.errors import Unauthorized
 
@@ -76,31 +76,13 @@ def observe_pipeline(mode: str, status: str, seconds: float, records: int) -> No
     PIPELINE_RECORDS.labels(mode).observe(records)
 
 
-class MetricsMiddleware:
+class MetricsMiddleware(ObservingMiddleware):
     """Observe every HTTP request's duration (pure ASGI: no body buffering)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500  # an exception that escapes every handler is answered 500 by Starlette
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            REQUEST_SECONDS.labels(
-                door_of(scope["path"]) or "other", route_template(scope), scope["method"], str(status)
-            ).observe(time.perf_counter() - started)
+    def observe(self, scope: Scope, status: int, seconds: float) -> None:
+        REQUEST_SECONDS.labels(
+            door_of(scope["path"]) or "other", route_template(scope), scope["method"], str(status)
+        ).observe(seconds)
 
 
 def _registry() -> CollectorRegistry:

@@ -23,14 +23,14 @@ scope=request.scope)``; this middleware then logs them under that principal.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
 from starlette.routing import compile_path
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from api import appusers, limits
+from api.asgi import ObservingMiddleware
 from api.deps import resolve_principal
 from api.errors import error_response
 from storage.errors import ServiceError
@@ -45,6 +45,9 @@ DOORS: tuple[tuple[str, str], ...] = (
     ("/storage/v1", "storage"),
 )
 ENFORCED_HERE = frozenset({"rest", "sql", "storage"})  # bearer-token doors routed here
+# doors whose requests take a slot of their workspace's share of the process (limits.WorkspaceGate);
+# storage is I/O, not event-loop work, and a slow upload must not hold a slot
+GATED = frozenset({"rest", "sql"})
 
 
 def door_of(path: str) -> str | None:
@@ -100,64 +103,64 @@ def route_template(scope: Scope) -> str:
     return "<unmatched>"
 
 
-class ApiMiddleware:
+class ApiMiddleware(ObservingMiddleware):
     """See the module docstring. Install with ``app.add_middleware(ApiMiddleware)``."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def observes(self, scope: Scope) -> bool:
+        return door_of(scope["path"]) is not None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    def starting(self, scope: Scope, message: Message) -> None:
+        extra = scope.setdefault("state", {}).get(limits.HEADERS_KEY)
+        if extra:
+            message["headers"] = [*message.get("headers", ()),
+                                  *((k.lower().encode(), v.encode()) for k, v in extra.items())]
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         door = door_of(scope["path"])
-        if door is None:
+        st: dict[str, Any] = scope.setdefault("state", {})
+        if door in ENFORCED_HERE and not st.get(limits.DONE_KEY):
+            state = scope["app"].state.wds
+            secret = _bearer(scope)
+            principal = None
+            if secret:
+                try:
+                    if appusers.is_app_token(secret):  # an app-user session (JWT)
+                        principal = await appusers.app_user_principal(state, secret)
+                    else:
+                        principal = await resolve_principal(state, secret)
+                except ServiceError:
+                    principal = None  # the route answers 401 / 503 itself
+            if principal is not None:
+                try:
+                    await limits.enforce_limits(state, principal, door, scope=scope)
+                except ServiceError as exc:
+                    response = error_response(exc.status, exc.message, exc.code, exc.headers or None,
+                                              **exc.extra)
+                    await response(scope, receive, send)
+                    return
+        principal = st.get(limits.PRINCIPAL_KEY)
+        if principal is None or door not in GATED:
             await self.app(scope, receive, send)
             return
-        state = scope["app"].state.wds
-        started = time.perf_counter()
-        st: dict[str, Any] = scope.setdefault("state", {})
-        status = 500
-
-        async def send_with_headers(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                extra = st.get(limits.HEADERS_KEY)
-                if extra:
-                    message["headers"] = [*message.get("headers", ()),
-                                          *((k.lower().encode(), v.encode()) for k, v in extra.items())]
-            await send(message)
-
         try:
-            if door in ENFORCED_HERE and not st.get(limits.DONE_KEY):
-                secret = _bearer(scope)
-                principal = None
-                if secret:
-                    try:
-                        if appusers.is_app_token(secret):  # an app-user session (JWT)
-                            principal = await appusers.app_user_principal(state, secret)
-                        else:
-                            principal = await resolve_principal(state, secret)
-                    except ServiceError:
-                        principal = None  # the route answers 401 / 503 itself
-                if principal is not None:
-                    try:
-                        await limits.enforce_limits(state, principal, door, scope=scope)
-                    except ServiceError as exc:
-                        response = error_response(exc.status, exc.message, exc.code, exc.headers or None,
-                                                  **exc.extra)
-                        await response(scope, receive, send_with_headers)
-                        return
-            await self.app(scope, receive, send_with_headers)
+            release = await limits.runtime(scope["app"].state.wds).gate.acquire(principal.workspace_id)
+        except ServiceError as exc:
+            await error_response(exc.status, exc.message, exc.code, exc.headers or None)(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
         finally:
-            principal = st.get(limits.PRINCIPAL_KEY)
-            limits.runtime(state).usage.record(
-                workspace_id=getattr(principal, "workspace_id", None),
-                token_id=getattr(principal, "token_id", None),
-                door=st.get("wds_door") or door,
-                method=scope["method"],
-                route=route_template(scope),
-                status=status,
-                duration_ms=(time.perf_counter() - started) * 1000.0,
-            )
+            release()
+
+    def observe(self, scope: Scope, status: int, seconds: float) -> None:
+        st = scope.setdefault("state", {})
+        principal = st.get(limits.PRINCIPAL_KEY)
+        limits.runtime(scope["app"].state.wds).usage.record(
+            workspace_id=getattr(principal, "workspace_id", None),
+            token_id=getattr(principal, "token_id", None),
+            door=st.get("wds_door") or door_of(scope["path"]),
+            method=scope["method"],
+            route=route_template(scope),
+            status=status,
+            duration_ms=seconds * 1000.0,
+        )

@@ -15,26 +15,18 @@ those scenarios report "not measured".
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
-from wds.runtime import Postgres, TemporalDev, free_port
+from wds.runtime import API_APP, ApiProcess, Stack, StackError, create_workspace
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-class StackError(RuntimeError):
-    """The system under test could not be started or reached."""
+__all__ = ["ApiProcess", "Deployment", "EmbeddedStack", "StackError", "check_loopback", "create_workspace_token"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,64 +44,18 @@ class Deployment:
     stack: EmbeddedStack | None = field(default=None, repr=False, compare=False)  # for extra API processes
 
 
-class ApiProcess:
-    """One ``uvicorn`` API process (with its workers) started by the harness."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], base_url: str, log: Path) -> None:
-        self.proc = proc
-        self.base_url = base_url
-        self.log = log
-
-    def log_tail(self, chars: int = 4000) -> str:
-        if not self.log.exists():
-            return ""
-        return self.log.read_text(errors="replace")[-chars:]
-
-    def wait_healthy(self, timeout_s: float = 120) -> None:
-        """Poll ``/healthz`` until it answers 200.
-
-        Raises:
-            StackError: the process exited or stayed unhealthy for ``timeout_s``.
-        """
-        deadline = time.monotonic() + timeout_s
-        last = ""
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise StackError(f"the API exited early:\n{self.log_tail()}")
-            try:
-                r = httpx.get(f"{self.base_url}/healthz", timeout=2)
-                if r.status_code == 200:
-                    return
-                last = f"{r.status_code} {r.text[:200]}"
-            except httpx.HTTPError as exc:
-                last = str(exc)
-            time.sleep(0.2)
-        raise StackError(f"the API was not healthy within {timeout_s:.0f}s ({last}):\n{self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is not None:
-            return
-        # uvicorn's supervisor forwards SIGTERM to its workers and waits for them
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
-
-
 class EmbeddedStack:
-    """PostgreSQL + Temporal in a temp dir; API processes started and stopped per pass."""
+    """PostgreSQL + Temporal in a temp dir (a :class:`wds.runtime.Stack`); API processes
+    started and stopped per pass."""
 
     def __init__(self, *, keep: bool = False, rate_limits: bool = False) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="wds-bench-"))
         self.keep = keep
         self.rate_limits = rate_limits
-        self.admin_key = secrets.token_urlsafe(24)
-        self.secret_key = secrets.token_urlsafe(32)
         # durable settings (fsync on) as in production; the API and the baseline share them
-        self.pg = Postgres(self.tmp / "pg", port=free_port())
-        self.temporal = TemporalDev(self.tmp / "temporal", port=free_port(), headless=True)
+        self.stack = Stack.in_dir(self.tmp, fast=False)
+        self.pg, self.temporal = self.stack.pg, self.stack.temporal
+        self.admin_key = self.stack.admin_key
         self.api: ApiProcess | None = None
         self.extras: list[ApiProcess] = []
 
@@ -118,43 +64,12 @@ class EmbeddedStack:
         return None if self.api is None else self.api.log
 
     def start(self) -> None:
-        self.pg.start()
-        self.temporal.start()
-
-    def env(self, base_url: str) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update({
-            "WDS_DATABASE_URL": self.pg.dsn,
-            "WDS_TEMPORAL_ADDRESS": self.temporal.address,
-            "WDS_ADMIN_KEY": self.admin_key,
-            "WDS_SECRET_KEY": self.secret_key,
-            "WDS_DEV_MODE": "true",
-            "WDS_DATA_DIR": str(self.tmp / "data"),
-            "WDS_LOG_LEVEL": "warning",
-            "WDS_PUBLIC_BASE_URL": base_url,
-            "WDS_RATE_LIMITS": "true" if self.rate_limits else "false",
-        })
-        return env
+        self.stack.start()
 
     def _spawn(self, name: str, workers: int, extra_env: Mapping[str, str] | None = None, *,
-               app: tuple[str, ...] = ("api.app:create_app", "--factory")) -> ApiProcess:
-        port = free_port()
-        base_url = f"http://127.0.0.1:{port}"
-        log = self.tmp / f"api-{name}-{port}.log"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", *app,
-             "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-             "--log-level", "warning", "--no-access-log"],
-            cwd=ROOT, env={**self.env(base_url), **(extra_env or {})}, stdout=log.open("wb"),
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        api = ApiProcess(proc, base_url, log)
-        try:
-            api.wait_healthy()
-        except StackError:
-            api.stop()
-            raise
-        return api
+               app: tuple[str, ...] = API_APP) -> ApiProcess:
+        env = {"WDS_RATE_LIMITS": "true" if self.rate_limits else "false", **(extra_env or {})}
+        return self.stack.start_api(f"api-{name}", workers=workers, app=app, own_session=True, **env)
 
     def start_api(self, workers: int) -> Deployment:
         """Start ``uvicorn`` with ``workers`` processes, wait for /healthz, make a workspace."""
@@ -199,10 +114,7 @@ class EmbeddedStack:
                 extra.stop()
         self.extras.clear()
         self.stop_api()
-        with contextlib.suppress(Exception):
-            self.temporal.stop()
-        with contextlib.suppress(Exception):
-            self.pg.stop()
+        self.stack.stop()
         if not self.keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -213,18 +125,8 @@ def create_workspace_token(base_url: str, admin_key: str, *, name: str, plan: st
     Raises:
         StackError: the admin API refused (wrong key, unknown plan, ...).
     """
-    with httpx.Client(
-        base_url=f"{base_url}/functions/v1/admin",
-        headers={"Authorization": f"Bearer {admin_key}"}, timeout=60,
-    ) as admin:
-        r = admin.post("/workspaces", json={"name": f"{name}-{secrets.token_hex(3)}", "plan": plan})
-        if r.status_code != 201:
-            raise StackError(f"creating the bench workspace failed: {r.status_code} {r.text[:300]}")
-        ws_id = r.json()["id"]
-        t = admin.post(f"/workspaces/{ws_id}/tokens", json={"type": "vibe_mcp", "name": "bench"})
-        if t.status_code != 201:
-            raise StackError(f"creating the bench token failed: {t.status_code} {t.text[:300]}")
-        return str(t.json()["token"])
+    return create_workspace(base_url, admin_key, name=f"{name}-{secrets.token_hex(3)}", plan=plan,
+                            token_name="bench")[1]
 
 
 def check_loopback(url: str) -> None:

@@ -132,7 +132,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     "QUERY_TIMEOUT": ("A statement ran past the database's statement timeout (every request has one).", ""),
     "OFFSET_TOO_DEEP": ("`offset` deeper than 10,000 with an order on anything but `id`: page by cursor (`after=<next>`), narrow the rows, or order by id.", ""),
     "INVALID_CURSOR": ("`after` is not a `next` cursor of this list: garbage, changed, made for another table, order or filter, given with `offset`, or on an order on a multi_select, JSON or file column (page those with `offset`).", ""),
-    "WORKSPACE_BUSY": ("The workspace has too many statements running at once; `Retry-After` says when to retry.", ""),
+    "WORKSPACE_BUSY": ("The workspace has too many requests or statements running at once in this API process and this one waited too long for its turn; nothing changed, `Retry-After` says when to retry.", ""),
 }
 
 # --------------------------------------------------------------------------- formulas

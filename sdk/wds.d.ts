@@ -129,6 +129,9 @@ export interface QueryBuilder<F extends object, R> extends PromiseLike<WdsRespon
   /** Any of the conditions, REST grammar without the outer parentheses:
    * `or("Score.gte.10,and(Status.eq.done,Title.ilike.*x*)")`; `negate` sends `not.or`. */
   or(conditions: string, options?: { negate?: boolean }): QueryBuilder<F, R>;
+  /** All of the conditions, as `or()` writes them: `and("Score.gt.0,Score.lt.10")`;
+   * `negate` sends `not.and` (not all of them). */
+  and(conditions: string, options?: { negate?: boolean }): QueryBuilder<F, R>;
   gt(column: Column<F>, value: Scalar): QueryBuilder<F, R>;
   gte(column: Column<F>, value: Scalar): QueryBuilder<F, R>;
   lt(column: Column<F>, value: Scalar): QueryBuilder<F, R>;

@@ -254,7 +254,7 @@ class QueryBuilder {
     this._c = client;
     this._table = table;
     this._filters = []; // [column, expr] pairs, expr = "<op>.<value>"
-    this._groups = []; // [or|not.or, "(...)"] pairs
+    this._groups = []; // [or|and|not.or|not.and, "(...)"] pairs
     this._order = [];
     this._select = null;
     this._expand = [];
@@ -305,6 +305,13 @@ class QueryBuilder {
    * `or=(Score.gte.10,and(Status.eq.done,Title.ilike.*x*))`. `{ negate: true }` sends `not.or`. */
   or(conditions, options = {}) {
     this._groups.push([options.negate ? "not.or" : "or", `(${conditions})`]);
+    return this;
+  }
+
+  /** All of the conditions, as `or()` writes them: `.and("Score.gt.0,Score.lt.10")` sends
+   * `and=(Score.gt.0,Score.lt.10)`; `{ negate: true }` sends `not.and` (not all of them). */
+  and(conditions, options = {}) {
+    this._groups.push([options.negate ? "not.and" : "and", `(${conditions})`]);
     return this;
   }
 
@@ -491,8 +498,8 @@ class QueryBuilder {
     for (const [key, text] of this._groups) parts.push(`${key}=${encodeURIComponent(text)}`);
     if (extra) parts.push(extra);
     if (this._order.length) parts.push(`order=${encodeURIComponent(this._order.join(","))}`);
-    if (limit !== undefined) parts.push(`limit=${limit}`);
-    if (offset !== undefined) parts.push(`offset=${offset}`);
+    if (limit !== undefined) parts.push(`limit=${encodeURIComponent(limit)}`);
+    if (offset !== undefined) parts.push(`offset=${encodeURIComponent(offset)}`);
     if (after !== undefined && after !== null) parts.push(`after=${encodeURIComponent(after)}`);
     if (this._view !== undefined) parts.push(`view=${encodeURIComponent(this._view)}`);
     return parts.join("&");
@@ -614,7 +621,7 @@ class QueryBuilder {
       if (r.error) return result(null, r.error, null, r.status);
       return this._finishWrite([shape(r.data)], r.status);
     }
-    if (!this._filters.length && this._view === undefined) {
+    if (!this._filters.length && !this._groups.length && this._view === undefined) {
       return fail("update and delete need a filter (e.g. .eq('id', 5)); to touch every record use .gte('id', 0)", "FILTER_REQUIRED", NO_HTTP);
     }
     // write-by-filter: resolve every matching id first (paging), then one request per record

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from storage.errors import ValidationError
+
 GB = 1024**3
 
 
@@ -42,6 +44,23 @@ BATCH_MAX = 500
 IN_MAX = 200
 TOKEN_REQUESTS_PER_MINUTE = 3_000
 SDK_WRITE_PARALLELISM = 8
+
+
+def page_size(limit: int | None, *, word: str = "limit") -> int:
+    """The page size a query asks for (REST, MCP, SQL, analytic SQL: one rule for all):
+    :data:`PAGE_DEFAULT` when it names none.
+
+    >>> page_size(None), page_size(7)
+    (100, 7)
+
+    Raises:
+        ValidationError: ``LIMIT_TOO_LARGE`` above :data:`PAGE_MAX` (the message names the
+            limit as the query wrote it: ``limit`` or ``LIMIT``).
+    """
+    size = PAGE_DEFAULT if limit is None else limit
+    if size > PAGE_MAX:
+        raise ValidationError(f"{word} may be at most {PAGE_MAX}", code="LIMIT_TOO_LARGE")
+    return size
 
 
 def plan(name: str) -> Plan:

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,77 +17,21 @@ from typing import Any
 import httpx
 import pytest
 
-from wds.runtime import Postgres, TemporalDev, free_port
-from wds.server import uvicorn_args_for
+from wds.runtime import ROOT, ApiProcess, Postgres, Stack, TemporalDev, create_workspace, free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+__all__ = ["ROOT", "ApiProcess", "Services", "Workspace", "api_process", "running_api", "start_api"]
 
-
-@dataclass
-class Services:
-    pg: Postgres
-    temporal: TemporalDev
-    tmp: Path
-    admin_key: str
-    secret_key: str
-
-    def env(self, **extra: str) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update({
-            "WDS_DATABASE_URL": self.pg.dsn,
-            "WDS_TEMPORAL_ADDRESS": self.temporal.address,
-            "WDS_ADMIN_KEY": self.admin_key,
-            "WDS_SECRET_KEY": self.secret_key,
-            "WDS_DEV_MODE": "true",
-            "WDS_DATA_DIR": str(self.tmp / "data"),
-            "WDS_LOG_LEVEL": "warning",
-        })
-        env.update(extra)
-        return env
-
-
-@dataclass
-class ApiProcess:
-    base_url: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+# the session's stack (wds/runtime.py, the one bootstrap of wds dev, the tests and the bench)
+Services = Stack
 
 
 def start_api(services: Services, *, name: str = "api", **env: str) -> ApiProcess:
-    """Start an API process (uvicorn) and wait until /healthz answers 200."""
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    log = services.tmp / f"{name}-{port}.log"
-    child_env = services.env(WDS_PUBLIC_BASE_URL=base_url, **env)
-    proc = subprocess.Popen(
-        # the server's connection limits as in production (wds/server.py)
-        [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning", "--no-access-log", *uvicorn_args_for(child_env)],
-        cwd=ROOT, env=child_env,
-        stdout=log.open("wb"), stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 90
-    last = ""
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"API exited early:\n{log.read_text()[-4000:]}")
-        try:
-            r = httpx.get(f"{base_url}/healthz", timeout=2)
-            if r.status_code == 200:
-                return ApiProcess(base_url, proc, log)
-            last = r.text
-        except httpx.HTTPError as exc:
-            last = str(exc)
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"API not healthy in time ({last}):\n{log.read_text()[-4000:]}")
+    """Start an API process (uvicorn) and wait until /healthz answers 200.
+
+    Raises:
+        StackError: it exited early or stayed unhealthy.
+    """
+    return services.start_api(name, **env)
 
 
 @contextmanager
@@ -144,7 +85,7 @@ def services() -> Iterator[Services]:
     temporal = TemporalDev(tmp / "temporal", port=free_port(), headless=True)
     temporal.start()
     try:
-        yield Services(pg, temporal, tmp, admin_key=secrets.token_urlsafe(24), secret_key=secrets.token_urlsafe(32))
+        yield Services(pg, temporal, tmp)
     finally:
         temporal.stop()
 
@@ -224,16 +165,13 @@ class Workspace:
 
 
 @pytest.fixture
-def make_workspace(admin: httpx.Client, base_url: str) -> Iterator[Callable[..., Workspace]]:
+def make_workspace(admin: httpx.Client, base_url: str, services: Services) -> Iterator[Callable[..., Workspace]]:
     made: list[Workspace] = []
 
     def make(plan: str = "pro", name: str | None = None) -> Workspace:
-        r = admin.post("/workspaces", json={"name": name or f"ws-{secrets.token_hex(4)}", "plan": plan})
-        assert r.status_code == 201, r.text
-        ws_id = r.json()["id"]
-        t = admin.post(f"/workspaces/{ws_id}/tokens", json={"type": "vibe_mcp", "name": "builder"})
-        assert t.status_code == 201, t.text
-        ws = Workspace(ws_id, base_url, admin, t.json()["token"])
+        ws_id, token = create_workspace(base_url, services.admin_key, name=name or f"ws-{secrets.token_hex(4)}",
+                                        plan=plan)
+        ws = Workspace(ws_id, base_url, admin, token)
         made.append(ws)
         return ws
 

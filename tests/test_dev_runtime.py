@@ -19,8 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from wds import cli
-from wds.runtime import free_port, port_open
+from wds.runtime import free_port, port_open, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = re.compile(r"Builder token\s+(\S+)")
@@ -38,7 +37,7 @@ def _start(data_dir: Path, ports: dict[str, int], log: Path) -> subprocess.Popen
 
 def _wait_healthy(proc: subprocess.Popen[bytes], base_url: str, log: Path) -> None:
     try:
-        cli.wait_healthy(base_url, [proc], timeout=180)
+        wait_healthy(base_url, [proc], timeout=180)
     except RuntimeError as exc:
         raise AssertionError(f"{exc}:\n{log.read_text()[-3000:]}") from None
 

@@ -7,7 +7,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -17,8 +16,8 @@ import typer
 from rich.console import Console
 from rich.panel import Panel
 
-from wds.runtime import Postgres, TemporalDev, port_open
-from wds.server import uvicorn_args_for, uvicorn_options
+from wds.runtime import Postgres, Stack, TemporalDev, port_open, spawn_api, spawn_worker, wait_healthy
+from wds.server import uvicorn_options
 
 app = typer.Typer(help="Workspace Data Service", no_args_is_help=True, add_completion=False)
 admin_app = typer.Typer(help="Operator admin calls (WDS_ADMIN_KEY)", no_args_is_help=True)
@@ -28,7 +27,6 @@ app.add_typer(admin_app, name="admin")
 app.add_typer(workspace_app, name="workspace")
 app.add_typer(token_app, name="token")
 console = Console(stderr=True)
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # --------------------------------------------------------------------------- local secrets
@@ -87,22 +85,6 @@ def _bootstrap(base_url: str, admin_key: str, name: str = "default", plan: str =
 # --------------------------------------------------------------------------- dev
 
 
-def wait_healthy(base_url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 120) -> None:
-    """Until ``/healthz`` answers 200; RuntimeError if a process exits or time runs out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for p in procs:
-            if p.poll() is not None:
-                raise RuntimeError(f"a child process exited with {p.returncode}; see the logs in the data dir")
-        try:
-            if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError("the service did not become healthy in time; see the logs in the data dir")
-
-
 @app.command()
 def dev(
     host: str = typer.Option("127.0.0.1", help="API listen address"),
@@ -125,36 +107,22 @@ def dev(
         if port_open("127.0.0.1", p):
             console.print(f"[red]port {p} ({what}) is already in use[/red]; pick another with the options")
             raise typer.Exit(1)
-    pg = Postgres(data_dir / "pg", port=pg_port)
-    temporal = TemporalDev(data_dir / "temporal", port=temporal_port, ui_port=ui_port)
+    logs = data_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    stack = Stack(Postgres(data_dir / "pg", port=pg_port),
+                  TemporalDev(data_dir / "temporal", port=temporal_port, ui_port=ui_port),
+                  logs, admin_key=admin_key, secret_key=secret_key, data_dir=data_dir, log_level=None)
+    pg, temporal = stack.pg, stack.temporal
     base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
-    env = dict(os.environ)
-    env.update({
-        "WDS_DATABASE_URL": pg.dsn,
-        "WDS_TEMPORAL_ADDRESS": temporal.address,
-        "WDS_ADMIN_KEY": admin_key,
-        "WDS_SECRET_KEY": secret_key,
-        "WDS_DEV_MODE": "true",
-        "WDS_DATA_DIR": str(data_dir),
-        "WDS_PUBLIC_BASE_URL": os.environ.get("WDS_PUBLIC_BASE_URL", base_url),
-    })
+    env = stack.env(WDS_PUBLIC_BASE_URL=os.environ.get("WDS_PUBLIC_BASE_URL", base_url))
     procs: list[subprocess.Popen[bytes]] = []
     console.print("starting PostgreSQL …")
     pg.start()
     try:
         console.print("starting the Temporal dev server …")
         temporal.start()
-        logs = data_dir / "logs"
-        logs.mkdir(exist_ok=True)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory", "--host", host,
-             "--port", str(port), "--log-level", "warning", *uvicorn_args_for(env)],
-            env=env, cwd=ROOT, stdout=(logs / "api.log").open("ab"), stderr=subprocess.STDOUT,
-        ))
-        procs.append(subprocess.Popen(
-            [sys.executable, str(ROOT / "worker.py")], env=env, cwd=ROOT,
-            stdout=(logs / "worker.log").open("ab"), stderr=subprocess.STDOUT,
-        ))
+        procs.append(spawn_api(env, port=port, host=host, log=logs / "api.log", access_log=True, append=True))
+        procs.append(spawn_worker(env, log=logs / "worker.log", append=True))
         wait_healthy(base_url, procs)
         boot = local.get("bootstrap")
         if not boot or boot.get("base_url") != base_url:

@@ -42,6 +42,11 @@ class Settings(BaseSettings):
     # waiting db_timeout_s); docs/security.md
     statement_timeout_ms: int = 5_000
     db_connections_per_workspace: int = 8
+    # a fair share of each API process's event loop: at most this many REST/SQL/MCP requests
+    # of one workspace run at once, the rest wait their turn (503 WORKSPACE_BUSY after
+    # request_queue_timeout_s); 0 turns it off. docs/security.md
+    requests_in_flight_per_workspace: int = Field(default=8, ge=0)
+    request_queue_timeout_s: float = Field(default=30.0, gt=0)
     # run a Temporal worker inside each API process (lowest pipeline latency; eager start)
     inprocess_worker: bool = True
     # typed search attributes on pipeline workflows (WdsWorkspace, WdsTable, WdsMode,

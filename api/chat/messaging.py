@@ -130,20 +130,27 @@ async def telegram_send(state: AppState, token: str, chat_id: int | str, text: s
     Raises:
         Unavailable: ``CHANNEL_DELIVERY_FAILED`` when Telegram refuses or is unreachable.
     """
-    base = state.settings.telegram_api_base.rstrip("/")
-    client = http_client(state)
     for piece in split_text(text or "…"):
-        try:
-            resp = await client.post(f"{base}/bot{token}/sendMessage", json={"chat_id": chat_id, "text": piece},
-                                     timeout=30.0)
-            ok = resp.status_code < 300 and resp.json().get("ok") is True
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
-            # never put the URL in the message: it holds the bot token
-            raise Unavailable(f"telegram is not reachable ({type(exc).__name__})",
-                              code="CHANNEL_DELIVERY_FAILED") from None
-        if not ok:
-            raise Unavailable(f"telegram refused sendMessage (HTTP {resp.status_code})",
-                              code="CHANNEL_DELIVERY_FAILED")
+        await _bot_call(state, token, "sendMessage", {"chat_id": chat_id, "text": piece})
+
+
+async def _bot_call(state: AppState, token: str, method: str, body: dict[str, Any], *, hint: str = "") -> None:
+    """One Bot API call that must answer ``{"ok": true}``.
+
+    Raises:
+        Unavailable: ``CHANNEL_DELIVERY_FAILED`` when Telegram refuses or is unreachable.
+    """
+    base = state.settings.telegram_api_base.rstrip("/")
+    try:
+        resp = await http_client(state).post(f"{base}/bot{token}/{method}", json=body, timeout=30.0)
+        ok = resp.status_code < 300 and resp.json().get("ok") is True
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        # never put the URL in the message: it holds the bot token
+        raise Unavailable(f"telegram is not reachable for {method} ({type(exc).__name__})",
+                          code="CHANNEL_DELIVERY_FAILED") from None
+    if not ok:
+        raise Unavailable(f"telegram refused {method} (HTTP {resp.status_code}){hint}",
+                          code="CHANNEL_DELIVERY_FAILED")
 
 
 def secret_hash(secret: str) -> str:
@@ -172,19 +179,8 @@ async def register_telegram_webhook(
     token = await bot_token(state, {"workspace_id": workspace_id, "config": channel.get("config")})
     secret = secrets.token_urlsafe(32)  # Telegram allows 1-256 characters of A-Z a-z 0-9 _ -
     url = f"{state.settings.public_base_url.rstrip('/')}{WEBHOOK_PATH}?type=telegram&token={channel['token']}"
-    base = state.settings.telegram_api_base.rstrip("/")
-    try:
-        resp = await http_client(state).post(
-            f"{base}/bot{token}/setWebhook", timeout=30.0,
-            json={"url": url, "secret_token": secret, "allowed_updates": ["message"]})
-        ok = resp.status_code < 300 and resp.json().get("ok") is True
-    except (httpx.HTTPError, ValueError, AttributeError) as exc:
-        # never put the URL in the message: it holds the bot token
-        raise Unavailable(f"telegram is not reachable to register the webhook ({type(exc).__name__})",
-                          code="CHANNEL_DELIVERY_FAILED") from None
-    if not ok:
-        raise Unavailable(f"telegram refused setWebhook (HTTP {resp.status_code}); check the bot token",
-                          code="CHANNEL_DELIVERY_FAILED")
+    await _bot_call(state, token, "setWebhook",
+                    {"url": url, "secret_token": secret, "allowed_updates": ["message"]}, hint="; check the bot token")
     await set_webhook_secret(conn, workspace_id=workspace_id, channel_id=int(channel["id"]),
                              secret_hash=secret_hash(secret))
 

@@ -189,6 +189,20 @@ class McpDoor:
             await error_response(exc.status, exc.message, exc.code, headers or None, **exc.extra)(scope, receive, send)
             return
         scope[SCOPE_KEY] = principal
+        if scope["method"] != "POST":  # the server-to-client stream (GET) and session end (DELETE)
+            await self.manager.handle_request(scope, receive, send)
+            return
+        try:
+            release = await limits.runtime(self.state).gate.acquire(principal.workspace_id)
+        except ServiceError as exc:  # WORKSPACE_BUSY: no slot came free in time
+            await error_response(exc.status, exc.message, exc.code, exc.headers or None)(scope, receive, send)
+            return
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            release()
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.fast_path:
             # our own lifespan state is what the manager's lifespan yields (``_lifespan``)
             rest = await fastpath.serve(self.server, self.state, scope, receive, send,

@@ -12,7 +12,6 @@ import dataclasses
 from typing import Any
 
 import orjson
-from starlette.responses import Response
 
 from api.mcp.spec import (
     DELETED_OUT,
@@ -73,12 +72,6 @@ _COMPUTED_DOCS = {
     "loop": ("run a sub-step for each item of a list column", "{source_column, step: {type, config}}"),
     "delay": ("a durable timer before dependants run", "{seconds}"),
 }
-
-
-def route_json(resp: Response) -> Any:
-    """The JSON body of a REST route's response. Temporary: only the builder's schema and
-    agent tools still call REST routes; it goes when they call :mod:`api.ops` too."""
-    return orjson.loads(bytes(resp.body))
 
 
 def record_ref(value: Any) -> str:

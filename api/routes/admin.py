@@ -7,8 +7,11 @@ rotation).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Literal
 
+import psycopg
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -273,15 +276,9 @@ async def list_profiles(workspace_id: int, state: StateDep) -> JSON:
 @router.put("/workspaces/{workspace_id}/profiles/{profile_id}/grants", response_model=ProfileOut)
 async def put_grants(workspace_id: int, profile_id: int, body: list[GrantIn], state: StateDep) -> JSON:
     """Replace a profile's grants."""
-    async with state.db.connection() as conn:
-        row = await access.get_profile(conn, workspace_id=workspace_id, profile_id=profile_id)
-    if row is None:
-        raise NotFound(f"profile {profile_id} not found")
+    row = await _profile(state, workspace_id, profile_id)
     grants = await _check_tables(state, workspace_id, body)
-    async with state.db.transaction() as conn:
-        await access.set_grants(conn, profile_id=profile_id, grants=grants)
-        await state.caches.notify(conn, tokens=True)
-    state.caches.drop_tokens()
+    await _replace_grants(state, partial(access.set_grants, profile_id=profile_id, grants=grants))
     return JSON(await _profile_out(state, row))
 
 
@@ -290,16 +287,26 @@ async def put_bucket_grants(
     workspace_id: int, profile_id: int, body: list[BucketGrantIn], state: StateDep
 ) -> JSON:
     """Replace a profile's bucket grants (authenticated buckets answer only granted tokens)."""
+    row = await _profile(state, workspace_id, profile_id)
+    buckets = await _check_buckets(state, workspace_id, body)
+    await _replace_grants(state, partial(access.set_bucket_grants, profile_id=profile_id, grants=buckets))
+    return JSON(await _profile_out(state, row))
+
+
+async def _profile(state: AppState, workspace_id: int, profile_id: int) -> dict[str, Any]:
     async with state.db.connection() as conn:
         row = await access.get_profile(conn, workspace_id=workspace_id, profile_id=profile_id)
     if row is None:
         raise NotFound(f"profile {profile_id} not found")
-    buckets = await _check_buckets(state, workspace_id, body)
+    return row
+
+
+async def _replace_grants(state: AppState, write: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]) -> None:
+    """Run a grant write in a transaction that tells every process's token cache to forget."""
     async with state.db.transaction() as conn:
-        await access.set_bucket_grants(conn, profile_id=profile_id, grants=buckets)
+        await write(conn)
         await state.caches.notify(conn, tokens=True)
     state.caches.drop_tokens()
-    return JSON(await _profile_out(state, row))
 
 
 # --------------------------------------------------------------------------- tokens

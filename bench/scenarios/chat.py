@@ -19,27 +19,22 @@ queue), on the same database.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import math
 import random
-import re
 import secrets
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Self
+from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
 
 from bench.context import BenchContext, BenchError, NotMeasurable, budget_figure, not_measured
+from bench.fakes import LocalServer, embeddings_response, stream_chat
 from bench.load import OperationFailed
 from bench.report import Figure, percentile
 from bench.scenarios.registry import scenario
-from wds.runtime import free_port
 
-DIM = 384
-WORD_RE = re.compile(r"[a-z0-9]+")
 ANSWER = "Hello there, this is a short answer from the bench provider."
 CHAT_BUDGET_MS = 15.0
 SEARCH_BUDGET_MS = 30.0
@@ -49,22 +44,6 @@ VOCAB = [f"{a}{b}" for a in ("red", "blue", "green", "gold", "grey", "pink", "te
          for b in ("fox", "owl", "elk", "cod", "yak", "emu", "bee", "ant", "cat", "dog",
                    "hen", "bat", "ram", "eel", "jay", "koi")]  # 128 words
 EMBED_MODEL = "bench-embed"
-
-
-def bag_of_words(text: str) -> list[float]:
-    """Word counts hashed into :data:`DIM` dimensions, unit length (deterministic).
-
-    >>> v = bag_of_words("red fox red")
-    >>> len(v), round(sum(x * x for x in v), 6)
-    (384, 1.0)
-    >>> bag_of_words("") == [0.0] * 384
-    True
-    """
-    vec = [0.0] * DIM
-    for word in WORD_RE.findall(text.lower()):
-        vec[int(hashlib.md5(word.encode()).hexdigest(), 16) % DIM] += 1.0
-    norm = math.sqrt(sum(x * x for x in vec))
-    return [x / norm for x in vec] if norm else vec
 
 
 def pair_differences(first: list[float], second: list[float]) -> list[float]:
@@ -78,55 +57,28 @@ def pair_differences(first: list[float], second: list[float]) -> list[float]:
     return [a - b for a, b in zip(first, second)]
 
 
-class Provider:
-    """The local OpenAI-compatible provider (chat streaming and embeddings)."""
+class Provider(LocalServer):
+    """The local OpenAI-compatible provider (chat streaming and embeddings), served in the
+    bench's loop (``async with Provider()``)."""
 
     def __init__(self) -> None:
-        self.port = free_port()
-        self.runner: web.AppRunner | None = None
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_post("/chat/completions", self._chat)
+        app.router.add_post("/embeddings", self._embeddings)
+        super().__init__(app)
         self.chats = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         await request.read()
         self.chats += 1
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
         words = ANSWER.split(" ")
-        for i, word in enumerate(words):
-            delta: dict[str, Any] = {"content": word + (" " if i < len(words) - 1 else "")}
-            if i == 0:
-                delta["role"] = "assistant"
-            await resp.write(b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": delta}]}) + b"\n\n")
-        usage = {"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": len(words),
-                                           "total_tokens": 10 + len(words)}}
-        await resp.write(b"data: " + orjson.dumps(usage) + b"\n\ndata: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
+        deltas: list[dict[str, Any]] = [{"content": w + (" " if i < len(words) - 1 else "")} for i, w in enumerate(words)]
+        deltas[0]["role"] = "assistant"
+        return await stream_chat(request, deltas, usage={"prompt_tokens": 10, "completion_tokens": len(words),
+                                                         "total_tokens": 10 + len(words)})
 
     async def _embeddings(self, request: web.Request) -> web.Response:
-        body = orjson.loads(await request.read())
-        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-        data = [{"object": "embedding", "index": i, "embedding": bag_of_words(t)} for i, t in enumerate(inputs)]
-        return web.Response(body=orjson.dumps({"object": "list", "data": data, "model": body.get("model"),
-                                               "usage": {"prompt_tokens": 1, "total_tokens": 1}}),
-                            content_type="application/json")
-
-    async def __aenter__(self) -> Self:
-        app = web.Application(client_max_size=256 * 1024 * 1024)
-        app.router.add_post("/chat/completions", self._chat)
-        app.router.add_post("/embeddings", self._embeddings)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
+        return embeddings_response(orjson.loads(await request.read()))
 
 
 @contextlib.asynccontextmanager

@@ -14,7 +14,6 @@ import json
 import secrets
 import time
 from types import SimpleNamespace
-from typing import Self
 
 import httpx
 from aiohttp import web
@@ -22,23 +21,24 @@ from aiohttp import web
 from activities.egress import build_proxy_client
 from activities.proxy import CONCURRENCY, OutboundRequest, bounded, send
 from bench.context import BenchContext, BenchError
+from bench.fakes import LocalServer
 from bench.load import PhaseResult, http_send
 from bench.report import Figure
 from bench.scenarios.registry import scenario
-from wds.runtime import free_port
 
 ROWS = 1000
 LATENCY_MS = 5
 CALLS = 400  # per side, for the overhead figure
 
 
-class _Echo:
+class _Echo(LocalServer):
     """``GET /latency?ms=N`` after N ms; counts requests in flight."""
 
     def __init__(self) -> None:
-        self.port = free_port()
+        app = web.Application()
+        app.router.add_get("/latency", self.handle)
+        super().__init__(app)
         self.in_flight = self.max_in_flight = self.calls = 0
-        self.runner: web.AppRunner | None = None
 
     async def handle(self, request: web.Request) -> web.Response:
         self.calls += 1
@@ -49,18 +49,6 @@ class _Echo:
             return web.json_response({"ok": True})
         finally:
             self.in_flight -= 1
-
-    async def __aenter__(self) -> Self:
-        app = web.Application()
-        app.router.add_get("/latency", self.handle)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
 
     @property
     def url(self) -> str:

@@ -105,6 +105,18 @@ test("update and delete without any filter are refused locally", async () => {
   assert.equal(del.error.code, "FILTER_REQUIRED");
 });
 
+test("an or/and group alone is a filter for update and delete", async () => {
+  await client.from(table.id).insert([{ N: 1, Tag: "grp1" }, { N: 2, Tag: "grp2" }, { N: 3, Tag: "grp3" }]);
+  const up = await client.from(table.id).update({ N: 20 }).or("Tag.eq.grp1,Tag.eq.grp2");
+  assert.equal(up.error, null);
+  assert.deepEqual(up.data.map((x) => x.Tag).sort(), ["grp1", "grp2"]);
+  const del = await client.from(table.id).delete().and("Tag.like.grp*,N.lt.5");
+  assert.equal(del.error, null);
+  assert.equal(del.count, 1, "only grp3 still has N below 5");
+  const left = await rawList(table.id, { Tag: "like.grp*", order: "id" });
+  assert.deepEqual(left.map((x) => [x.fields.Tag, x.fields.N]), [["grp1", 20], ["grp2", 20]]);
+});
+
 test("write-by-filter resolves ids by paging and sends one request per record, exactly 8 in flight", async () => {
   const rows = Array.from({ length: 1040 }, (_, i) => ({ N: i, Tag: "wbf" }));
   await client.from(table.id).insert(rows, { runPipeline: false });

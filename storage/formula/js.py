@@ -27,7 +27,6 @@ import atexit
 import hashlib
 import json
 import os
-import queue
 import re
 import select
 import subprocess
@@ -39,6 +38,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ..childpool import ChildPool, PoolClosed
 from ..errors import InvalidFormula, Unavailable
 from .errors import ERROR, MEMORY, TIMEOUT, VALUE, FormulaError
 from .values import MAX_TEXT
@@ -182,57 +182,30 @@ class _Pool:
 
     def __init__(self, size: int) -> None:
         self._slots = threading.BoundedSemaphore(size)
-        self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
-        self._all: set[_Worker] = set()
-        self._lock = threading.Lock()
-        self._closed = False
+        self._children: ChildPool[_Worker] = ChildPool(_Worker, "js-worker")
 
     def run(self, payload: dict[str, Any], budget_s: float) -> dict[str, Any]:
         with self._slots:
             try:
-                worker = self._idle.get_nowait()
-            except queue.Empty:
-                worker = _Worker()
-                with self._lock:
-                    self._all.add(worker)
+                worker = self._children.take()
+            except PoolClosed:
+                return {"error": ERROR, "message": "the JavaScript engine is shutting down"}
             reply = worker.request(payload, budget_s)
             if reply is not None and not reply.get("fatal") and worker.alive():
-                self._idle.put(worker)
+                self._children.give_back(worker)
             else:
                 died = not worker.alive()
-                worker.kill()
-                with self._lock:
-                    self._all.discard(worker)
-                self._replace()
+                self._children.discard(worker)
+                # the next caller need not wait for a new worker to boot
+                self._children.start_in_background()
                 if reply is None:
                     # A worker that vanished mid-run was killed by V8's fatal OOM handler.
                     code = MEMORY if died else TIMEOUT
                     reply = {"error": code, "message": "script exceeded the engine's limits"}
             return reply
 
-    def _replace(self) -> None:
-        """Start a replacement worker in the background so the next caller need not wait."""
-
-        def spawn() -> None:
-            try:
-                worker = _Worker()
-            except Exception:  # noqa: BLE001 - the next caller will try (and report) again
-                return
-            with self._lock:
-                if self._closed:
-                    worker.kill()
-                    return
-                self._all.add(worker)
-            self._idle.put(worker)
-
-        threading.Thread(target=spawn, name="wds-js-worker-spawn", daemon=True).start()
-
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            workers, self._all = list(self._all), set()
-        for w in workers:
-            w.kill()
+        self._children.close()
 
 
 _pool = _Pool(POOL_SIZE)

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from storage.errors import Forbidden, InvalidValue, ServiceError, UnknownColumn, UnknownOperator
+from storage.plans import page_size
 from storage.query import cursor
-from storage.query.parse import MAX_IN_VALUES, MAX_LIMIT, MAX_OFFSET, Filter, Group, Op, Query
+from storage.query.parse import MAX_IN_VALUES, MAX_OFFSET, Filter, Group, Op, Query
 from storage.query.targets import (
     JsonOperand,
     Kind,
@@ -181,8 +182,7 @@ def plan_query(
             ``INVALID_OPTION``.
         Forbidden: embedding a table the caller may not read.
     """
-    if query.limit > MAX_LIMIT:
-        raise ServiceError(f"limit may be at most {MAX_LIMIT}", code="LIMIT_TOO_LARGE")
+    page_size(query.limit)
     if query.limit < 0 or query.offset < 0 or query.offset > MAX_OFFSET:
         raise ServiceError("limit and offset must be non-negative integers")
     filters = plan_filters(query.filters, table)

@@ -46,22 +46,12 @@ Behaviour the spec leaves open, decided here:
 
 from storage.sqlquery.analytic import FUNCTIONS, AnalyticPlan
 from storage.sqlquery.parse import MAX_QUERY_CHARS
-from storage.sqlquery.plan import (
-    DEFAULT_LIMIT,
-    MAX_IN_VALUES,
-    MAX_LIMIT,
-    SqlPlan,
-    table_resolver,
-    translate,
-)
+from storage.sqlquery.plan import SqlPlan, table_resolver, translate
 from storage.sqlquery.run import run_sql
 
 __all__ = [
     "FUNCTIONS",
     "AnalyticPlan",
-    "DEFAULT_LIMIT",
-    "MAX_IN_VALUES",
-    "MAX_LIMIT",
     "MAX_QUERY_CHARS",
     "SqlPlan",
     "run_sql",

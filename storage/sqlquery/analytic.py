@@ -40,8 +40,8 @@ from psycopg import sql
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from storage.errors import InvalidSQL, ServiceError, ValidationError
-from storage.plans import IN_MAX, PAGE_DEFAULT, PAGE_MAX
+from storage.errors import InvalidSQL, ServiceError
+from storage.plans import IN_MAX, page_size
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
 from storage.sqlquery.parse import check_text, check_tokens, parse_error_text, snippet
 from storage.values import invalid_option
@@ -249,9 +249,7 @@ class _Translator:
 
     def top(self, node: exp.Select) -> AnalyticPlan:
         core, order, items, sources, grouped, limit, offset = self.select(node, top=True)
-        limit = PAGE_DEFAULT if limit is None else limit
-        if limit > PAGE_MAX:
-            raise ValidationError(f"LIMIT may be at most {PAGE_MAX}", code="LIMIT_TOO_LARGE")
+        limit = page_size(limit, word="LIMIT")
         offset = offset or 0
         names: dict[str, None] = {}
         for item in items:

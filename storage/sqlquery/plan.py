@@ -20,8 +20,8 @@ from typing import Any
 
 from psycopg import sql
 
-from storage.errors import InvalidSQL, ServiceError, ValidationError
-from storage.plans import IN_MAX, PAGE_DEFAULT, PAGE_MAX
+from storage.errors import InvalidSQL, ServiceError
+from storage.plans import IN_MAX, page_size
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
 from storage.sqlquery.analytic import AnalyticPlan, translate_analytic
 from storage.sqlquery.build import (
@@ -41,9 +41,6 @@ from storage.sqlquery.build import (
 from storage.sqlquery.parse import ColumnRef, Cond, Lit, Name, Op, parse_query
 from storage.values import invalid_option, parse_datetime
 
-DEFAULT_LIMIT = PAGE_DEFAULT  # fixed on every plan: storage/plans.py
-MAX_LIMIT = PAGE_MAX
-MAX_IN_VALUES = IN_MAX
 _MAX_BIGINT = 2**63 - 1
 
 _COMPARE = frozenset({Op.EQ, Op.NEQ, Op.GT, Op.GTE, Op.LT, Op.LTE, Op.IN, Op.IS_NULL})
@@ -159,9 +156,7 @@ def translate(
         # A unique tie-breaker makes LIMIT/OFFSET paging deterministic.
         order.append(order_item(_system_field("id"), desc=False, nulls_first=False))
 
-    limit = DEFAULT_LIMIT if parsed.limit is None else parsed.limit
-    if limit > MAX_LIMIT:
-        raise ValidationError(f"LIMIT may be at most {MAX_LIMIT}", code="LIMIT_TOO_LARGE")
+    limit = page_size(parsed.limit, word="LIMIT")
     count_query, rows_query, params, order_params = build_queries(
         schema=table.schema, table=table.physical, fields=fields, where=where, order=tuple(order)
     )
@@ -260,8 +255,8 @@ def _plan_condition(table: TableMeta, cond: Cond) -> Fragment:
     if cond.op not in allowed:
         label = f"NOT {cond.op.value}" if cond.negate else cond.op.value
         raise InvalidSQL(f"{label} is not supported on {_kind_label(field)} column {field.name!r}")
-    if cond.op is Op.IN and len(cond.values) > MAX_IN_VALUES:
-        raise ServiceError(f"IN takes at most {MAX_IN_VALUES} values", code="TOO_MANY_VALUES")
+    if cond.op is Op.IN and len(cond.values) > IN_MAX:
+        raise ServiceError(f"IN takes at most {IN_MAX} values", code="TOO_MANY_VALUES")
     values = tuple(_typed(field, lit, cond.op) for lit in cond.values)
     return condition(field, cond.op, values, cond.negate)
 

@@ -17,10 +17,11 @@ from bench.context import (
     latency_target,
     not_measured,
 )
+from bench.fakes import DIM, bag_of_words
 from bench.load import PhaseResult
 from bench.report import Verdict
 from bench.scenarios import REGISTRY
-from bench.scenarios.chat import DIM, bag_of_words, pair_differences
+from bench.scenarios.chat import pair_differences
 from bench.scenarios.limits import token_cycles
 from bench.scenarios.mcp import tool_records, tools_call
 from bench.scenarios.pipelines import expected_d

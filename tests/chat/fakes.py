@@ -21,30 +21,15 @@ What the model "does" is scripted by the last message it is sent:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import math
-import re
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from bench.fakes import LocalServer, embeddings_response, stream_chat
 from wds.runtime import free_port
-
-DIM = 384
-WORD_RE = re.compile(r"[a-z0-9]+")
-
-
-def bag_of_words(text: str) -> list[float]:
-    """The fake embedding: word counts hashed into 384 dimensions, unit length."""
-    vec = [0.0] * DIM
-    for word in WORD_RE.findall(text.lower()):
-        vec[int(hashlib.md5(word.encode()).hexdigest(), 16) % DIM] += 1.0
-    norm = math.sqrt(sum(x * x for x in vec)) or 1.0
-    return [x / norm for x in vec]
 
 
 @dataclass
@@ -59,42 +44,24 @@ class FakeServices:
     first_chunk_s: list[float] = field(default_factory=list)  # provider's own time to first token
 
     def __post_init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.runner: web.AppRunner | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    # ------------------------------------------------------------------ life cycle
-    def start(self) -> FakeServices:
-        self.thread.start()
-        if not self.ready.wait(10):
-            raise RuntimeError("fake services did not start")
-        return self
-
-    def stop(self) -> None:
-        async def down() -> None:
-            if self.runner is not None:
-                await self.runner.cleanup()
-        asyncio.run_coroutine_threadsafe(down(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/chat/completions", self._chat)
         app.router.add_post("/embeddings", self._embeddings)
         app.router.add_post(r"/bot{token}/sendMessage", self._send_message)
         app.router.add_post(r"/bot{token}/setWebhook", self._set_webhook)
-        self.runner = web.AppRunner(app, access_log=None)
-        self.loop.run_until_complete(self.runner.setup())
-        self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
-        self.ready.set()
-        self.loop.run_forever()
+        self.server = LocalServer(app, self.port)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    # ------------------------------------------------------------------ life cycle
+    def start(self) -> FakeServices:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
 
     # ------------------------------------------------------------------ chat
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -106,19 +73,10 @@ class FakeServices:
         chunks, delay = self._script(messages, last)
         if chunks is None:
             return web.json_response({"error": {"message": "boom"}}, status=500)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
+        usage = {"prompt_tokens": 10, "completion_tokens": len(chunks), "total_tokens": 10 + len(chunks)}
         try:
-            for i, delta in enumerate(chunks):
-                if i and delay:
-                    await asyncio.sleep(delay)
-                await resp.write(b"data: " + json.dumps({"choices": [{"index": 0, "delta": delta}]}).encode() + b"\n\n")
-                if i == 0:
-                    self.first_chunk_s.append(time.perf_counter() - started)
-            usage = {"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": len(chunks),
-                                               "total_tokens": 10 + len(chunks)}}
-            await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
-            await resp.write_eof()
+            resp = await stream_chat(request, chunks, usage=usage, pause_s=delay,
+                                     first_sent=lambda: self.first_chunk_s.append(time.perf_counter() - started))
         except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
             self.streams_aborted += 1
             raise
@@ -156,10 +114,7 @@ class FakeServices:
     async def _embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.embeddings.append(body)
-        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-        data = [{"object": "embedding", "index": i, "embedding": bag_of_words(t)} for i, t in enumerate(inputs)]
-        return web.json_response({"object": "list", "data": data, "model": body.get("model"),
-                                  "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+        return embeddings_response(body)
 
     # ------------------------------------------------------------------ telegram
     async def _send_message(self, request: web.Request) -> web.Response:

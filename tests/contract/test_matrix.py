@@ -9,7 +9,14 @@ Each case is a REST query string. It runs through
 * run-actions (filter-only cases): the run's ``total`` is the REST count, or the same
   ``{error, code}``;
 * realtime (filter-only cases): a subscription with the same filter receives exactly the
-  changes of the records REST lists, or the same ``{error, code}``.
+  changes of the records REST lists, or the same ``{error, code}``;
+* saved views (cases with filters or an order): the filters (object and list form) and the
+  order saved as a grid view, listed with ``?view=`` and the rest of the query: the same
+  records, paging and count, or the same ``{error, code}`` (on saving or on listing);
+* the SDK (node, ``sdk_matrix.mjs``: one process for every case): the case written with
+  the builder's methods (``_sdk_calls``), the same records and ``next``, or the same
+  ``{error, code}``; ``SDK_SKIP`` says why a case cannot be written with the builder.
+  Cursor pages (``after``) and whole walks (``pages()``) too.
 
 ``{p1}``, ``{id3}`` and ``{opt:done}`` in a case stand for ids known once the data exist.
 """
@@ -18,13 +25,18 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
 
+from storage.query.lexer import parse_list
+from storage.query.parse import parse_order, parse_select
 from tests.conftest import ApiProcess, Services, Workspace, running_api
 from tests.realtime.conftest import open_ws, recv, subscribe
 
@@ -39,6 +51,7 @@ CASES: list[tuple[str, list[tuple[str, str]]]] = [
     ("neq", [("Title", "neq.alpha")]),
     ("gt", [("Score", "gt.2")]),
     ("gte decimal", [("Score", "gte.2.5")]),
+    ("exponent", [("Score", "gte.1e6")]),
     ("lt", [("Score", "lt.0")]),
     ("lte", [("Score", "lte.0")]),
     ("like", [("Title", "like.*a*")]),
@@ -49,6 +62,7 @@ CASES: list[tuple[str, list[tuple[str, str]]]] = [
     ("ilike greek", [("Title", "ilike.ωMEGA*")]),
     ("ilike titlecase digraph", [("Title", "ilike.ǆ*")]),
     ("in with quoted item", [("Title", 'in.(alpha,Beta,"a,b")')]),
+    ("in with quotes and parentheses", [("Title", 'in.("say \\"hi\\"","(x)",alpha,"a\\\\b")')]),
     ("cs two", [("Tags", "cs.{red,blue}")]),
     ("cs one", [("Tags", "cs.{red}")]),
     ("is null text", [("Title", "is.null")]),
@@ -78,12 +92,17 @@ CASES: list[tuple[str, list[tuple[str, str]]]] = [
     ("date lt instant", [("Due", "lt.2026-01-02T00:00:00Z")]),
     ("date eq day is midnight", [("Due", "eq.2026-01-01")]),
     ("date is null", [("Due", "is.null")]),
+    ("date with an offset", [("Due", "gt.2026-01-02T13:00:00+02:00")]),
     ("date bad", [("Due", "gt.yesterday")]),
     # relations and system columns
     ("relation eq", [("Owner", "eq.{p1}")]),
     ("relation is null", [("Owner", "is.null")]),
     ("id in", [("id", "in.({id0},{id3})")]),
     ("created_at gte", [("created_at", "gte.2000-01-01")]),
+    # a column name with a dot and non-ASCII letters (quoted where the grammar needs it)
+    ("dotted unicode column", [("Größe.cm", "gt.1")]),
+    ("dotted column in a group", [("or", '("Größe.cm".lt.1,"Größe.cm".is.null)')]),
+    ("order and select a dotted column", [("select", 'Title,"Größe.cm"'), ("order", '"Größe.cm".desc,id')]),
     # null from JSON doors
     ("null score", [("Score", "is.null")]),
     # boolean groups
@@ -146,14 +165,17 @@ GROUP_KEYS = {"or", "and", "not.or", "not.and"}
 PAGING_KEYS = {"select", "expand", "order", "sort", "limit", "offset", "count", "view", "run_pipeline"}
 
 ROWS: list[dict[str, Any]] = [
-    {"Title": "alpha", "Score": 1, "Done": True, "Status": "todo", "Tags": ["red"], "Due": "2026-01-01", "Owner": "p1"},
-    {"Title": "Beta", "Score": 2.5, "Done": False, "Status": "done", "Tags": ["blue"], "Due": "2026-01-02T12:00:00Z"},
-    {"Title": "épsilon", "Score": 10, "Status": "Ärger", "Tags": ["red", "blue"]},
+    {"Title": "alpha", "Score": 1, "Done": True, "Status": "todo", "Tags": ["red"], "Due": "2026-01-01", "Owner": "p1",
+     "Größe.cm": 0.5},
+    {"Title": "Beta", "Score": 2.5, "Done": False, "Status": "done", "Tags": ["blue"], "Due": "2026-01-02T12:00:00Z",
+     "Größe.cm": 2},
+    {"Title": "épsilon", "Score": 10, "Status": "Ärger", "Tags": ["red", "blue"], "Größe.cm": 3.5},
     {"Title": "ÉCOLE", "Score": -3, "Done": True, "Status": "done", "Tags": [], "Due": "2025-12-31"},
     {"Title": "Straße", "Score": 0, "Done": False, "Due": "2026-02-01"},
     {"Title": "50% off", "Score": 100, "Done": True, "Status": "todo", "Tags": ["blue"], "Due": "2026-01-01"},
     {"Score": None, "Done": False, "Status": "todo", "Tags": ["red"]},
-    {"Title": "a_b", "Score": 7, "Done": True, "Status": "done", "Tags": ["red"], "Due": "2026-01-15", "Owner": "p2"},
+    {"Title": "a_b", "Score": 7, "Done": True, "Status": "done", "Tags": ["red"], "Due": "2026-01-15", "Owner": "p2",
+     "Größe.cm": 10},
     {"Title": "ǅemal", "Score": 7, "Done": False, "Status": "Ärger", "Tags": ["blue"]},
     {"Title": "Ωmega ω", "Score": 1e6, "Done": True, "Status": "todo", "Tags": []},
     {"Title": "axb", "Score": 3, "Status": "done"},
@@ -184,6 +206,7 @@ def world(make_module_workspace: Any) -> dict[str, Any]:
         {"name": "Due", "type": "date"},
         {"name": "Owner", "type": "relation", "relation_table_id": people["id"]},
         {"name": "Note", "type": "text"},
+        {"name": "Größe.cm", "type": "number"},
     ])
     rows = []
     for row in ROWS:
@@ -307,6 +330,11 @@ EXPECTED_ROWS = {
     "not.or": {"Beta", "Straße", None, "ǅemal", "axb"},  # an unknown OR is not true: not.or keeps it
     "eq false counts unset": {"Beta", "épsilon", "Straße", None, "ǅemal", "axb"},
     "select ilike unicode label": {"épsilon", "ǅemal"},
+    "dotted unicode column": {"Beta", "épsilon", "a_b"},
+    "in with quotes and parentheses": {"alpha"},
+    "date with an offset": {"Beta", "Straße", "a_b"},
+    "exponent": {"Ωmega ω"},
+    "dotted column in a group": {"alpha", "ÉCOLE", "Straße", "50% off", None, "ǅemal", "Ωmega ω", "axb"},
 }
 
 
@@ -493,3 +521,312 @@ def test_an_unknown_parameter_is_the_same_code_on_rest_and_mcp(door: str, key: s
     ok, out = _mcp(base_url, token, tool, {"table_id": table, **args, key: value})
     assert not ok and out["code"] == "UNKNOWN_PARAMETER", out
     assert repr(key) in out["error"] and repr(key) in rest.json()["error"]
+
+
+# ------------------------------------------------------------------ the SDK (node)
+
+NODE = shutil.which("node")
+SDK_SCRIPT = Path(__file__).with_name("sdk_matrix.mjs")
+
+# Cases the SDK's builder cannot write, and why. Every other case is expressed through the
+# builder's methods (``_sdk_calls``) and must give REST's rows or REST's {error, code}.
+SDK_SKIP: dict[str, str] = {
+    "filter without value": "every filter method writes <op>.<value>: a bare `Score=eq` cannot be sent",
+    "or without parens": "or()/and() take the conditions and always write the parentheses",
+    "offset text": "range(from, to) takes numbers: a text offset cannot be sent",
+    "count bad": "the count mode travels as `Prefer: count=<mode>` (planned is a valid mode there); "
+                 "`count=` in the query string cannot be sent",
+    "repeated limit": "the builder holds one limit: a second limit() replaces the first",
+    "repeated select": "the builder holds one select: a second select() replaces the first",
+    "repeated view": "the builder holds one view: a second view() replaces the first",
+    "order and sort": "the builder writes order= only (sort= is the REST shorthand)",
+    "run_pipeline on a read": "reads have no run_pipeline option (it is a write option)",
+}
+
+# Cases written with a particular builder method rather than the generic translation, so
+# that the builder's sugar is held to the contract too.
+SDK_OVERRIDES: dict[str, list[list[Any]]] = {
+    "eq": [["match", {"Title": "alpha"}]],
+    "null score": [["eq", "Score", None]],  # eq(col, null) is is.null, as on the JSON doors
+    "not is null": [["neq", "Title", None]],  # neq(col, null) is not.is.null
+    "bad in list": [["filter", "Title", "in", '("a,b)']],  # in() quotes its items: only filter() can send this
+    "select empty": [["select", []], ["order", "id"]],
+}
+
+_NUMBER = re.compile(r"-?\d+(\.\d+)?(e\d+)?")
+_DATE = re.compile(r"\d{4}-\d\d-\d\d(T[0-9:.]+(Z|[+-]\d\d:\d\d))?")
+_SDK_METHODS = {"eq", "neq", "gt", "gte", "lt", "lte", "like", "ilike", "in", "cs", "is"}
+
+
+def _sdk_value(column: str, text: str) -> Any:
+    """A REST value as the JavaScript value a caller would pass: numbers, booleans, dates."""
+    if column in ("Due", "created_at", "updated_at") and _DATE.fullmatch(text):
+        return {"$date": text}  # a Date: the SDK sends its ISO text
+    if text in ("true", "false"):
+        return text == "true"
+    if _NUMBER.fullmatch(text):
+        return float(text) if "." in text or "e" in text else int(text)
+    return text
+
+
+def _sdk_filter(column: str, expr: str) -> list[Any]:
+    legacy = re.fullmatch(r"filter\[(.+)\]\[(.+)\]", column)
+    if legacy:
+        column, expr = legacy[1], f"{legacy[2]}.{expr}"
+    negate = expr.startswith("not.")
+    op, dot, raw = expr[4 if negate else 0:].partition(".")
+    assert dot, (column, expr)
+    if op not in _SDK_METHODS:
+        return ["filter", column, f"not.{op}" if negate else op, raw]
+    value: Any
+    if op in ("in", "cs"):
+        value = [_sdk_value(column, v) for v in parse_list(raw, "(" if op == "in" else "{", ")" if op == "in" else "}",
+                                                          required=True)]
+    elif op == "is":
+        value = None if raw == "null" else (raw == "true" if raw in ("true", "false") else raw)
+    elif op in ("like", "ilike"):
+        value = raw
+    else:
+        value = _sdk_value(column, raw)
+    if negate:
+        return ["not", column, op, value]
+    return ["contains" if op == "cs" else op, column, value]
+
+
+def _sdk_calls(name: str, pairs: list[tuple[str, str]]) -> list[list[Any]]:
+    """The case as builder calls: ``[[method, *args], ...]`` (sdk_matrix.mjs applies them)."""
+    if name in SDK_OVERRIDES:
+        return SDK_OVERRIDES[name]
+    calls: list[list[Any]] = []
+    query = dict(pairs)
+    if "select" in query or "count" in query:
+        select: Any = query.get("select", "*")
+        if "," in select:
+            # the array form: names unquoted (the SDK quotes them), embeddings as "Rel(A,B)"
+            select = [item.name if item.fields is None else f"{item.name}({','.join(item.fields)})"
+                      for item in parse_select(select)]
+        calls.append(["select", select, {"count": query["count"]}] if "count" in query else ["select", select])
+    for k, v in pairs:
+        if k in GROUP_KEYS:
+            negate = k.startswith("not.")
+            assert v.startswith("(") and v.endswith(")"), name
+            # or()/and() take the conditions without the outer parentheses; negate: not.or/not.and
+            calls.append([k[4:], v[1:-1], {"negate": True}] if negate else [k, v[1:-1]])
+        elif k not in PAGING_KEYS:
+            calls.append(_sdk_filter(k, v))
+    if "expand" in query:
+        calls.append(["expand", query["expand"]])
+    for term in parse_order(query["order"]) if "order" in query else ():
+        options: dict[str, Any] = {}
+        if term.desc:
+            options["ascending"] = False
+        if term.nulls is not None:
+            options["nullsFirst"] = term.nulls == "first"
+        calls.append(["order", term.column, options] if options else ["order", term.column])
+    if "offset" in query:
+        start = int(query["offset"])
+        size = int(query.get("limit", "100"))  # without a limit, the server's default page
+        calls.append(["range", start, start + size - 1])
+    elif "limit" in query:
+        calls.append(["limit", _sdk_value("limit", query["limit"])])
+    return calls
+
+
+SDK_CASES = [c[0] for c in CASES if c[0] not in SDK_SKIP]
+
+
+# (name, query pairs, page size): walked page by page through REST's `next` and the SDK's pages()
+SDK_WALKS: list[tuple[str, list[tuple[str, str]], int]] = [
+    ("by id", [("order", "id")], 3),
+    ("by score descending, nulls first", [("order", "Score.desc")], 4),
+    ("by title, filtered", [("Title", "not.is.null"), ("order", "Title.asc")], 2),
+    ("by option order, nulls first", [("order", "Status.desc.nullsfirst")], 5),
+    ("by date, ascending", [("order", "Due.asc")], 4),
+    ("an or group, default order", [("or", "(Score.gt.1,Done.is.true)")], 3),
+]
+
+
+def _cursor_cases(first: str) -> list[tuple[str, list[tuple[str, str]], list[list[Any]]]]:
+    """Single pages by cursor: (name, REST pairs, SDK calls). ``first`` is the ``next`` of
+    the first page of ``order=Score.desc&limit=3``."""
+    page = [("order", "Score.desc"), ("limit", "3")]
+    calls = _sdk_calls("", page)
+    return [
+        ("the second page", page + [("after", first)], calls + [["after", first]]),
+        ("a cursor of another order", [("order", "Score.asc"), ("limit", "3"), ("after", first)],
+         _sdk_calls("", [("order", "Score.asc"), ("limit", "3")]) + [["after", first]]),
+        ("garbage", page + [("after", "garbage")], calls + [["after", "garbage"]]),
+        ("with an offset", [("order", "Score.desc"), ("limit", "3"), ("offset", "3"), ("after", first)],
+         _sdk_calls("", [("order", "Score.desc"), ("limit", "3"), ("offset", "3")]) + [["after", first]]),
+    ]
+
+
+@pytest.fixture(scope="module")
+def sdk_results(world: dict[str, Any], base_url: str) -> dict[str, Any]:
+    """Every SDK case in one node process (sdk_matrix.mjs): {name: {data, error, count, status, next}}."""
+    if NODE is None:
+        pytest.skip("node is not installed: the SDK door of the matrix needs Node 18+")
+    cases = [{"name": name, "calls": _sdk_calls(name, _subst(dict(CASES)[name], world["subs"]))} for name in SDK_CASES]
+    token = world["ws"].builder_token
+    for name, pairs, size in SDK_WALKS:
+        cases.append({"name": f"walk: {name}", "calls": _sdk_calls(name, pairs), "pages": size})
+    first = _rest(base_url, token, world["table"], [("order", "Score.desc"), ("limit", "3")]).json()["next"]
+    assert first, "the first page of three has a next page"
+    for name, pairs, calls in _cursor_cases(first):
+        cases.append({"name": f"cursor: {name}", "calls": calls})
+    payload = {"url": base_url, "token": world["ws"].builder_token, "table": world["table"], "cases": cases}
+    r = subprocess.run([NODE, str(SDK_SCRIPT)], input=json.dumps(payload), capture_output=True, text=True,
+                       timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-4000:]
+    out: dict[str, Any] = json.loads(r.stdout)
+    return out
+
+
+@pytest.mark.parametrize("name", SDK_CASES)
+def test_the_sdk_gets_what_rest_gets(name: str, world: dict[str, Any], base_url: str,
+                                     sdk_results: dict[str, Any]) -> None:
+    pairs = _subst(dict(CASES)[name], world["subs"])
+    rest = _rest(base_url, world["ws"].builder_token, world["table"], pairs, Prefer="count=exact")
+    got = sdk_results[name]
+    assert got["status"] == rest.status_code, (name, got, rest.text)
+    body = rest.json()
+    if rest.status_code != 200:
+        assert got["data"] is None and {"error": got["error"]["message"], "code": got["error"]["code"]} == _error(body), \
+            (name, got["error"], body)
+        return
+    assert got["error"] is None, (name, got["error"])
+    assert got["data"] == body["records"], name
+    assert got["next"] == body["next"], name
+    if "count" in dict(pairs):
+        assert got["count"] == int(rest.headers["x-total-count"])
+    else:
+        assert got["count"] is None
+
+
+# ------------------------------------------------------------------ saved views
+
+# A case is a view case when it has filters or an order: they become the view's
+# ``config.filters`` and ``config.sort``, the rest of the query (select, expand, limit,
+# offset, count) is sent beside ``?view=``. Not view cases: the REST-only repeats and
+# parameters (a view holds one sort and no paging) and:
+VIEW_SKIP: dict[str, str] = {
+    "legacy form": "filter[col][op]= is query-string syntax; a view's filters are the object or list form",
+}
+_SINGLE_VALUED = {"order", "sort", "limit", "offset", "select", "expand", "view", "count"}
+
+
+def _view_case(name: str, pairs: list[tuple[str, str]]) -> bool:
+    keys = [k for k, _ in pairs]
+    repeated = any(keys.count(k) > 1 for k in _SINGLE_VALUED)
+    shaped = any(k not in PAGING_KEYS or k == "order" for k in keys)
+    return shaped and not repeated and not {"sort", "view", "run_pipeline"} & set(keys) and name not in VIEW_SKIP
+
+
+def _view_filters(pairs: list[tuple[str, str]]) -> list[tuple[str, Any]]:
+    """The case's filters as a view holds them: the object form (when no key repeats) and
+    the list form ``[{column, op, value}]`` / ``{"or": "(...)"}`` (when every filter has an
+    ``<op>.<value>``), as (form, filters) pairs."""
+    filters = [(k, v) for k, v in pairs if k not in PAGING_KEYS]
+    if not filters:
+        return [("none", None)]
+    forms: list[tuple[str, Any]] = []
+    if len({k for k, _ in filters}) == len(filters):
+        forms.append(("object", dict(filters)))
+    items: list[dict[str, Any]] = []
+    for k, v in filters:
+        if k in GROUP_KEYS:
+            items.append({k: v})
+            continue
+        negate = v.startswith("not.")
+        op, dot, value = v[4 if negate else 0:].partition(".")
+        if not dot:
+            break  # `Score=eq` has no list form
+        items.append({"column": k, "op": f"not.{op}" if negate else op, "value": value})
+    else:
+        forms.append(("list", items))
+    return forms
+
+
+VIEW_CASES = [c[0] for c in CASES if _view_case(*c)]
+
+
+@pytest.mark.parametrize("name", VIEW_CASES)
+def test_a_view_lists_what_the_query_lists(name: str, world: dict[str, Any], base_url: str) -> None:
+    """The case's filters and order saved as a grid view (object and list form), listed
+    with ``?view=`` and the rest of the query: REST's rows, count and paging, or REST's
+    {error, code} (when saving the view, or when listing with it)."""
+    ws: Workspace = world["ws"]
+    pairs = _subst(dict(CASES)[name], world["subs"])
+    rest = _rest(base_url, ws.builder_token, world["table"], pairs, Prefer="count=exact")
+    order = dict(pairs).get("order")
+    beside = [(k, v) for k, v in pairs if k in PAGING_KEYS and k != "order"]
+    for form, filters in _view_filters(pairs):
+        config: dict[str, Any] = {}
+        if filters is not None:
+            config["filters"] = filters
+        if order is not None:
+            config["sort"] = order
+        saved = ws.api.post(f"/tables/{world['table']}/views",
+                            json={"name": f"{name} ({form})", "view_type": "grid", "config": config})
+        if saved.status_code != 201:
+            assert saved.status_code == 400 == rest.status_code, (name, form, saved.text, rest.text)
+            assert _error(saved.json()) == _error(rest.json()), (name, form, saved.text, rest.text)
+            continue
+        view_id = saved.json()["id"]
+        try:
+            listed = _rest(base_url, ws.builder_token, world["table"], beside + [("view", str(view_id))],
+                           Prefer="count=exact")
+        finally:
+            assert ws.api.delete(f"/tables/{world['table']}/views/{view_id}").status_code == 200
+        assert listed.status_code == rest.status_code, (name, form, listed.text, rest.text)
+        if rest.status_code != 200:
+            assert _error(listed.json()) == _error(rest.json()), (name, form)
+            continue
+        got, want = listed.json(), rest.json()
+        assert (got["records"], got["limit"], got["offset"]) == (want["records"], want["limit"], want["offset"]), \
+            (name, form)
+        assert (got["next"] is None) == (want["next"] is None), (name, form)
+        assert listed.headers["x-total-count"] == rest.headers["x-total-count"], (name, form)
+
+
+def test_the_sdk_pages_by_cursor_as_rest_does(world: dict[str, Any], base_url: str,
+                                              sdk_results: dict[str, Any]) -> None:
+    """A page by ``after(next)`` is REST's page for ``after=next``; a cursor REST refuses
+    (another order's, garbage, with an offset) is refused alike."""
+    token = world["ws"].builder_token
+    first = _rest(base_url, token, world["table"], [("order", "Score.desc"), ("limit", "3")]).json()["next"]
+    refused = 0
+    for name, pairs, _ in _cursor_cases(first):
+        rest = _rest(base_url, token, world["table"], pairs)
+        got = sdk_results[f"cursor: {name}"]
+        assert got["status"] == rest.status_code, (name, got, rest.text)
+        if rest.status_code == 200:
+            assert got["error"] is None and got["data"] == rest.json()["records"] and got["next"] == rest.json()["next"]
+            assert got["data"], name
+        else:
+            refused += 1
+            assert {"error": got["error"]["message"], "code": got["error"]["code"]} == _error(rest.json()), name
+            assert got["error"]["code"] == "INVALID_CURSOR"
+    assert refused == 3
+
+
+@pytest.mark.parametrize("name", [w[0] for w in SDK_WALKS])
+def test_the_sdk_walks_every_page_rest_walks(name: str, world: dict[str, Any], base_url: str,
+                                             sdk_results: dict[str, Any]) -> None:
+    _, pairs, size = next(w for w in SDK_WALKS if w[0] == name)
+    token = world["ws"].builder_token
+    pages: list[list[Any]] = []
+    cursor = None
+    while True:
+        r = _rest(base_url, token, world["table"], pairs + [("limit", str(size))] + ([("after", cursor)] if cursor else []))
+        assert r.status_code == 200, r.text
+        pages.append(r.json()["records"])
+        cursor = r.json()["next"]
+        if cursor is None:
+            break
+    got = sdk_results[f"walk: {name}"]
+    assert got["error"] is None, got["error"]
+    assert got["data"] == pages, name
+    assert len(pages) > 1
+    whole = _rest(base_url, token, world["table"], pairs + [("limit", "1000")]).json()["records"]
+    assert [rec for page in pages for rec in page] == whole

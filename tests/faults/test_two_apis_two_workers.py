@@ -4,14 +4,12 @@ API processes (Redis), and realtime events cross processes."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import uuid
 
 import httpx
 
-from tests.conftest import ROOT, start_api
+from tests.conftest import start_api
 from tests.limits.conftest import redis_url  # noqa: F401 (a real Redis server, or a visible skip)
 from tests.realtime.conftest import changes, open_ws, subscribe
 
@@ -19,9 +17,7 @@ from tests.realtime.conftest import changes, open_ws, subscribe
 def test_two_apis_and_two_workers_behave_as_one_service(services, admin, redis_url):  # noqa: F811
     queue = f"pair-{uuid.uuid4().hex[:8]}"
     env = {"WDS_TASK_QUEUE": queue, "WDS_REDIS_URL": redis_url, "WDS_RATE_LIMITS": "true"}
-    workers = [subprocess.Popen([sys.executable, str(ROOT / "worker.py")], cwd=ROOT,
-                                stdout=(services.tmp / f"pair-worker-{i}.log").open("wb"), stderr=subprocess.STDOUT,
-                                env=services.env(**env)) for i in range(2)]
+    workers = [services.start_worker(f"pair-worker-{i}.log", **env) for i in range(2)]
     apis = [start_api(services, name=f"pair-api-{i}", WDS_INPROCESS_WORKER="false", **env) for i in range(2)]
     try:
         ws = admin.post("/workspaces", json={"name": "pair", "plan": "pro"}).json()

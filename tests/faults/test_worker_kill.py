@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -15,13 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
-from tests.conftest import ROOT, start_api
+from tests.conftest import start_api
 
 
 def start_worker(services, queue: str, log_name: str) -> subprocess.Popen[bytes]:
-    log = (services.tmp / log_name).open("wb")
-    return subprocess.Popen([sys.executable, str(ROOT / "worker.py")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            env=services.env(WDS_TASK_QUEUE=queue))
+    return services.start_worker(log_name, WDS_TASK_QUEUE=queue)
 
 
 class Receiver(ThreadingHTTPServer):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import secrets
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, ApiProcess, Services, start_api
+from tests.conftest import ApiProcess, Services, start_api
 from wds.runtime import free_port
 
 METRICS_TOKEN = secrets.token_urlsafe(16)
@@ -34,11 +33,8 @@ def observed(services: Services) -> Iterator[Observed]:
     env = {"WDS_TASK_QUEUE": queue, "WDS_OTEL": "true", "OTEL_TRACES_EXPORTER": "console",
            "WDS_LOG_LEVEL": "warning"}
     worker_log = services.tmp / f"worker-otel-{port}.log"
-    worker = subprocess.Popen(
-        [sys.executable, str(ROOT / "worker.py")], cwd=ROOT, stdout=worker_log.open("wb"),
-        stderr=subprocess.STDOUT, env=services.env(WDS_WORKER_METRICS_PORT=str(port),
-                                                  WDS_WORKER_METRICS_ADDR="127.0.0.1", **env),
-    )
+    worker = services.start_worker(worker_log.name, WDS_WORKER_METRICS_PORT=str(port),
+                                   WDS_WORKER_METRICS_ADDR="127.0.0.1", **env)
     try:
         api = start_api(services, name="api-otel", WDS_INPROCESS_WORKER="false",
                         WDS_METRICS_TOKEN=METRICS_TOKEN, **env)

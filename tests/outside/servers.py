@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from wds.runtime import free_port
+from bench.fakes import LocalServer, stream_chat
 
 
 @dataclass
@@ -29,44 +29,14 @@ class Received:
     at: float = field(default_factory=time.monotonic)
 
 
-@dataclass
-class ServerThread:
-    """An aiohttp application served on 127.0.0.1 from a background thread."""
+class ServerThread(LocalServer):
+    """An aiohttp application served on 127.0.0.1 from a background thread, recording calls."""
 
-    app: web.Application
-    port: int = field(default_factory=free_port)
-    calls: list[Received] = field(default_factory=list)
-    in_flight: int = 0
-    max_in_flight: int = 0
-
-    def __post_init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.runner: web.AppRunner | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.runner = web.AppRunner(self.app, access_log=None)
-        self.loop.run_until_complete(self.runner.setup())
-        self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
-        self.ready.set()
-        self.loop.run_forever()
-
-    def start(self) -> ServerThread:
-        self.thread.start()
-        self.ready.wait(10)
-        return self
-
-    def stop(self) -> None:
-        if self.runner is not None:
-            asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+    def __init__(self, app: web.Application, port: int | None = None) -> None:
+        super().__init__(app, port)
+        self.calls: list[Received] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
 
     def calls_to(self, path: str) -> list[Received]:
         return [c for c in self.calls if c.path == path]
@@ -198,17 +168,10 @@ def chat_server() -> ServerThread:
                              "finish_reason": "stop"}],
                 "usage": usage,
             })
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        for piece in [content[i:i + 4] for i in range(0, len(content), 4)]:
-            chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk",
-                     "choices": [{"index": 0, "delta": {"content": piece}}]}
-            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        if (req.get("stream_options") or {}).get("include_usage"):
-            await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
+        include_usage = (req.get("stream_options") or {}).get("include_usage")
+        return await stream_chat(request, [{"content": content[i:i + 4]} for i in range(0, len(content), 4)],
+                                 usage=usage if include_usage else None, id="chatcmpl-1",
+                                 object="chat.completion.chunk")
 
     app = web.Application(middlewares=[record])
     app.router.add_post("/v1/chat/completions", completions)

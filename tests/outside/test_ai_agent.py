@@ -9,7 +9,8 @@ import httpx
 import psycopg
 import pytest
 
-from activities.ai_agent import chat_body, stream_chat
+from activities.ai_agent import chat_body
+from activities.openai_stream import Finished, Text, stream_completion
 from tests.outside.conftest import AI_KEY
 
 
@@ -69,11 +70,12 @@ def test_bad_ai_configs_are_refused_at_column_creation(ws, config):
 
 
 def test_streaming_chat_yields_deltas_and_usage(chat):
-    async def collect() -> list[dict]:
+    async def collect() -> list[Text | Finished]:
         async with httpx.AsyncClient() as client:
             body = chat_body([{"role": "user", "content": "stream me"}], model="m", json_mode=False, stream=True)
-            return [e async for e in stream_chat(client, chat.url + "/v1", AI_KEY, body)]
+            return [e async for e in stream_completion(client, chat.url + "/v1", AI_KEY, body)]
 
     events = asyncio.run(collect())
-    assert "".join(e.get("delta", "") for e in events) == "echo: stream me"
-    assert events[-1] == {"done": True, "tokens": 1500}
+    assert "".join(e.content for e in events if isinstance(e, Text)) == "echo: stream me"
+    assert events[-1] == Finished(tokens=1500)
+    assert chat.calls[-1].headers["Authorization"] == f"Bearer {AI_KEY}"

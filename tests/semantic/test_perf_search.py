@@ -13,10 +13,10 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from bench.fakes import bag_of_words
 from storage import meta
 from storage import semantic as sem
 from storage.query import Query, parse_filter_object, plan_query
-from tests.chat.fakes import bag_of_words
 from tests.conftest import Services, Workspace
 
 pytestmark = pytest.mark.skipif(not os.environ.get("WDS_PERF"), reason="set WDS_PERF=1 to measure")

@@ -1,8 +1,8 @@
 """Builder tools for AI agents and their chat channels.
 
-Every tool that changes something calls the REST agent route (one implementation, the
-same checks); the channel tools take a bare ``channel_id``, so they first find the
-channel's agent with :func:`storage.agents.get_channel`. A rotated token is shown once,
+Every tool is a thin adapter over :mod:`api.ops.agents` (the operations REST calls too:
+one implementation, the same checks); the channel tools take a bare ``channel_id``, so
+they first find the channel's agent with :func:`api.ops.agents.get_channel`. A rotated token is shown once,
 in the tool result.
 """
 
@@ -13,12 +13,11 @@ from typing import Any
 from api.deps import table_or_404
 from api.mcp.builder.common import builder, model, pick, positive_id
 from api.mcp.spec import DELETED_OUT, ID_OR_NAME, ToolSpec, array, boolean, integer, obj, out, string
-from api.mcp.tools_data import route_json
-from api.routes import agents as rest_agents
+from api.ops import agents as ops
 from api.state import AppState
 from storage import agents as agent_store
 from storage.access import Principal
-from storage.errors import NotFound, ValidationError
+from storage.errors import ValidationError
 
 _NULLABLE_BOOL = ["boolean", "null"]
 
@@ -57,74 +56,61 @@ async def _agent_fields(state: AppState, principal: Principal, args: dict[str, A
 
 
 async def list_agents(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    return {"agents": route_json(await rest_agents.list_agents(principal, state))}
+    return {"agents": await ops.list_agents(state, principal)}
 
 
 async def get_agent(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    return route_json(await rest_agents.get_agent(str(positive_id(args["agent_id"], "agent_id")), principal, state))
+    return await ops.get_agent(state, principal, positive_id(args["agent_id"], "agent_id"))
 
 
 async def create_agent(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    body = model(rest_agents.AgentIn, await _agent_fields(state, principal, args))
-    return route_json(await rest_agents.create_agent(body, principal, state))
+    body = model(ops.AgentIn, await _agent_fields(state, principal, args))
+    return await ops.create_agent(state, principal, body)
 
 
 async def update_agent(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     fields = await _agent_fields(state, principal, args)
     if not fields:
         raise ValidationError("nothing to change: send name, instructions, model, table_ids or config")
-    body = model(rest_agents.AgentPatch, fields)
-    agent_id = str(positive_id(args["agent_id"], "agent_id"))
-    return route_json(await rest_agents.patch_agent(agent_id, body, principal, state))
+    body = model(ops.AgentPatch, fields)
+    return await ops.update_agent(state, principal, positive_id(args["agent_id"], "agent_id"), body)
 
 
 async def delete_agent(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    agent_id = str(positive_id(args["agent_id"], "agent_id"))
-    return route_json(await rest_agents.delete_agent(agent_id, principal, state))
+    return await ops.delete_agent(state, principal, positive_id(args["agent_id"], "agent_id"))
 
 
 async def list_channels(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     agent_id = positive_id(args["agent_id"], "agent_id") if "agent_id" in args else None
-    async with state.db.connection() as conn:
-        rows = await agent_store.list_channels(conn, workspace_id=principal.workspace_id, agent_id=agent_id)
-    return {"channels": [{**agent_store.channel_out(r), "agent_id": r["agent_id"]} for r in rows]}
+    return {"channels": await ops.list_channels(state, principal, agent_id)}
 
 
 async def create_channel(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    agent_id = str(positive_id(args["agent_id"], "agent_id"))
-    body = model(rest_agents.ChannelIn, {"type": args.get("type", "web"), **pick(args, "enabled", "config")})
-    return route_json(await rest_agents.create_channel(agent_id, body, principal, state))
-
-
-async def _channel(state: AppState, principal: Principal, channel_id: int) -> dict[str, Any]:
-    async with state.db.connection() as conn:
-        row = await agent_store.get_channel(conn, workspace_id=principal.workspace_id, channel_id=channel_id)
-    if row is None:
-        raise NotFound(f"channel {channel_id} not found")
-    return row
+    agent_id = positive_id(args["agent_id"], "agent_id")
+    body = model(ops.ChannelIn, {"type": args.get("type", "web"), **pick(args, "enabled", "config")})
+    return await ops.create_channel(state, principal, agent_id, body)
 
 
 async def update_channel(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     fields = pick(args, "enabled", "config")
     if not fields:
         raise ValidationError("nothing to change: send enabled or config")
-    body = model(rest_agents.ChannelPatch, fields)
-    channel = await _channel(state, principal, positive_id(args["channel_id"], "channel_id"))
-    resp = await rest_agents.patch_channel(str(channel["agent_id"]), str(channel["id"]), body, principal, state)
-    return {**route_json(resp), "agent_id": channel["agent_id"]}
+    body = model(ops.ChannelPatch, fields)
+    channel = await ops.get_channel(state, principal, positive_id(args["channel_id"], "channel_id"))
+    out = await ops.update_channel(state, principal, channel["agent_id"], channel["id"], body)
+    return {**out, "agent_id": channel["agent_id"]}
 
 
 async def delete_channel(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    channel = await _channel(state, principal, positive_id(args["channel_id"], "channel_id"))
-    resp = await rest_agents.delete_channel(str(channel["agent_id"]), str(channel["id"]), principal, state)
-    return route_json(resp)
+    channel = await ops.get_channel(state, principal, positive_id(args["channel_id"], "channel_id"))
+    return await ops.delete_channel(state, principal, channel["agent_id"], channel["id"])
 
 
 async def rotate_channel_token(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    channel = await _channel(state, principal, positive_id(args["channel_id"], "channel_id"))
+    channel = await ops.get_channel(state, principal, positive_id(args["channel_id"], "channel_id"))
     # the new token is shown now whatever the channel type; the old one stops working at once
-    resp = await rest_agents.rotate_channel(str(channel["agent_id"]), str(channel["id"]), principal, state)
-    return {**route_json(resp), "agent_id": channel["agent_id"]}
+    out = await ops.rotate_channel(state, principal, channel["agent_id"], channel["id"])
+    return {**out, "agent_id": channel["agent_id"]}
 
 
 AGENT_TOOLS: list[ToolSpec] = [

@@ -1,11 +1,11 @@
-"""Builder tools for tables and columns: they call the REST route coroutines, so a table
-made over MCP is made exactly as over REST (validation, DDL, cache invalidation)."""
+"""Builder tools for tables and columns: thin adapters over :mod:`api.ops.tables` and
+:mod:`api.ops.columns`, the operations REST calls too, so a table made over MCP is made
+exactly as over REST (validation, DDL, cache invalidation)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from api.deps import table_or_404
 from api.mcp.builder.common import builder, model, pick
 from api.mcp.spec import (
     DELETED_OUT,
@@ -20,15 +20,13 @@ from api.mcp.spec import (
     out,
     string,
 )
-from api.mcp.tools_data import route_json
+from api.ops import columns as column_ops
+from api.ops import tables as table_ops
 from api.ops.access import table_for
-from api.routes import columns as rest_columns
-from api.routes import tables as rest_tables
 from api.schemas import ColumnIn, ColumnPatch, TableIn, TablePatch
-from api.serialize import column_out, table_out
 from api.state import AppState
 from storage.access import Action, Principal
-from storage.errors import NotFound, ValidationError
+from storage.errors import ValidationError
 
 _COLUMN_FIELDS = ("name", "type", "required", "options", "formula", "config", "relation_table_id",
                   "relation_source_column_id", "position", "backfill")
@@ -69,7 +67,7 @@ _FORCE = {"type": "boolean", "default": False,
 
 async def create_table(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     body = model(TableIn, pick(args, "name", "icon", "columns", "semantic_search"))
-    return route_json(await rest_tables.create_table(body, principal, state))
+    return await table_ops.create_table(state, principal, body)
 
 
 async def update_table(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
@@ -77,70 +75,50 @@ async def update_table(state: AppState, principal: Principal, args: dict[str, An
     changes = pick(args, "name", "icon", "semantic_search")
     if not changes:
         raise ValidationError("nothing to change: send name, icon or semantic_search")
-    return route_json(await rest_tables.patch_table(table.id, model(TablePatch, changes), principal, state))
+    return await table_ops.update_table(state, principal, table.id, model(TablePatch, changes))
+
+
+def _force(args: dict[str, Any]) -> bool:
+    force = args.get("force", False)
+    if not isinstance(force, bool):
+        raise ValidationError("force must be a boolean")
+    return force
 
 
 async def delete_table(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.READ)
-    force = args.get("force", False)
-    if not isinstance(force, bool):
-        raise ValidationError("force must be a boolean")
-    return route_json(await rest_tables.delete_table(table.id, principal, state, force=force))
+    return await table_ops.delete_table(state, principal, table.id, force=_force(args))
 
 
 async def get_table(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.READ)
-    return {**table_out(table), "access": principal.perms(table.id).as_dict()}
+    return {**await table_ops.get_table(state, principal, table.id), "access": principal.perms(table.id).as_dict()}
 
 
 async def create_column(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.READ)
     body = model(ColumnIn, pick(args, *_COLUMN_FIELDS))
-    return route_json(await rest_columns.create_column(table.id, body, principal, state))
-
-
-def _column_id(table: Any, ref: Any) -> int:
-    col = table.column_ref(ref)
-    if col is None:
-        raise NotFound(f"column {ref!r} not found in table {table.name!r}")
-    return int(col.id)
+    return await column_ops.create_column(state, principal, table.id, body)
 
 
 async def update_column(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.READ)
     body = model(ColumnPatch, pick(args, *_COLUMN_FIELDS, "allow_loss"))
-    resp = await rest_columns.patch_column(table.id, _column_id(table, args["column"]), body, principal, state)
-    return route_json(resp)
+    column = column_ops.column_ref(table, args["column"])
+    return await column_ops.update_column(state, principal, table.id, column.id, body)
 
 
 async def delete_column(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.READ)
-    force = args.get("force", False)
-    if not isinstance(force, bool):
-        raise ValidationError("force must be a boolean")
-    resp = await rest_columns.delete_column(table.id, _column_id(table, args["column"]), principal, state,
-                                            force=force)
-    return route_json(resp)
+    force = _force(args)
+    column = column_ops.column_ref(table, args["column"])
+    return await column_ops.delete_column(state, principal, table.id, column.id, force=force)
 
 
 async def reorder_columns(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     """Listed columns first, in the given order; the others keep their relative order after."""
     table = await table_for(state, principal, args["table_id"], Action.READ)
-    rest_tables.require_manage(principal, table)
-    listed = [_column_id(table, ref) for ref in args["columns"]]
-    if len(set(listed)) != len(listed):
-        raise ValidationError("a column is listed twice")
-    rest = [c.id for c in sorted(table.columns, key=lambda c: c.position) if c.id not in set(listed)]
-    order = listed + rest
-    async with rest_tables.schema_change(state, principal.workspace_id) as conn:
-        await conn.execute(
-            "UPDATE wds.columns c SET position = o.pos - 1, updated_at = now()"
-            " FROM unnest(%s::bigint[]) WITH ORDINALITY AS o(id, pos)"
-            " WHERE c.id = o.id AND c.table_id = %s",
-            (order, table.id),
-        )
-    fresh = table_or_404(await state.schema(principal.workspace_id), table.id)
-    return {"table_id": fresh.id, "columns": [column_out(c) for c in fresh.columns]}
+    return await column_ops.reorder_columns(state, principal, table.id, args["columns"])
 
 
 SCHEMA_TOOLS: list[ToolSpec] = [

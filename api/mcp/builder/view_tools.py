@@ -2,7 +2,8 @@
 
 View CRUD is the REST door's operations (:mod:`api.ops.views`: the same validation of
 ``config`` per view type);
-publishing sets ``share_id``/``published`` on the view, served by ``api/routes/publish.py``.
+publishing sets ``share_id``/``published`` on the view, served by ``api/routes/publish.py``
+(its share URL from :mod:`api.ops.publish`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from api.mcp.builder.common import builder, model, pick, positive_id
 from api.mcp.spec import DELETED_OUT, TABLE_ID, ToolSpec, any_object, integer, jsonable, obj, out, string
 from api.ops import views as ops_views
 from api.ops.access import require_manage, table_for
-from api.routes.publish import share_url
+from api.ops.publish import share_url
 from api.schemas import ViewIn, ViewPatch
 from api.state import AppState
 from storage.access import Action, Principal

@@ -29,6 +29,8 @@ async function main(): Promise<void> {
   console.log(many.data?.[1]?.Title);
   const updated: WdsResponse<Row<Task>[]> = await client.from<Task>("Tasks").update({ Score: 1 }).contains("Tags", ["a"]).not("Score", "is", null);
   console.log(updated.count);
+  const grouped = await client.from<Task>("Tasks").select().or("Score.gt.3,Title.is.null").and("Score.gt.0,Score.lt.10", { negate: true });
+  console.log(grouped.data?.length);
   const deleted = await client.from("Tasks").delete().eq("id", 5);
   console.log(deleted.data?.[0]?.deleted);
   const s = await client.auth.signInWithPassword({ email: "a@example.com", password: "secret secret" });

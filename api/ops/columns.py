@@ -1,0 +1,146 @@
+"""Column operations: list, get, create, change (rename, options, formula, type), delete,
+reorder — for every door. Doors name the column by id (MCP resolves names first)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.backfill import backfill_after_change
+from api.deps import require_writable, table_or_404
+from api.ops.access import require_manage, table_for
+from api.ops.schema_tx import check_column_hosts, schema_change
+from api.schemas import ColumnIn, ColumnPatch
+from api.serialize import column_out
+from api.state import AppState
+from storage import dependents, meta
+from storage.access import Action, Principal
+from storage.columnspec import parse_column_patch, parse_new_column
+from storage.errors import ColumnInUse, NotFound, ValidationError
+from storage.pipelines import check_computed_columns
+from storage.schema import ColumnMeta, TableMeta
+
+
+def column_or_404(table: TableMeta, column_id: int) -> ColumnMeta:
+    col = table.column_by_id(column_id)
+    if col is None:
+        raise NotFound(f"column {column_id} not found in table {table.id}")
+    return col
+
+
+def column_ref(table: TableMeta, ref: Any) -> ColumnMeta:
+    """A column named by id or name (as MCP tools name them)."""
+    col = table.column_ref(ref)
+    if col is None:
+        raise NotFound(f"column {ref!r} not found in table {table.name!r}")
+    return col
+
+
+async def list_columns(state: AppState, principal: Principal, table_ref: int | str) -> list[dict[str, Any]]:
+    table = await table_for(state, principal, table_ref, Action.READ)
+    return [column_out(c) for c in table.columns]
+
+
+async def get_column(state: AppState, principal: Principal, table_ref: int | str, column_id: int) -> dict[str, Any]:
+    table = await table_for(state, principal, table_ref, Action.READ)
+    return column_out(column_or_404(table, column_id))
+
+
+async def create_column(state: AppState, principal: Principal, table_ref: int | str, body: ColumnIn) -> dict[str, Any]:
+    """Add a column; existing rows get its values by a backfill run (docs/backfills.md),
+    answered as ``backfill``."""
+    require_writable(principal)
+    schema = await state.schema(principal.workspace_id)
+    table = table_or_404(schema, table_ref)
+    require_manage(principal, table)
+    spec = parse_new_column(body.model_dump(exclude_unset=True, exclude={"backfill"}), schema, table)
+    check_computed_columns([spec], table, schema=schema)
+    await check_column_hosts(state, principal.workspace_id, [spec])
+    async with schema_change(state, principal.workspace_id) as conn:
+        col = await meta.create_column(conn, workspace_id=principal.workspace_id, table_id=table.id, spec=spec)
+    # existing rows get the new column's values (docs/backfills.md)
+    backfill = await backfill_after_change(state, principal, table.id, col.id, before=None,
+                                           requested=body.backfill)
+    return column_out(col) | {"backfill": backfill}
+
+
+async def update_column(
+    state: AppState, principal: Principal, table_ref: int | str, column_id: int, body: ColumnPatch
+) -> dict[str, Any]:
+    """Rename a column or change its type, options, formula, config or required flag;
+    ``conversion`` reports values converted or cleared, ``backfill`` the recompute run."""
+    require_writable(principal)
+    schema = await state.schema(principal.workspace_id)
+    table = table_or_404(schema, table_ref)
+    require_manage(principal, table)
+    current = column_or_404(table, column_id)
+    data = body.model_dump(exclude_unset=True, exclude={"backfill"})
+    allow_loss = bool(data.pop("allow_loss", False))
+    if not data:
+        raise ValidationError("nothing to change: send name, type, required, options, formula or config")
+    spec = parse_column_patch(data, meta.spec_of(current), schema, table)
+    untouched = spec.type is current.type and spec.formula == current.formula and spec.config == current.config
+    if not (current.broken and untouched):  # a broken column may be renamed before it is fixed
+        check_computed_columns([spec], table, replacing=current.id, schema=schema)
+    await check_column_hosts(state, principal.workspace_id, [spec])
+    report: dict[str, int] = {}  # filled when values are converted or cleared
+    async with schema_change(state, principal.workspace_id) as conn:
+        col = await meta.update_column(conn, workspace_id=principal.workspace_id, current=current, spec=spec,
+                                       allow_loss=allow_loss, report=report)
+    backfill = await backfill_after_change(state, principal, table.id, col.id, before=current,
+                                           requested=body.backfill)
+    return {**column_out(col), **({"conversion": report} if report else {}), "backfill": backfill}
+
+
+async def delete_column(
+    state: AppState, principal: Principal, table_ref: int | str, column_id: int, *, force: bool = False
+) -> dict[str, Any]:
+    """Delete a column and its values.
+
+    A column that anything uses (computed columns, views, relation labels, semantic
+    search, schedules) is refused with ``COLUMN_IN_USE`` listing ``dependents``; ``force``
+    deletes it anyway (views lose those terms, dependent computed columns are marked
+    broken until edited) and the answer lists them as ``detached``.
+    """
+    require_writable(principal)
+    schema = await state.schema(principal.workspace_id)
+    table = table_or_404(schema, table_ref)
+    require_manage(principal, table)
+    col = column_or_404(table, column_id)
+    async with schema_change(state, principal.workspace_id) as conn:
+        users = await dependents.column_dependents(conn, schema=schema, table=table, column=col)
+        if users and not force:
+            raise ColumnInUse(
+                f"column {col.name!r} is used by {len(users)} other item(s); change them first,"
+                " or delete with ?force=true",
+                extra={"dependents": users},
+            )
+        if users:
+            await dependents.detach_column(conn, table=table, column=col, dependents=users)
+        await meta.delete_column(conn, workspace_id=principal.workspace_id, col=col)
+    out: dict[str, Any] = {"id": col.id, "deleted": True}
+    if users:
+        out["detached"] = users
+    return out
+
+
+async def reorder_columns(
+    state: AppState, principal: Principal, table_ref: int | str, columns: list[int | str]
+) -> dict[str, Any]:
+    """Listed columns (ids or names) first, in the given order; the others keep their
+    relative order after."""
+    table = await table_for(state, principal, table_ref, Action.READ)
+    require_manage(principal, table)
+    listed = [column_ref(table, ref).id for ref in columns]
+    if len(set(listed)) != len(listed):
+        raise ValidationError("a column is listed twice")
+    rest = [c.id for c in sorted(table.columns, key=lambda c: c.position) if c.id not in set(listed)]
+    order = listed + rest
+    async with schema_change(state, principal.workspace_id) as conn:
+        await conn.execute(
+            "UPDATE wds.columns c SET position = o.pos - 1, updated_at = now()"
+            " FROM unnest(%s::bigint[]) WITH ORDINALITY AS o(id, pos)"
+            " WHERE c.id = o.id AND c.table_id = %s",
+            (order, table.id),
+        )
+    fresh = table_or_404(await state.schema(principal.workspace_id), table.id)
+    return {"table_id": fresh.id, "columns": [column_out(c) for c in fresh.columns]}
