@@ -8,11 +8,12 @@ database query itself (measured in ``bench/``: GET by id and filtered list at 16
 the SQL endpoint beside psycopg). This middleware, innermost in the stack (the metrics,
 CORS, limits and idempotency layers still wrap it), recognises the three paths and
 answers them with the *same* functions the FastAPI routes call
-(:func:`api.routes.records.record_response`, :func:`~api.routes.records.list_response`
-and :func:`api.routes.sql.execute_sql`), the same principal resolution
+(:func:`api.rest_reads.record_response`, :func:`~api.rest_reads.list_response` and
+:func:`api.ops.sql.execute_sql`), the same principal resolution
 (:func:`api.deps.resolve_principal`) and the same error rendering
-(:func:`api.errors.service_error_response`). It marks the request with the FastAPI route,
-so usage logs and metrics see the route template as before.
+(:func:`api.errors.service_error_response`). It marks the request with the FastAPI route
+(found in the application's router by its path and method), so usage logs and metrics
+see the route template as before.
 
 Anything it is not sure to answer identically goes on to FastAPI unchanged: other
 methods and paths, app-user (JWT) sessions, requests without a usable bearer token,
@@ -37,10 +38,9 @@ from api import appusers
 from api.bodies import read_body, replay
 from api.deps import resolve_principal
 from api.errors import data_error_response, service_error_response
+from api.ops.sql import execute_sql
 from api.responses import JSON
-from api.routes import records
-from api.routes import sql as sql_routes
-from api.routes.sql import execute_sql
+from api.rest_reads import list_response, record_response
 from storage.access import TokenType
 from storage.errors import Forbidden, ServiceError
 
@@ -51,10 +51,24 @@ _SQL_BODY_MAX = 64 * 1024  # larger bodies go to FastAPI (a query is at most 10,
 _HEADERS = (b"authorization", b"prefer", b"content-type")
 _RECORD = re.compile(r"/functions/v1/rest-api/tables/(\d{1,18})/records/([^/]+)")
 _LIST = re.compile(r"/functions/v1/rest-api/tables/(\d{1,18})/records")
+# the FastAPI routes these paths stand for (their templates, as the router names them)
+_GET_ROUTE = ("GET", "/functions/v1/rest-api/tables/{table_id}/records/{record_id}")
+_LIST_ROUTE = ("GET", "/functions/v1/rest-api/tables/{table_id}/records")
+_SQL_ROUTE = ("POST", _SQL)
 
 
-def _route(name: str) -> Any:
-    return next(r for r in records.router.routes if getattr(r, "name", None) == name)
+def _route(app: Any, method: str, path: str) -> Any:
+    """The application's route for ``method`` and the path template ``path`` (routers
+    included in the application are searched too)."""
+    routes = list(app.router.routes)
+    while routes:
+        route = routes.pop(0)
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            routes.extend(included.routes)
+        elif getattr(route, "path", None) == path and method in (getattr(route, "methods", None) or ()):
+            return route
+    raise LookupError(f"no route {method} {path}")
 
 
 class FastReads:
@@ -62,9 +76,14 @@ class FastReads:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.get_route = _route("get_")
-        self.list_route = _route("list_")
-        self.sql_route = next(r for r in sql_routes.router.routes if getattr(r, "name", None) == "sql")
+        self.routes: dict[tuple[str, str], Any] = {}
+
+    def route(self, scope: Scope, key: tuple[str, str]) -> Any:
+        """The FastAPI route the request stands for (looked up once in the application)."""
+        found = self.routes.get(key)
+        if found is None:
+            found = self.routes[key] = _route(scope["app"], *key)
+        return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == _SQL:
@@ -93,14 +112,14 @@ class FastReads:
                 raise Forbidden("user_mcp tokens work on the MCP server only", code="WRONG_PROTOCOL")
             st["principal"] = principal  # as rest_principal does (request.state.principal)
             if record is not None:
-                scope["route"] = self.get_route
-                response = await records.record_response(state, principal, int(record[1]), record[2], params)
+                scope["route"] = self.route(scope, _GET_ROUTE)
+                response = await record_response(state, principal, int(record[1]), record[2], params)
             else:
-                scope["route"] = self.list_route
+                scope["route"] = self.route(scope, _LIST_ROUTE)
                 view = next((v for k, v in reversed(params) if k == "view"), None)
                 prefer = headers.get(b"prefer", b"").decode("latin-1")
-                response = await records.list_response(state, principal, int(listing[1]), params,  # type: ignore[index]
-                                                       prefer=prefer, view=view)
+                response = await list_response(state, principal, int(listing[1]), params,  # type: ignore[index]
+                                               prefer=prefer, view=view)
         except ServiceError as exc:
             response = service_error_response(exc)
         except psycopg.DataError as exc:
@@ -108,7 +127,7 @@ class FastReads:
         await response(scope, receive, send)
 
     async def _sql(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """``POST {rest}/sql`` as :func:`api.routes.sql.sql` answers it."""
+        """``POST {rest}/sql`` as the FastAPI route ``api.routes.sql.sql`` answers it."""
         read = await read_body(receive, limit=_SQL_BODY_MAX)
         if read is None:  # the client left: nothing to answer
             return
@@ -127,7 +146,7 @@ class FastReads:
             if principal.type is TokenType.USER_MCP:
                 raise Forbidden("user_mcp tokens work on the MCP server only", code="WRONG_PROTOCOL")
             st["principal"] = principal
-            scope["route"] = self.sql_route
+            scope["route"] = self.route(scope, _SQL_ROUTE)
             prefer = headers.get(b"prefer", b"").decode("latin-1")
             response: Response = JSON(await execute_sql(state, principal, query, json_rows=True,
                                                         count=count or "count=exact" in prefer))
@@ -139,7 +158,7 @@ class FastReads:
 
 
 def _sql_args(headers: dict[bytes, bytes], body: bytes) -> tuple[str, bool] | None:
-    """``(query, count)`` of a body FastAPI would accept as :class:`api.routes.sql.SqlIn`
+    """``(query, count)`` of a body FastAPI would accept as ``api.routes.sql.SqlIn``
     as it is, or ``None`` to leave the request to FastAPI (its validation errors included)."""
     media = headers.get(b"content-type", b"").partition(b";")[0].strip().lower()
     if media != b"application/json":

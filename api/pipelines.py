@@ -28,7 +28,7 @@ from activities.snap import caller_of, table_snap
 from activities.types import PipelineInput, PipelineResult, RecordOutcome
 from api.limits import charge_automation_runs
 from api.metrics import observe_pipeline
-from api.routes.search import refresh_after_write
+from api.ops.search import refresh_after_write
 from api.state import AppState
 from storage import outbox
 from storage import records as rec

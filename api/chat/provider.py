@@ -1,4 +1,4 @@
-"""The agent chat's AI provider: its shared HTTP client and configuration check.
+"""The agent chat's AI provider: its shared HTTP client (:mod:`api.aiclient`) and configuration check.
 
 Completions stream through the one OpenAI-compatible stream reader,
 :func:`activities.openai_stream.stream_completion` (``POST {WDS_AI_BASE_URL}/chat/completions``
@@ -11,28 +11,15 @@ on a plain shared client, not through the SSRF guard of user-defined HTTP steps.
 
 from __future__ import annotations
 
-import httpx
-
 from activities.openai_stream import Finished, ProviderError, Text, ToolCall, stream_completion
+from api.aiclient import http_client
 from api.state import AppState
 from storage.errors import Unavailable
 
 __all__ = ["Finished", "ProviderError", "Text", "ToolCall", "http_client", "require_provider", "stream_completion"]
 
-CONNECT_TIMEOUT_S = 10.0
-READ_TIMEOUT_S = 120.0  # between two chunks of a stream, not for the whole answer
 NO_PROVIDER = ("no AI provider is configured on this server: the operator sets WDS_AI_BASE_URL"
                " (and WDS_AI_API_KEY, WDS_AI_MODEL) to an OpenAI-compatible endpoint")
-
-
-def http_client(state: AppState) -> httpx.AsyncClient:
-    """The process's client for AI providers (chat and embeddings), made on first use."""
-    client: httpx.AsyncClient | None = state.extras.get("ai_http")
-    if client is None or client.is_closed:
-        client = httpx.AsyncClient(timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
-                                   limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
-        state.extras["ai_http"] = client
-    return client
 
 
 def require_provider(state: AppState) -> str:

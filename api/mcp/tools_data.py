@@ -1,9 +1,9 @@
 """The 12 data tools every MCP token gets (spec "MCP server"), as plain async functions.
 
-Each handler is ``async (state, principal, args) -> dict`` and calls the same code as the
-REST door — the route coroutines themselves for record writes (so pipelines, required
-columns and grants behave identically) and the query compiler for listings. Nothing here
-imports the MCP SDK: the agent chat serves these same specs as its tools.
+Each handler is ``async (state, principal, args) -> dict``: it reads the tool's arguments
+and calls the operation the REST door calls (:mod:`api.ops`), so pipelines, required
+columns, grants and query errors behave identically. Nothing here imports the MCP SDK:
+the agent chat serves these same specs as its tools.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ import dataclasses
 from typing import Any
 
 import orjson
-from starlette.responses import Response
 
-from api.deps import require, table_or_404
 from api.mcp.spec import (
     DELETED_OUT,
     FIELDS,
@@ -33,33 +31,22 @@ from api.mcp.spec import (
     out,
     string,
 )
+from api.ops import records as ops_records
+from api.ops import runs as ops_runs
+from api.ops import search as ops_search
+from api.ops import views as ops_views
 from api.ops.access import table_for
 from api.ops.catalogue import INTEGRATION_SOURCES
-from api.routes import records as rest_records
-from api.routes import runs as rest_runs
-from api.routes import search as rest_search
-from api.routes.sql import execute_sql
-from api.routes.views import view_query
-from api.schemas import RecordIn
+from api.ops.sql import execute_sql
 from api.serialize import column_out, table_summary
 from api.state import AppState
-from storage import views as stored_views
 from storage.access import Action, Principal
 from storage.errors import ServiceError
 from storage.formula.functions import describe_functions
-from storage.query import (
-    DEFAULT_LIMIT,
-    MAX_LIMIT,
-    Query,
-    QueryPlan,
-    list_page,
-    parse_arguments,
-    plan_query,
-)
+from storage.query import DEFAULT_LIMIT, MAX_LIMIT, Query, parse_arguments
 from storage.query.listing import CountMode, count_mode
 from storage.query.parse import terms_text
-from storage.query.render import PreparedList, list_records_json, memoised_list, prepared_or_plan
-from storage.schema import COMPUTED_TYPES, DATA_TYPES, TableMeta, WorkspaceSchema
+from storage.schema import COMPUTED_TYPES, DATA_TYPES
 
 MCP_DEFAULT_LIMIT = DEFAULT_LIMIT  # pages as REST does (spec "Limits": default 100, at most 1000)
 MCP_MAX_LIMIT = MAX_LIMIT
@@ -85,11 +72,6 @@ _COMPUTED_DOCS = {
     "loop": ("run a sub-step for each item of a list column", "{source_column, step: {type, config}}"),
     "delay": ("a durable timer before dependants run", "{seconds}"),
 }
-
-
-def route_json(resp: Response) -> Any:
-    """The JSON body of a REST route's response (the route is the shared implementation)."""
-    return orjson.loads(bytes(resp.body))
 
 
 def record_ref(value: Any) -> str:
@@ -139,56 +121,27 @@ def _query(args: dict[str, Any]) -> Query:
 _LIST_KEYS = ("filters", "order", "select", "expand", "limit", "offset", "count", "view", "after")
 
 
-def _plan(schema: WorkspaceSchema, table: TableMeta, principal: Principal, query: Query) -> QueryPlan:
-    # the page reads one record past it, which says whether more match (its next cursor);
-    # limit 0 reads one record (dropped by list_records_tool) to tell whether any matches
-    plan = plan_query(query, table, can_read=principal.can_read, get_table=schema.tables.get)
-    return dataclasses.replace(plan, limit=1) if plan.limit == 0 else plan
-
-
-async def _prepared(state: AppState, schema: WorkspaceSchema, table: TableMeta, principal: Principal,
-                    args: dict[str, Any]) -> tuple[PreparedList | QueryPlan, bool]:
-    """The list's statements, memoised per table and arguments for this schema version
-    (:func:`storage.query.render.memoised_list`), or the plan when PostgreSQL cannot
-    render the page; and whether the exact total is wanted. A view's filters are read
-    from the database, so a list through a view is not memoised (as on REST)."""
-    if args.get("view") is not None:
-        query = _query(args)
-        query = await view_query(state, principal, table, str(query.view), query)
-        return prepared_or_plan(_plan(schema, table, principal, query)), query.count
-    if args.get("after") is not None:  # each cursor is another statement: not memoised
-        query = _query(args)
-        return prepared_or_plan(_plan(schema, table, principal, query)), query.count
-    key = ("mcp", table.id, orjson.dumps([args.get(k) for k in _LIST_KEYS]))
-    found = memoised_list(schema, key, lambda: _plan(schema, table, principal, _query(args)))
-    return found, count_mode(args.get("count")) is CountMode.EXACT
-
-
 async def list_records_tool(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     """One page with ``limit``, ``offset`` and ``has_more``; the exact ``total`` only when
     ``count`` is true (as REST counts only on ``Prefer: count=exact``: a count reads every
     match, which on a large table costs far more than the page). Without it the page is
     read with one record more than asked, which tells whether more match."""
-    schema = await state.schema(principal.workspace_id)
-    table = table_or_404(schema, args["table_id"])
-    require(principal, table, Action.READ)
-    prepared, counting = await _prepared(state, schema, table, principal, args)
+    # the statements are memoised per table and arguments for this schema version; a
+    # view's filters are read from the database and each cursor is another statement
+    memoise = args.get("view") is None and args.get("after") is None
+    req = ops_records.ListRequest(("mcp", orjson.dumps([args.get(k) for k in _LIST_KEYS])),
+                                  lambda: _query(args), memoise=memoise, probe_empty=True)
     mode = count_mode(args.get("count"))
-    records: list[dict[str, Any]]
-    async with state.db.connection() as conn:
-        if isinstance(prepared, PreparedList):
-            # as REST does: PostgreSQL renders the page as JSON (no row decoded in Python)
-            text, _, total, after = await list_records_json(conn, prepared, count=mode)
-            records = orjson.loads(text)
-        else:
-            records, total, after = await list_page(conn, prepared, count=mode)
-    offset = prepared.offset
-    limit = prepared.limit
+    counting = mode is CountMode.EXACT
+    found = await ops_records.list_records(state, principal, args["table_id"], req, count=mode)
+    raw = isinstance(found.records, ops_records.RawJson)
+    records: list[dict[str, Any]] = found.records.value() if raw else found.records  # type: ignore[union-attr,assignment]
+    total, after, offset, limit = found.total, found.next, found.offset, found.limit
     matched_any = None
-    if _query(args).limit == 0:  # planned as 1 (_plan): the record only says whether any matches
+    if _query(args).limit == 0:  # planned as 1 (probe_empty): the record only says whether any matches
         limit, after, matched_any, records = 0, None, bool(records), []
     page: dict[str, Any] = {"records": records, "limit": limit, "offset": offset, "next": after}
-    if isinstance(prepared, PreparedList):
+    if raw:
         # parsed from PostgreSQL's JSON, so JSON values only: the fast path writes it itself
         # (a page decoded in Python may hold other types, e.g. a computed column's datetime)
         page = JsonValues(page)
@@ -212,58 +165,41 @@ async def list_records_tool(state: AppState, principal: Principal, args: dict[st
 
 
 async def get_record(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    table = await table_for(state, principal, args["table_id"], Action.READ)
     params: list[tuple[str, str]] = []
     for key in ("select", "expand"):
         terms = terms_text(key, args.get(key))
         if terms is not None:
             params.append((key, terms))
-    record_id = record_ref(args["record_id"])
-    return route_json(await rest_records.record_response(state, principal, table.id, record_id, params))
+    return await ops_records.get_record(state, principal, args["table_id"], record_ref(args["record_id"]), params)
 
 
 async def create_record(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    table = await table_for(state, principal, args["table_id"], Action.CREATE)
-    resp = await rest_records.create(table.id, RecordIn(fields=args["fields"]), principal, state,
-                                     run_pipeline=args.get("run_pipeline", True))
-    return route_json(resp)
+    return await ops_records.create_record(state, principal, args["table_id"], args["fields"],
+                                           run_pipeline=args.get("run_pipeline", True))
 
 
 async def update_record(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    table = await table_for(state, principal, args["table_id"], Action.UPDATE)
-    resp = await rest_records.update(table.id, record_ref(args["record_id"]), RecordIn(fields=args["fields"]),
-                                     principal, state, run_pipeline=args.get("run_pipeline", True))
-    return route_json(resp)
+    return await ops_records.update_record(state, principal, args["table_id"], record_ref(args["record_id"]),
+                                           args["fields"], run_pipeline=args.get("run_pipeline", True))
 
 
 async def delete_record(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    table = await table_for(state, principal, args["table_id"], Action.DELETE)
-    return route_json(await rest_records.delete(table.id, record_ref(args["record_id"]), principal, state))
+    return await ops_records.delete_record(state, principal, args["table_id"], record_ref(args["record_id"]))
 
 
 async def compute_cell(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    table = await table_for(state, principal, args["table_id"], Action.UPDATE)
-    resp = await rest_runs.compute_cell(table.id, record_ref(args["record_id"]), str(args["column"]),
-                                        principal, state)
-    return route_json(resp)
+    return await ops_runs.compute_cell(state, principal, args["table_id"], record_ref(args["record_id"]),
+                                       str(args["column"]))
 
 
 async def list_views(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    table = await table_for(state, principal, args["table_id"], Action.READ)
-    async with state.db.connection() as conn:
-        cur = await conn.execute(
-            "SELECT id, name, view_type, config, published, share_id, created_at, updated_at"
-            " FROM wds.views WHERE workspace_id = %s AND table_id = %s ORDER BY id",
-            (principal.workspace_id, table.id),
-        )
-        rows = [stored_views.decoded(r, table) for r in await cur.fetchall()]
-    return {"table": {"id": table.id, "name": table.name}, "views": jsonable(rows)}
+    listed = await ops_views.list_views_published(state, principal, args["table_id"])
+    return {"table": listed["table"], "views": jsonable(listed["views"])}
 
 
 async def semantic_search(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    table = await table_for(state, principal, args["table_id"], Action.READ)
-    return await rest_search.search_records(state, principal, table, args["query"], limit=args.get("limit", 10),
-                                            filters=args.get("filters"))
+    return await ops_search.search_records(state, principal, args["table_id"], args["query"],
+                                           limit=args.get("limit", 10), filters=args.get("filters"))
 
 
 async def sql_query(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:

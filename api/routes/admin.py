@@ -7,35 +7,26 @@ rotation).
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Literal
 
 import psycopg
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from api import limits
-from api.deps import StateDep, bearer
+from api.deps import StateDep, require_admin
+from api.ops.usage import workspace_usage as usage_report
 from api.responses import JSON
-from api.routes.usage import workspace_usage as usage_report
 from api.schemas import ErrorOut
 from api.state import AppState
 from storage import access, appusers, meta, objects
 from storage.access import BucketPerms, Perms, TokenType
-from storage.errors import Conflict, NotFound, Unauthorized, ValidationError
+from storage.errors import Conflict, NotFound, ValidationError
 from storage.plans import PLANS
 from storage.usage import MAX_DAYS
 from storage.values import iso
-
-
-async def require_admin(request: Request) -> None:
-    key = request.app.state.wds.settings.admin_key
-    secret = bearer(request)
-    if not key or not hmac.compare_digest(secret.encode(), key.encode()):
-        raise Unauthorized("invalid admin key")
-
 
 router = APIRouter(
     prefix="/functions/v1/admin",
@@ -251,7 +242,7 @@ async def workspace_usage(
 ) -> JSON:
     """Request counts by day, token, door and status, and this month's quota counters."""
     row = await _workspace(state, workspace_id)
-    return await usage_report(state, workspace_id=workspace_id, plan_name=row["plan"], days=days)
+    return JSON(await usage_report(state, workspace_id=workspace_id, plan_name=row["plan"], days=days))
 
 
 # --------------------------------------------------------------------------- profiles

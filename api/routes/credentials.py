@@ -17,9 +17,8 @@ import psycopg
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import StateDep
+from api.deps import StateDep, require_admin
 from api.responses import JSON
-from api.routes.admin import require_admin
 from api.schemas import Deleted, ErrorOut
 from api.state import AppState
 from storage import meta, secrets

@@ -1,4 +1,5 @@
-"""``POST {rest}/sql``: read-only SQL over the workspace's tables by their human names."""
+"""``POST {rest}/sql``: read-only SQL over the workspace's tables by their human names
+(the operation is :func:`api.ops.sql.execute_sql`)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,9 @@ from fastapi import APIRouter, Header
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import RestPrincipal, StateDep
+from api.ops.sql import execute_sql
 from api.responses import JSON
 from api.schemas import ERRORS
-from api.state import AppState
-from storage.access import Principal
-from storage.plans import plan as plan_of
-from storage.sqlquery import AnalyticPlan, SqlPlan, run_sql, table_resolver, translate
-
-_PLAN_MEMO = 256  # translated queries kept per workspace schema version
 
 router = APIRouter(prefix="/functions/v1/rest-api", tags=["sql"])
 
@@ -43,28 +39,6 @@ class SqlOut(BaseModel):
     offset: int | None = None
     has_more: bool | None = Field(None, description="more rows match after this page")
     count: int | None = Field(None, description="the answer to SELECT COUNT(*)")
-
-
-async def execute_sql(
-    state: AppState, principal: Principal, query: str, *, json_rows: bool = False, count: bool = False,
-) -> dict[str, Any]:
-    """Translate and run a read-only query for ``principal`` (shared by REST and MCP).
-    ``json_rows``: PostgreSQL renders the page, ``rows`` is an ``orjson.Fragment``.
-    ``count``: count every match for ``total`` (see :func:`storage.sqlquery.run_sql`)."""
-    schema = await state.schema(principal.workspace_id)
-    # Translation is pure given the text and this schema version; clients repeat their queries.
-    plans: dict[str, SqlPlan | AnalyticPlan] = schema.derived.setdefault("sql_plans", {})
-    plan = plans.get(query)
-    if plan is None or not all(principal.can_read(t) for t in plan.table_ids):
-        plan = translate(query, resolve_table=table_resolver(schema.tables.values()), can_read=principal.can_read)
-        if len(plans) >= _PLAN_MEMO:
-            plans.clear()
-        plans[query] = plan
-    async with state.db.connection() as conn:
-        return await run_sql(
-            conn, plan, workspace_id=principal.workspace_id,
-            timeout_s=float(plan_of(principal.plan).sql_timeout_s), json_rows=json_rows, count=count,
-        )
 
 
 @router.post("/sql", response_model=SqlOut, responses={**ERRORS, 408: ERRORS[400]})

@@ -1,11 +1,11 @@
 """Builder tools for records in bulk: batch create, update by filter, run actions, and
-re-running one record's pipeline. Batch create, run-actions and run call the REST routes."""
+re-running one record's pipeline. Batch create, run-actions, runs and the record's pipeline
+are the REST door's operations (:mod:`api.ops.records`, :mod:`api.ops.runs`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from api.deps import require
 from api.mcp.builder.common import builder, column_ids, model, positive_id
 from api.mcp.spec import (
     FIELDS,
@@ -20,54 +20,29 @@ from api.mcp.spec import (
     out,
     string,
 )
-from api.mcp.tools_data import record_ref, route_json
+from api.mcp.tools_data import record_ref
+from api.ops import records as ops_records
+from api.ops import runs as ops_runs
 from api.ops.access import table_for
-from api.pipelines import run_after_write
-from api.routes import records as rest_records
-from api.routes import runs as rest_runs
-from api.schemas import BatchIn
+from api.schemas import BatchIn, RunActionsIn, RunIn
 from api.state import AppState
-from storage import records as rec
 from storage.access import Action, Principal
-from storage.errors import ServiceError, ValidationError
-from storage.query import parse_filter_list, parse_filter_object, plan_filters
 
-MAX_UPDATE = rest_records.MAX_BATCH
+MAX_UPDATE = ops_records.MAX_BATCH
 
 
 async def batch_create_records(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    table = await table_for(state, principal, args["table_id"], Action.CREATE)
     body = model(BatchIn, {"rows": args["rows"], "run_pipeline": args.get("run_pipeline", True)})
-    return route_json(await rest_records.batch(table.id, body, principal, state))
-
-
-def _filters(raw: Any) -> tuple[Any, ...]:
-    return parse_filter_object(raw) if isinstance(raw, dict) else parse_filter_list(raw)
+    done = await ops_records.create_records(state, principal, args["table_id"], body.rows,
+                                            run_pipeline=body.run_pipeline)
+    return ops_records.plain_results(done)
 
 
 async def batch_update_records(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     """Set the same fields on every record matching the filters (at most 500), in one
     transaction, then run the edit pipeline over them together."""
-    table = await table_for(state, principal, args["table_id"], Action.UPDATE)
-    require(principal, table, Action.READ)
-    planned = plan_filters(_filters(args["filters"]), table)
-    fields = args["fields"]
-    prepared = rec.prepare_fields(table, fields, creating=False)
-    if not prepared.values:
-        raise ValidationError("fields is empty: nothing to change")
-    async with state.db.transaction() as conn:
-        ids = await rec.page_ids(conn, table=table, filters=planned, after_id=0, limit=MAX_UPDATE + 1)
-        if len(ids) > MAX_UPDATE:
-            raise ServiceError(f"more than {MAX_UPDATE} records match; narrow the filters",
-                               code="BATCH_TOO_LARGE")
-        rows = [r for r in [await rec.update_record(conn, table=table, record_id=i, row=prepared) for i in ids]
-                if r is not None]
-    final, outcome = await run_after_write(state, principal, table, rows, mode="edit", changed=list(fields),
-                                           enabled=args.get("run_pipeline", True))
-    out_: dict[str, Any] = {"updated": len(final), "ids": [r["id"] for r in final]}
-    if outcome is not None:
-        out_["pipeline"] = {k: v for k, v in outcome.items() if k != "per_record"}
-    return out_
+    return await ops_records.update_matching(state, principal, args["table_id"], args["filters"], args["fields"],
+                                             run_pipeline=args.get("run_pipeline", True))
 
 
 async def run_actions(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
@@ -79,19 +54,19 @@ async def run_actions(state: AppState, principal: Principal, args: dict[str, Any
         body["filters"] = args["filters"]
     if args.get("columns"):
         body["column_ids"] = column_ids(table, args["columns"])
-    resp = await rest_runs.run_actions(table.id, model(rest_runs.RunActionsIn, body), principal, state)
-    return route_json(resp)
+    checked = model(RunActionsIn, body)
+    return await ops_runs.run_actions(state, principal, table.id, record_ids=checked.record_ids,
+                                      filters=checked.filters, column_ids=checked.column_ids)
 
 
 async def get_run(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    return route_json(await rest_runs.get_run(str(args["run_id"]), principal, state))
+    return await ops_runs.get_run(state, principal, str(args["run_id"]))
 
 
 async def run_record_pipeline(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
-    table = await table_for(state, principal, args["table_id"], Action.UPDATE)
-    body = model(rest_runs.RunIn, {"mode": args.get("mode", "edit"),
-                                   "changed_columns": args.get("changed_columns", [])})
-    return route_json(await rest_runs.run_record(table.id, record_ref(args["record_id"]), body, principal, state))
+    body = model(RunIn, {"mode": args.get("mode", "edit"), "changed_columns": args.get("changed_columns", [])})
+    return await ops_runs.run_record(state, principal, args["table_id"], record_ref(args["record_id"]),
+                                     mode=body.mode, changed_columns=body.changed_columns)
 
 
 _FILTERS = {"type": ["object", "array"],

@@ -1,7 +1,9 @@
 """Builder tools for saved views and publishing them (a public read-only page or a form).
 
-View CRUD calls the REST view routes (same validation of ``config`` per view type);
-publishing sets ``share_id``/``published`` on the view, served by ``api/routes/publish.py``.
+View CRUD is the REST door's operations (:mod:`api.ops.views`: the same validation of
+``config`` per view type);
+publishing sets ``share_id``/``published`` on the view, served by ``api/routes/publish.py``
+(its share URL from :mod:`api.ops.publish`).
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from typing import Any
 
 from api.mcp.builder.common import builder, model, pick, positive_id
 from api.mcp.spec import DELETED_OUT, TABLE_ID, ToolSpec, any_object, integer, jsonable, obj, out, string
-from api.mcp.tools_data import route_json
+from api.ops import views as ops_views
 from api.ops.access import require_manage, table_for
-from api.routes import views as rest_views
-from api.routes.publish import share_url
+from api.ops.publish import share_url
+from api.schemas import ViewIn, ViewPatch
 from api.state import AppState
 from storage.access import Action, Principal
 from storage.errors import NotFound, ValidationError
@@ -37,8 +39,9 @@ _PUBLISH_OUT = out({"view_id": {"type": "integer"}, "published": {"type": ["stri
 
 async def create_view(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.READ)
-    body = model(rest_views.ViewIn, pick(args, "name", "view_type", "config"))
-    return route_json(await rest_views.create_view(table.id, body, principal, state))
+    body = model(ViewIn, pick(args, "name", "view_type", "config"))
+    return await ops_views.create_view(state, principal, table.id, name=body.name, view_type=body.view_type,
+                                       config=body.config)
 
 
 async def update_view(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
@@ -46,21 +49,19 @@ async def update_view(state: AppState, principal: Principal, args: dict[str, Any
     changes = pick(args, "name", "view_type", "config")
     if not changes:
         raise ValidationError("nothing to change: send name, view_type or config")
-    body = model(rest_views.ViewPatch, changes)
-    return route_json(await rest_views.patch_view(table.id, positive_id(args["view_id"], "view_id"), body,
-                                                  principal, state))
+    body = model(ViewPatch, changes)
+    return await ops_views.update_view(state, principal, table.id, positive_id(args["view_id"], "view_id"),
+                                       body.model_dump(exclude_unset=True))
 
 
 async def delete_view(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.READ)
-    return route_json(await rest_views.delete_view(table.id, positive_id(args["view_id"], "view_id"),
-                                                   principal, state))
+    return await ops_views.delete_view(state, principal, table.id, positive_id(args["view_id"], "view_id"))
 
 
 async def get_view(state: AppState, principal: Principal, args: dict[str, Any]) -> dict[str, Any]:
     table = await table_for(state, principal, args["table_id"], Action.READ)
-    view = route_json(await rest_views.get_view(table.id, positive_id(args["view_id"], "view_id"),
-                                                principal, state))
+    view = await ops_views.get_view(state, principal, table.id, positive_id(args["view_id"], "view_id"))
     return {**view, **(await _status(state, principal, table.id, view["id"]))}
 
 
