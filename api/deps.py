@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from api import appusers
+from api.services import appusers
 from api.state import AppState
 from storage import access
 from storage.access import Action, Principal, TokenType
@@ -43,7 +43,7 @@ def bearer(request: Request) -> str:
 async def resolve_principal(state: AppState, secret: str) -> Principal:
     """Token secret → principal (cached briefly); 401 when unknown, revoked or expired.
 
-    A miss is cached briefly too (api/cache.py): repeating a bad token costs no query."""
+    A miss is cached briefly too (api/services/cache.py): repeating a bad token costs no query."""
     if len(secret) > 512:
         raise Unauthorized("invalid, expired or revoked token")
 

@@ -499,7 +499,7 @@ def render_error_values() -> str:
 def openapi() -> dict[str, Any]:
     """``/openapi.json`` of the app, built in-process (the pool is not opened)."""
     from api.app import create_app
-    from wds.config import Settings
+    from service.config import Settings
 
     app = create_app(Settings(database_url="postgresql://docs@127.0.0.1:1/none"))
     return app.openapi()  # type: ignore[no-any-return]
@@ -589,7 +589,7 @@ GROUPS: list[tuple[str, str]] = [
     ("Tables", "/functions/v1/rest-api/tables"),
     ("SQL", "/functions/v1/rest-api/sql"),
     ("Schema and usage", "/functions/v1/rest-api/schema"),
-    ("Schema and usage", "/functions/v1/rest-api/usage"),
+    ("Schema and usage", "/functions/v1/rest-api/middleware/usage"),
     ("Agents and channels", "/functions/v1/rest-api/agents"),
     ("Special fields (integration catalogue)", "/functions/v1/rest-api/special-fields"),
     ("Admin: credentials", "/functions/v1/admin/workspaces/{workspace_id}/credentials"),

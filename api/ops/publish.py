@@ -9,7 +9,7 @@ required columns enforced, computed columns run with create rights on the form's
 only. Submissions are limited per share and client address (a moving one-minute window
 per API process) and refused on read-only plans.
 
-The REST door (``api/routes/publish.py``) parses the request and renders JSON or HTML.
+The REST door (``api/doors/rest/publish.py``) parses the request and renders JSON or HTML.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
 
-from api.pipelines import run_after_write
+from api.services.pipelines import run_after_write
 from api.state import AppState
+from service.config import Settings
 from storage import records as rec
 from storage import views
 from storage.access import Perms, Principal, TokenType
@@ -29,7 +30,6 @@ from storage.query import Query as RecordQuery
 from storage.query import list_records, plan_query
 from storage.schema import ColumnMeta, TableMeta
 from storage.views import apply_view
-from wds.config import Settings
 
 PAGE_SIZE = 100
 SUBMISSIONS_PER_MINUTE = 30

@@ -2,7 +2,7 @@
 create, update, delete and batch create. Writes run the table's computed columns before
 answering.
 
-REST (``api/routes/records.py`` and its fast path), the MCP data and builder tools and the
+REST (``api/doors/rest/records.py`` and its fast path), the MCP data and builder tools and the
 agent chat call these. The list and the batch create hand back the JSON PostgreSQL
 rendered as :class:`RawJson`, so a door that answers in JSON writes it as it is and no
 record is decoded in Python on the way.
@@ -21,7 +21,7 @@ from psycopg.pq import TransactionStatus
 from api.deps import require, require_writable, table_or_404
 from api.ops.access import table_for
 from api.ops.views import view_query
-from api.pipelines import (
+from api.services.pipelines import (
     Computed,
     InsertFirst,
     await_pipeline,

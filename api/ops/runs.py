@@ -12,10 +12,10 @@ from temporalio.service import RPCError
 from activities.bulkplan import build_bulk_input
 from activities.snap import caller_of
 from api.deps import require_writable
-from api.limits import charge_automation_runs
 from api.ops.access import table_for
 from api.ops.records import record_id
-from api.pipelines import run_after_write
+from api.services.limits import charge_automation_runs
+from api.services.pipelines import run_after_write
 from api.state import AppState
 from storage import records as rec
 from storage import runs

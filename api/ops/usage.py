@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from api import limits
+from api.services import limits
 from api.state import AppState
 from storage.usage import usage_report
 

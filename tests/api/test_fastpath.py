@@ -1,4 +1,4 @@
-"""The direct dispatch of GET record / GET records (api/fastpath.py) answers exactly as
+"""The direct dispatch of GET record / GET records (api/doors/fastpath.py) answers exactly as
 FastAPI's routes do: the same requests against an API process with ``WDS_FAST_READS=false``
 give the same status, body bytes and headers."""
 

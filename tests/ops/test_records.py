@@ -9,12 +9,12 @@ import pytest
 
 from api.ops import records as ops
 from api.state import AppState
+from service.config import Settings
 from storage.access import Perms, Principal, TokenType
 from storage.db import Database
 from storage.errors import Forbidden, NotFound, ServiceError
 from storage.query import parse_arguments
 from storage.query.listing import CountMode
-from wds.config import Settings
 
 
 def principal(workspace_id: int, *, read_only: bool = False, grants: dict[int, Perms] | None = None) -> Principal:
