@@ -51,7 +51,7 @@ from storage.errors import ServiceError, ValidationError
 
 router = APIRouter(tags=["chat"])
 log = logging.getLogger("wds.chat")
-_TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).resolve().parents[1] / "templates"),
+_TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).resolve().parents[2] / "templates"),
                          autoescape=select_autoescape(["html"]))
 ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": ErrorOut} for s in (400, 401, 402, 403, 404, 413, 429, 501, 503)}
 PING_S = 15

@@ -67,7 +67,7 @@ def sdk_dir() -> Path:
     candidates: list[Path] = []
     if spec is not None and spec.submodule_search_locations:
         candidates.extend(Path(p) for p in spec.submodule_search_locations)
-    candidates.append(Path(__file__).resolve().parents[2] / "sdk")
+    candidates.append(Path(__file__).resolve().parents[3] / "sdk")
     for path in candidates:
         if (path / "wds.js").is_file():
             return path
