@@ -176,11 +176,13 @@ async def _fresh_api(ctx: BenchContext, name: str, **env: str) -> AsyncIterator[
         yield api
 
 
-def _p99_figure(kind: str, attack: Probe, idle: Probe, *, gate: bool) -> Figure:
+def p99_figure(kind: str, attack: Probe, idle: Probe, control: Probe, *, gate: bool) -> Figure:
     label = "gate on" if gate else "gate off (informative)"
     notes = []
     if attack.p99_ms and idle.p99_ms:
         notes.append(f"p99 {attack.p99_ms / idle.p99_ms:.2f}× idle")
+    if kind != "control" and attack.p99_ms and control.p99_ms:
+        notes.append(f"{attack.p99_ms / control.p99_ms:.2f}× the control's")
     notes.append(f"{len(attack.latencies)} GETs; writes {attack.writes_text()}; API CPU {attack.api_cpu_s:.1f} s "
                  f"in {attack.elapsed_s:.1f} s; /healthz failures {attack.health_failures}/{attack.health}")
     return Figure(
@@ -216,7 +218,7 @@ async def noisy_neighbour(ctx: BenchContext) -> list[Figure]:
             idle_off, attacks_off, _, _ = await _run(ctx, api, phase_s)
     except NotMeasurable as exc:
         return [not_measured(NAME, f"other workspace's GET p99 under {CLIENTS} writers", str(exc), target=P99_TARGET)]
-    figures = [_p99_figure(kind, attacks[kind], idle, gate=True) for kind in attacks]
+    figures = [p99_figure(kind, attacks[kind], idle, attacks["control"], gate=True) for kind in attacks]
     checks = [idle, *attacks.values()]
     total = sum(p.health for p in checks)
     failed = sum(p.health_failures for p in checks)
@@ -229,7 +231,7 @@ async def noisy_neighbour(ctx: BenchContext) -> list[Figure]:
         value=2**30 / rss_after, baseline=2**30 / rss_before, baseline_label="before", target=RSS_TARGET,
         note=f"RSS {rss_before / 2**20:.0f} → {rss_after / 2**20:.0f} MB ({rss_after / rss_before:.2f}×), "
              f"{SETTLE_S:g} s after the last writers drained", tags={"workers": "1"}))
-    figures += [_p99_figure(kind, attacks_off[kind], idle_off, gate=False) for kind in attacks_off]
+    figures += [p99_figure(kind, attacks_off[kind], idle_off, attacks_off["control"], gate=False) for kind in attacks_off]
     failed_off = sum(p.health_failures for p in [idle_off, *attacks_off.values()])
     figures[-1].note += f"; gate off: /healthz failures {failed_off} over all phases"
     return figures
