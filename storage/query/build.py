@@ -451,8 +451,10 @@ def computed_keys(order: Sequence[PlannedOrder]) -> sql.Composable:
     them so the query around it orders by a column known to be sorted already
     (:func:`_order_by` with ``keyed``), as it does a data column."""
     return sql.SQL("").join(
-        sql.SQL(", {} AS {}").format(key_expr(term.target), sql.Identifier(f"_k{i}"))
-        for i, term in enumerate(order) if term.target.value_type is not None
+        sql.SQL(", {} AS {}").format(
+            text_key_expr(key_expr(term.target)) if prefix_keyed(term.target) else key_expr(term.target),
+            sql.Identifier(f"_k{i}"))
+        for i, term in enumerate(order) if term.target.value_type is not None or prefix_keyed(term.target)
     )
 
 
@@ -473,8 +475,9 @@ def _order_by(order: Sequence[PlannedOrder], keyed: bool = False) -> Fragment:
         if prefix_keyed(term.target):
             # the btree's first key, then the whole text: the same order as the text
             # alone (C collation), read from the index with at most an Incremental Sort
-            # of the rows sharing a prefix
-            parts.append(sql.SQL("{}" + suffix).format(text_key_expr(expr)))
+            # of the rows sharing a prefix (``keyed``: the prefix the subquery selected)
+            prefix = sql.Identifier(TABLE_ALIAS, f"_k{i}") if keyed else text_key_expr(expr)
+            parts.append(sql.SQL("{}" + suffix).format(prefix))
         parts.append(sql.SQL("{}" + suffix).format(expr))
     return sql.SQL(", ").join(parts), params
 
