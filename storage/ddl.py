@@ -7,6 +7,7 @@ Identifiers are composed with ``psycopg.sql.Identifier`` only.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from psycopg import AsyncConnection, pq, sql
@@ -335,7 +336,8 @@ def value_index_is_current(definition: str, col: ColumnMeta) -> bool:
     """Whether an existing value index (``pg_indexes.indexdef``) has the form
     :func:`value_index_sql` makes now (migration m0017 rebuilds the others)."""
     if prefix_keyed(col):
-        return f"left({column_name(col.id)}, {COMPUTED_TEXT_PREFIX})" in definition
+        # PostgreSQL writes the function as "left" (a keyword)
+        return re.search(rf'"?left"?\({column_name(col.id)}, {COMPUTED_TEXT_PREFIX}\)', definition) is not None
     return True
 
 
