@@ -28,7 +28,13 @@ from typing import Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from storage.ddl import COMPUTED_TEXT_PREFIX, computed_key_expr, computed_value_expr, search_expr, text_key_expr
+from storage.ddl import (
+    COMPUTED_TEXT_PREFIX,
+    computed_key_expr,
+    computed_value_expr,
+    search_expr,
+    text_key_expr,
+)
 from storage.ddl import prefix_keyed as ddl_prefix_keyed
 from storage.query.cursor import truncated_text
 from storage.query.parse import Op
