@@ -130,6 +130,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     # on other branches at the time of writing: rendered once the code uses them
     "LOSSY_CHANGE": ("Changing a column's type, or removing select options, would lose values of some records; `count` and `record_ids` say which; send `allow_loss: true` to change it anyway.", "count, record_ids"),
     "CREDENTIAL_HOST_MISMATCH": ("A step would send a credential to a URL host outside the credential's `hosts` (checked at column creation for literal URLs, at run time for templated ones and redirects).", ""),
+    "DATABASE_LIMIT_EXCEEDED": ("A statement hit one of PostgreSQL's fixed limits (SQLSTATE class 54: a value or list too large to store or compare, too many arguments, a statement too complex). Retrying it unchanged fails the same way; nothing was written by the failed statement.", ""),
     "QUERY_TIMEOUT": ("A statement ran past the database's statement timeout (every request has one).", ""),
     "OFFSET_TOO_DEEP": ("`offset` deeper than 10,000 with an order on anything but `id`: page by cursor (`after=<next>`), narrow the rows, or order by id.", ""),
     "INVALID_CURSOR": ("`after` is not a `next` cursor of this list: garbage, changed, made for another table, order or filter, given with `offset`, or on an order on a multi_select, JSON or file column (page those with `offset`).", ""),

@@ -7,6 +7,7 @@ Identifiers are composed with ``psycopg.sql.Identifier`` only.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from psycopg import AsyncConnection, pq, sql
@@ -243,10 +244,14 @@ def value_index_sql(workspace_id: int, col: ColumnMeta, method: str) -> sql.Comp
     sorted or range-filtered page reads only its rows whatever the table's size — or a
     GIN index (multi_select). A computed column with a scalar value type gets the btree
     on its typed value (:func:`computed_key_expr`), the expression the query compiler
-    sorts and filters on."""
+    sorts and filters on. A data text column's btree holds its first characters
+    (:func:`text_key_expr`): a btree entry must stay under ~2.7 kB and a cell may hold
+    ``storage.values.MAX_TEXT`` characters."""
     value_type = col.scalar_value_type
     if value_type is not None:
         columns = sql.SQL("({}), id").format(computed_key_expr(sql.Identifier(column_name(col.id)), value_type))
+    elif method == "btree" and prefix_keyed(col):
+        columns = sql.SQL("({}), id").format(text_key_expr(sql.Identifier(column_name(col.id))))
     else:
         columns = sql.SQL("{}, id" if method == "btree" else "{}").format(sql.Identifier(column_name(col.id)))
     return sql.SQL("CREATE INDEX {} ON {} USING {} ({})").format(
@@ -308,8 +313,32 @@ def computed_key_expr(column: sql.Composable, value_type: str) -> sql.Composable
     """The first key of a typed computed column's btree: its value (text: its prefix)."""
     value = computed_value_expr(column, value_type)
     if value_type == "text":
-        return sql.SQL("left({}, {})").format(value, sql.Literal(COMPUTED_TEXT_PREFIX))
+        return text_key_expr(value)
     return value
+
+
+def text_key_expr(value: sql.Composable) -> sql.Composable:
+    """``left(value, 200)``: the first key of a text btree (a data text column's, and a
+    text-typed computed column's), short enough for any btree entry. Under the database's
+    C collation the prefix never orders against the whole text: ``a < b`` implies
+    ``left(a, n) <= left(b, n)``, so the query compiler bounds it and then compares the
+    whole text (storage/query/build.py)."""
+    return sql.SQL("left({}, {})").format(value, sql.Literal(COMPUTED_TEXT_PREFIX))
+
+
+def prefix_keyed(col: ColumnMeta) -> bool:
+    """Whether the column's btree holds only the first characters of its text (data text
+    columns; typed computed text keeps its own form, :func:`computed_key_expr`)."""
+    return not col.computed and col.type is ColumnType.TEXT
+
+
+def value_index_is_current(definition: str, col: ColumnMeta) -> bool:
+    """Whether an existing value index (``pg_indexes.indexdef``) has the form
+    :func:`value_index_sql` makes now (migration m0017 rebuilds the others)."""
+    if prefix_keyed(col):
+        # PostgreSQL writes the function as "left" (a keyword)
+        return re.search(rf'"?left"?\({column_name(col.id)}, {COMPUTED_TEXT_PREFIX}\)', definition) is not None
+    return True
 
 
 async def _ensure_instant_function(conn: AsyncConnection[Any]) -> None:
