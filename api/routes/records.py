@@ -307,9 +307,17 @@ async def create(
     run_pipeline: bool = Query(True, description="false skips computed columns"),
 ) -> JSON:
     """Create a record (`fields` or `row_data`); computed columns run before the answer."""
+    return await create_response(state, principal, table_id, body, run_pipeline=run_pipeline)
+
+
+async def create_response(state: AppState, principal: Principal, table_id: int, body: RecordIn | dict[str, Any], *,
+                          run_pipeline: bool) -> JSON:
+    """The create route's answer (shared with :mod:`api.fastpath`, which passes the
+    ``fields`` object of a body it has checked itself)."""
     require_writable(principal)
     table = await _table(state, principal, table_id, Action.CREATE)
-    prepared = rec.prepare_fields(table, _fields_of(body), creating=True)
+    fields = _fields_of(body) if isinstance(body, RecordIn) else body
+    prepared = rec.prepare_fields(table, fields, creating=True)
     await _files(state, principal, table, prepared)
 
     async def write(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
