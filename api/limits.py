@@ -184,29 +184,29 @@ class RateLimiter:
         # exactly MovingWindowRateLimiter.hit, given the key
         return await self.strategy.storage.acquire_entry(key, item.amount, item.get_expiry())  # type: ignore[attr-defined, no-any-return]
 
-    async def _headers(self, item: RateLimitItem, *ident: str, fresh: bool = False) -> dict[str, str]:
+    async def _headers(self, item: RateLimitItem, kind: str, ident: int, fresh: bool = False) -> dict[str, str]:
         """The X-RateLimit-* headers. In process memory the window's stats cost a scan of
         every request in the window, so they are read at most once a second per key and
         this process's hits are counted down in between, which is exact since no other
         process shares that store. With Redis (shared) they are read every time.
         Enforcement itself (``hit``) is always exact."""
-        key = (item.amount, *ident)
+        key = (item.amount, kind, ident)
         now = time.monotonic()
         cached = self._stats.get(key)
         if fresh or self.shared or cached is None or now - cached[0] >= STATS_TTL_S:
-            stats = await self.strategy.get_window_stats(item, *ident)
+            stats = await self.strategy.get_window_stats(item, kind, str(ident))
             cached = [now, max(0, stats.remaining), stats.reset_time, 0]
             if len(self._stats) > 100_000:
                 self._stats.clear()
             self._stats[key] = cached
         else:
             cached[3] += 1
-        remaining = max(0, cached[1] - cached[3])
-        wait = max(0, math.ceil(cached[2] - time.time()))
-        return {"X-RateLimit-Limit": str(item.amount), "X-RateLimit-Remaining": str(remaining),
-                "X-RateLimit-Reset": str(wait)}
+        remaining = cached[1] - cached[3]
+        wait = math.ceil(cached[2] - time.time())
+        return {"X-RateLimit-Limit": str(item.amount), "X-RateLimit-Remaining": str(remaining) if remaining > 0 else "0",
+                "X-RateLimit-Reset": str(wait) if wait > 0 else "0"}
 
-    async def _refuse(self, item: RateLimitItem, ident: tuple[str, str], message: str, code: str,
+    async def _refuse(self, item: RateLimitItem, ident: tuple[str, int], message: str, code: str,
                       upgrade: bool) -> RateLimited:
         headers = await self._headers(item, *ident, fresh=True)
         headers["Retry-After"] = str(max(1, int(headers["X-RateLimit-Reset"])))
@@ -224,8 +224,8 @@ class RateLimiter:
         per_ws = plan_of(principal.plan).requests_per_minute
         ws_item = self._item(per_ws) if per_ws is not None else None
         tok_item = self._item(TOKEN_REQUESTS_PER_MINUTE)
-        ws_id = ("ws", str(principal.workspace_id))
-        tok_id = ("tok", str(principal.token_id))
+        ws_id = ("ws", principal.workspace_id)
+        tok_id = ("tok", principal.token_id)
         try:
             # the workspace first: a request it refuses does not use the token's budget
             if ws_item is not None and not await self._hit(ws_item, "ws", principal.workspace_id):

@@ -100,6 +100,17 @@ def route_template(scope: Scope) -> str:
     return "<unmatched>"
 
 
+_NAMES: dict[str, bytes] = {}
+
+
+def _header_name(name: str) -> bytes:
+    """A header name as ASGI sends it (lower case, bytes); the few names are encoded once."""
+    raw = _NAMES.get(name)
+    if raw is None:
+        raw = _NAMES[name] = name.lower().encode()
+    return raw
+
+
 class ApiMiddleware:
     """See the module docstring. Install with ``app.add_middleware(ApiMiddleware)``."""
 
@@ -126,7 +137,7 @@ class ApiMiddleware:
                 extra = st.get(limits.HEADERS_KEY)
                 if extra:
                     message["headers"] = [*message.get("headers", ()),
-                                          *((k.lower().encode(), v.encode()) for k, v in extra.items())]
+                                          *((_header_name(k), v.encode()) for k, v in extra.items())]
             await send(message)
 
         try:
