@@ -49,7 +49,8 @@ from api.responses import JSON
 from api.routes import records
 from api.routes import sql as sql_routes
 from api.routes.sql import execute_sql
-from storage.access import TokenType
+from api.usage import RESOLVED_KEY
+from storage.access import Principal, TokenType
 from storage.errors import Forbidden, ServiceError
 
 _PREFIX = "/functions/v1/rest-api/tables/"
@@ -103,7 +104,7 @@ class FastReads:
         st: dict[str, Any] = scope.setdefault("state", {})
         state = scope["app"].state.wds
         try:
-            principal = await resolve_principal(state, secret)
+            principal = await _principal(state, st, secret)
             if principal.type is TokenType.USER_MCP:
                 raise Forbidden("user_mcp tokens work on the MCP server only", code="WRONG_PROTOCOL")
             st["principal"] = principal  # as rest_principal does (request.state.principal)
@@ -138,7 +139,7 @@ class FastReads:
         st: dict[str, Any] = scope.setdefault("state", {})
         state = scope["app"].state.wds
         try:
-            principal = await resolve_principal(state, secret)  # type: ignore[arg-type]
+            principal = await _principal(state, st, secret)  # type: ignore[arg-type]
             if principal.type is TokenType.USER_MCP:
                 raise Forbidden("user_mcp tokens work on the MCP server only", code="WRONG_PROTOCOL")
             st["principal"] = principal
@@ -171,7 +172,7 @@ class FastReads:
         st: dict[str, Any] = scope.setdefault("state", {})
         state = scope["app"].state.wds
         try:
-            principal = await resolve_principal(state, secret)  # type: ignore[arg-type]
+            principal = await _principal(state, st, secret)  # type: ignore[arg-type]
             if principal.type is TokenType.USER_MCP:
                 raise Forbidden("user_mcp tokens work on the MCP server only", code="WRONG_PROTOCOL")
             st["principal"] = principal
@@ -183,6 +184,15 @@ class FastReads:
         except psycopg.DataError as exc:
             response = data_error_response(exc)
         await response(scope, receive, send)
+
+
+async def _principal(state: Any, st: dict[str, Any], secret: str) -> Principal:
+    """The principal of ``secret``: as :class:`api.usage.ApiMiddleware` resolved it for
+    this request (same header, microseconds ago), else :func:`api.deps.resolve_principal`."""
+    resolved = st.get(RESOLVED_KEY)
+    if resolved is not None and resolved[0] == secret:
+        return resolved[1]  # type: ignore[no-any-return]
+    return await resolve_principal(state, secret)
 
 
 def _run_pipeline(query: bytes) -> bool | None:

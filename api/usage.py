@@ -45,6 +45,7 @@ DOORS: tuple[tuple[str, str], ...] = (
     ("/storage/v1", "storage"),
 )
 ENFORCED_HERE = frozenset({"rest", "sql", "storage"})  # bearer-token doors routed here
+RESOLVED_KEY = "wds_resolved"  # scope state: (bearer secret, its principal) as resolved here
 
 
 def door_of(path: str) -> str | None:
@@ -150,6 +151,7 @@ class ApiMiddleware:
                             principal = await appusers.app_user_principal(state, secret)
                         else:
                             principal = await resolve_principal(state, secret)
+                            st[RESOLVED_KEY] = (secret, principal)  # the fast paths need not resolve it again
                     except ServiceError:
                         principal = None  # the route answers 401 / 503 itself
                 if principal is not None:
