@@ -590,7 +590,7 @@ GROUPS: list[tuple[str, str]] = [
     ("Tables", "/functions/v1/rest-api/tables"),
     ("SQL", "/functions/v1/rest-api/sql"),
     ("Schema and usage", "/functions/v1/rest-api/schema"),
-    ("Schema and usage", "/functions/v1/rest-api/middleware/usage"),
+    ("Schema and usage", "/functions/v1/rest-api/usage"),
     ("Agents and channels", "/functions/v1/rest-api/agents"),
     ("Special fields (integration catalogue)", "/functions/v1/rest-api/special-fields"),
     ("Admin: credentials", "/functions/v1/admin/workspaces/{workspace_id}/credentials"),

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hmac
 import os
+from typing import Any
 
 from fastapi import APIRouter, Request
 from prometheus_client import (
@@ -59,9 +60,22 @@ class MetricsMiddleware(ObservingMiddleware):
     """Observe every HTTP request's duration (pure ASGI: no body buffering)."""
 
     def observe(self, scope: Scope, status: int, seconds: float) -> None:
-        REQUEST_SECONDS.labels(
-            door_of(scope["path"]) or "other", route_template(scope), scope["method"], str(status)
-        ).observe(seconds)
+        _request_child(door_of(scope["path"]) or "other", route_template(scope), scope["method"],
+                       status).observe(seconds)
+
+
+_CHILDREN: dict[tuple[str, str, str, int], Any] = {}
+
+
+def _request_child(door: str, route: str, method: str, status: int) -> Any:
+    """``REQUEST_SECONDS.labels(...)``, looked up once per label set (``labels`` checks and
+    converts its values and takes a lock on every call). Routes are templates, so the label
+    sets are few."""
+    key = (door, route, method, status)
+    child = _CHILDREN.get(key)
+    if child is None:
+        child = _CHILDREN[key] = REQUEST_SECONDS.labels(door, route, method, str(status))
+    return child
 
 
 def _registry() -> CollectorRegistry:

@@ -48,6 +48,7 @@ ENFORCED_HERE = frozenset({"rest", "sql", "storage"})  # bearer-token doors rout
 # doors whose requests take a slot of their workspace's share of the process (limits.WorkspaceGate);
 # storage is I/O, not event-loop work, and a slow upload must not hold a slot
 GATED = frozenset({"rest", "sql"})
+RESOLVED_KEY = "wds_resolved"  # scope state: (bearer secret, its principal) as resolved here
 
 
 def door_of(path: str) -> str | None:
@@ -103,6 +104,17 @@ def route_template(scope: Scope) -> str:
     return "<unmatched>"
 
 
+_NAMES: dict[str, bytes] = {}
+
+
+def _header_name(name: str) -> bytes:
+    """A header name as ASGI sends it (lower case, bytes); the few names are encoded once."""
+    raw = _NAMES.get(name)
+    if raw is None:
+        raw = _NAMES[name] = name.lower().encode()
+    return raw
+
+
 class ApiMiddleware(ObservingMiddleware):
     """See the module docstring. Install with ``app.add_middleware(ApiMiddleware)``."""
 
@@ -113,7 +125,7 @@ class ApiMiddleware(ObservingMiddleware):
         extra = scope.setdefault("state", {}).get(limits.HEADERS_KEY)
         if extra:
             message["headers"] = [*message.get("headers", ()),
-                                  *((k.lower().encode(), v.encode()) for k, v in extra.items())]
+                                  *((_header_name(k), v.encode()) for k, v in extra.items())]
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         door = door_of(scope["path"])
@@ -128,6 +140,7 @@ class ApiMiddleware(ObservingMiddleware):
                         principal = await appusers.app_user_principal(state, secret)
                     else:
                         principal = await resolve_principal(state, secret)
+                        st[RESOLVED_KEY] = (secret, principal)  # the fast paths need not resolve it again
                 except ServiceError:
                     principal = None  # the route answers 401 / 503 itself
             if principal is not None:
