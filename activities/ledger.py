@@ -10,15 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from activities.types import PipelineInput, PipelineResult, RecordOutcome
+from storage.schema import value_fits
 
 BUDGET_EXCEEDED = "budget_exceeded"
 SKIPPED = "skipped: a column it depends on failed"
+VALUE_TYPE_MISMATCH = "VALUE_TYPE_MISMATCH"
 
 
 class Ledger:
     def __init__(self, inp: PipelineInput, record_ids: list[str]) -> None:
         self.inp = inp
         self.names = {c.id: c.name for c in inp.table.columns}
+        self.types = {c.id: c.value_type for c in inp.table.columns}
         self.values: dict[str, dict[int, Any]] = {r: {} for r in record_ids}
         self.errors: dict[str, dict[str, str]] = {r: {} for r in record_ids}
         self.steps: dict[str, int] = {r: 0 for r in record_ids}
@@ -52,9 +55,16 @@ class Ledger:
         return out
 
     def record(self, rid: str, cid: int, value: Any, fields: dict[str, dict[str, Any]]) -> None:
-        """A computed value: kept for the write and visible to the steps that follow."""
+        """A computed value: kept for the write and visible to the steps that follow. A
+        value not of the column's value type is kept too (the cell is jsonb) and is the
+        record's error for this column: sorts and filters read it as blank (issue 24)."""
         self.values[rid][cid] = value
         fields[rid][self.names[cid]] = value
+        value_type = self.types.get(cid)
+        if not value_fits(value_type, value):
+            self.errors[rid][self.names[cid]] = (
+                f"{VALUE_TYPE_MISMATCH}: the value is not a {value_type} (the column's result_type);"
+                " it is kept, but sorts and filters read it as blank")
 
     def apply(self, cid: int, rids: list[str], values: dict[str, Any], errors: dict[str, str],
               fields: dict[str, dict[str, Any]]) -> None:

@@ -7,7 +7,7 @@ A delta carries ``content`` text, or ``tool_calls`` fragments — ``{index, id?,
 :func:`stream_completion` turns that into :class:`Text` events as they arrive, then one
 :class:`Finished` with the assembled tool calls and the token usage.
 
-Used by the agent chat (``api/chat``) and by anything in ``activities`` that streams; the
+Used by the agent chat (``api/doors/chat``) and by anything in ``activities`` that streams; the
 provider is operator configuration, so it is called on a plain client, not through the
 SSRF guard of user-defined HTTP steps. No I/O at import: the API may import it.
 """

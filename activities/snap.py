@@ -20,7 +20,7 @@ def table_snap(table: TableMeta) -> TableSnap:
             ColumnSnap(
                 id=c.id, name=c.name, type=c.type.value, config=dict(c.config), formula=c.formula,
                 options=[o.as_dict() for o in c.options], relation_table_id=c.relation_table_id,
-                required=c.required, position=c.position, broken=c.broken,
+                required=c.required, position=c.position, broken=c.broken, value_type=c.value_type,
             )
             for c in table.columns
         ],
@@ -38,7 +38,7 @@ def table_meta(snap: TableSnap) -> TableMeta:
                 id=c.id, table_id=snap.id, name=c.name, type=ColumnType(c.type), required=c.required,
                 position=c.position, options=tuple(Option(o["id"], o["label"], o["color"]) for o in c.options),
                 config=c.config, formula=c.formula, relation_table_id=c.relation_table_id,
-                broken=c.broken,
+                broken=c.broken, value_type=c.value_type,
             )
             for c in snap.columns
         ),

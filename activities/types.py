@@ -28,6 +28,8 @@ class ColumnSnap:
     # why the column cannot compute (a column it read was deleted with force): every
     # record gets this as its error and a null value
     broken: str | None = None
+    # computed columns: the value type results must have (storage/schema.py value_fits)
+    value_type: str | None = None
 
 
 @dataclass

@@ -13,12 +13,10 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from temporalio.client import Client
 
-from api import errors, limits, metrics
-from api.bodylimit import BodyLimit
-from api.fastpath import FastReads
-from api.idempotency import IdempotencyMiddleware
-from api.mcp import server as mcp_server
-from api.routes import (
+from api import errors
+from api.doors.fastpath import FastReads
+from api.doors.mcp import server as mcp_server
+from api.doors.rest import (
     admin,
     agents,
     auth,
@@ -40,19 +38,23 @@ from api.routes import (
     usage,
     views,
 )
-from api.routes import storage as storage_routes
+from api.doors.rest import storage as storage_routes
+from api.middleware import metrics
+from api.middleware.bodylimit import BodyLimit
+from api.middleware.idempotency import IdempotencyMiddleware
+from api.middleware.textguard import TextGuard
+from api.middleware.usage import ApiMiddleware
+from api.services import limits
 from api.state import AppState
-from api.textguard import TextGuard
-from api.usage import ApiMiddleware
+from service import tracing
+from service.config import Settings, get_settings
+from service.relay import run_relay
+from service.worker import build_worker
 from storage import access
 from storage.db import Database
 from storage.migrations import migrate
 from storage.query import cursor
 from storage.values import set_file_base_url
-from wds import tracing
-from wds.config import Settings, get_settings
-from wds.relay import run_relay
-from worker import build_worker
 
 log = logging.getLogger("wds.api")
 VERSION = "0.1.0"

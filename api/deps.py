@@ -6,12 +6,13 @@ user_mcp token with 403 WRONG_PROTOCOL; MCP accepts user_mcp and vibe_mcp.
 
 from __future__ import annotations
 
+import hmac
 from datetime import datetime, timezone
 from typing import Annotated
 
 from fastapi import Depends, Request
 
-from api import appusers
+from api.services import appusers
 from api.state import AppState
 from storage import access
 from storage.access import Action, Principal, TokenType
@@ -42,7 +43,7 @@ def bearer(request: Request) -> str:
 async def resolve_principal(state: AppState, secret: str) -> Principal:
     """Token secret → principal (cached briefly); 401 when unknown, revoked or expired.
 
-    A miss is cached briefly too (api/cache.py): repeating a bad token costs no query."""
+    A miss is cached briefly too (api/services/cache.py): repeating a bad token costs no query."""
     if len(secret) > 512:
         raise Unauthorized("invalid, expired or revoked token")
 
@@ -102,3 +103,12 @@ def require(principal: Principal, table: TableMeta, action: Action) -> None:
 def require_writable(principal: Principal) -> None:
     if principal.read_only:
         raise Forbidden("this workspace's plan allows reads only", code="PLAN_READ_ONLY", extra={"upgrade": True})
+
+
+async def require_admin(request: Request) -> None:
+    """The operator's admin key (``WDS_ADMIN_KEY``) as the bearer: the admin API and the
+    operator's credential routes."""
+    key = request.app.state.wds.settings.admin_key
+    secret = bearer(request)
+    if not key or not hmac.compare_digest(secret.encode(), key.encode()):
+        raise Unauthorized("invalid admin key")

@@ -82,6 +82,11 @@ class ColumnOut(BaseModel):
         default=None, description='computed columns: "ok", or "error" when a column it read was deleted with force'
     )
     status_reason: str | None = None
+    result_type: str | None = Field(
+        default=None,
+        description='computed columns: the value type, "number", "text", "date", "boolean" or "json" (declared with'
+        ' config.result_type, else inferred); a scalar type is indexed, sorted and filtered like a data column',
+    )
     backfill: BackfillOut | None = None  # column create/update only
 
 
@@ -209,3 +214,33 @@ class BatchResult(BaseModel):
 class BatchOut(BaseModel):
     results: list[BatchResult]
     pipeline: PipelineOut | None = None
+
+
+# Request models the MCP builder tools also validate their arguments with (same messages).
+
+
+class RunIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["edit", "create"] = "edit"
+    changed_columns: list[str] = Field(default_factory=list)
+
+
+class RunActionsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    record_ids: list[int] | None = None
+    filters: list[dict[str, Any]] | dict[str, Any] | None = None
+    column_ids: list[int] | None = None
+
+
+class ViewIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    view_type: str = Field(description="grid, kanban, gallery, calendar, timeline, form or custom")
+    config: dict[str, Any] = Field(default_factory=dict, description="per view type; see the views guide")
+
+
+class ViewPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = None
+    view_type: str | None = None
+    config: dict[str, Any] | None = Field(None, description="replaces the whole config")

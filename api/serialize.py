@@ -25,6 +25,7 @@ def column_out(col: ColumnMeta) -> dict[str, Any]:
     }
     if col.computed:
         out["status"] = "error" if col.broken else "ok"
+        out["result_type"] = col.value_type or "json"
         if col.broken:
             out["status_reason"] = col.broken
     return out

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.cache import Caches
+from api.services.cache import Caches
+from service.config import Settings
 from storage import meta
 from storage.db import Database
 from storage.reads import RecordReader
 from storage.schema import WorkspaceSchema
-from wds.config import Settings
 
 
 @dataclass

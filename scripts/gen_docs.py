@@ -73,6 +73,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     "LIMIT_TOO_LARGE": ("`limit` above the page maximum (1,000 on REST and SQL; lower over MCP; semantic search has its own maximum).", ""),
     "BATCH_TOO_LARGE": ("A batch of more than 500 rows, or an MCP bulk update matching more records than it may change.", ""),
     "INVALID_SQL": ("`POST /sql`: not a single read-only `SELECT`, a syntax error, an unknown table or column, a construct outside the supported subset.", ""),
+    "INVALID_RESULT_TYPE": ("A computed column's `config.result_type` is not one of `number`, `text`, `date`, `boolean`, `json`, or is given to a data column ([formulas.md](formulas.md#result-types)).", ""),
     "INVALID_FORMULA": ("A formula (Excel-like or JavaScript) or template that does not parse, calls an unknown function, has a wrong argument count, or is too long/deep.", ""),
     "CIRCULAR_REFERENCE": ("Computed columns would depend on each other in a cycle. `path` lists the column names around the cycle.", "path"),
     "WEAK_PASSWORD": ("App-user sign-up: a password too short, too long, too common, or equal to the e-mail address.", ""),
@@ -129,6 +130,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     # on other branches at the time of writing: rendered once the code uses them
     "LOSSY_CHANGE": ("Changing a column's type, or removing select options, would lose values of some records; `count` and `record_ids` say which; send `allow_loss: true` to change it anyway.", "count, record_ids"),
     "CREDENTIAL_HOST_MISMATCH": ("A step would send a credential to a URL host outside the credential's `hosts` (checked at column creation for literal URLs, at run time for templated ones and redirects).", ""),
+    "DATABASE_LIMIT_EXCEEDED": ("A statement hit one of PostgreSQL's fixed limits (SQLSTATE class 54: a value or list too large to store or compare, too many arguments, a statement too complex). Retrying it unchanged fails the same way; nothing was written by the failed statement.", ""),
     "QUERY_TIMEOUT": ("A statement ran past the database's statement timeout (every request has one).", ""),
     "OFFSET_TOO_DEEP": ("`offset` deeper than 10,000 with an order on anything but `id`: page by cursor (`after=<next>`), narrow the rows, or order by id.", ""),
     "INVALID_CURSOR": ("`after` is not a `next` cursor of this list: garbage, changed, made for another table, order or filter, given with `offset`, or on an order on a multi_select, JSON or file column (page those with `offset`).", ""),
@@ -498,7 +500,7 @@ def render_error_values() -> str:
 def openapi() -> dict[str, Any]:
     """``/openapi.json`` of the app, built in-process (the pool is not opened)."""
     from api.app import create_app
-    from wds.config import Settings
+    from service.config import Settings
 
     app = create_app(Settings(database_url="postgresql://docs@127.0.0.1:1/none"))
     return app.openapi()  # type: ignore[no-any-return]

@@ -15,11 +15,11 @@ created, and listings show ``token: null`` for it (:func:`agent_out`).
 Agents keep table ids; a table deleted later simply drops out of ``table_ids`` when
 agents are read (the listing query keeps only tables that still exist).
 
-Settings the agent chat reads (:mod:`api.chat`), decided here:
+Settings the agent chat reads (:mod:`api.doors.chat`), decided here:
 
 - ``agent.config = {write, delete}``: ``write`` lets the agent create and update records
   of its tables, ``delete`` also lets it delete them (only together with ``write``, as
-  :func:`api.chat.tools.agent_perms` applies it). Both default to ``false``.
+  :func:`api.doors.chat.tools.agent_perms` applies it). Both default to ``false``.
 - ``channel.config = {credential}``: for messaging channels, the name of a stored
   credential of the workspace (:mod:`storage.secrets`) holding the bot token. It must
   exist when it is set; a credential deleted later makes the channel answer 503 until

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from storage.errors import ValidationError
+from storage.valuetype import check_result_type
 from storage.schema import (
     OPTION_COLORS,
     SELECT_TYPES,
@@ -151,6 +152,7 @@ def _config(data: dict[str, Any], col_type: ColumnType) -> tuple[dict[str, Any],
         raise ValidationError("only formula columns take a formula")
     if not col_type.computed and config:
         raise ValidationError(f"{col_type.value} columns take no config")
+    check_result_type(col_type, config)
     return dict(config), formula
 
 

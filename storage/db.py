@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from storage.errors import QueryTimeout, Unavailable
+from storage.errors import LimitExceeded, QueryTimeout, Unavailable
 
 META = "wds"  # schema of our own metadata tables
 STATEMENT_TIMEOUT_MS = 5_000  # default deadline of every statement (the smallest plan's SQL timeout)
@@ -56,6 +56,19 @@ def json_loads(data: bytes | bytearray | memoryview | str) -> Any:
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     set_json_loads(json_loads, conn)
+
+
+_LIMITS = {
+    "54001": "the request is too complex for the database (too deeply nested); simplify it",
+    "54011": "the table would have more columns than the database allows",
+    "54023": "the request passes more values than the database accepts in one statement; send fewer",
+}
+
+
+def limit_message(sqlstate: str) -> str:
+    """The client's message for a statement that failed on a program limit (class 54)."""
+    return _LIMITS.get(sqlstate, "a value or list in the request is larger than the database can store or"
+                                 " compare; send a smaller one")
 
 
 class LifoPool(AsyncConnectionPool):
@@ -183,6 +196,10 @@ class Database:
         except PoolTimeout as exc:
             raise Unavailable("the database is not reachable right now") from exc
         except psycopg.OperationalError as exc:
+            if (exc.sqlstate or "").startswith("54"):
+                # a program limit (psycopg files class 54 under OperationalError): the
+                # connection is fine and a retry fails the same way
+                raise LimitExceeded(limit_message(exc.sqlstate or "")) from exc
             # connection lost mid-request (e.g. a server restart): the pool discards it, and
             # the idle ones, likely dead too, are checked at once instead of failing one by one
             self._check_soon()

@@ -7,6 +7,7 @@ Identifiers are composed with ``psycopg.sql.Identifier`` only.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from psycopg import AsyncConnection, pq, sql
@@ -241,8 +242,18 @@ def value_index_sql(workspace_id: int, col: ColumnMeta, method: str) -> sql.Comp
     """The column's own index ``t_<t>_c_<c>``: a btree on ``(value, id)`` — the list's
     ORDER BY is the value then id in the same direction (storage/query/plan.py), so a
     sorted or range-filtered page reads only its rows whatever the table's size — or a
-    GIN index (multi_select)."""
-    columns = sql.SQL("{}, id" if method == "btree" else "{}").format(sql.Identifier(column_name(col.id)))
+    GIN index (multi_select). A computed column with a scalar value type gets the btree
+    on its typed value (:func:`computed_key_expr`), the expression the query compiler
+    sorts and filters on. A data text column's btree holds its first characters
+    (:func:`text_key_expr`): a btree entry must stay under ~2.7 kB and a cell may hold
+    ``storage.values.MAX_TEXT`` characters."""
+    value_type = col.scalar_value_type
+    if value_type is not None:
+        columns = sql.SQL("({}), id").format(computed_key_expr(sql.Identifier(column_name(col.id)), value_type))
+    elif method == "btree" and prefix_keyed(col):
+        columns = sql.SQL("({}), id").format(text_key_expr(sql.Identifier(column_name(col.id))))
+    else:
+        columns = sql.SQL("{}, id" if method == "btree" else "{}").format(sql.Identifier(column_name(col.id)))
     return sql.SQL("CREATE INDEX {} ON {} USING {} ({})").format(
         sql.Identifier(f"t_{col.table_id}_{column_name(col.id)}"), qualified(workspace_id, col.table_id),
         sql.SQL(method), columns,
@@ -251,11 +262,91 @@ def value_index_sql(workspace_id: int, col: ColumnMeta, method: str) -> sql.Comp
 
 def _index_method(col: ColumnMeta) -> str | None:
     """Index strategy per column type (issue 3 item 7; see docs/decisions.md)."""
-    if col.computed or col.type is ColumnType.FILE:
+    if col.computed:
+        return "btree" if col.scalar_value_type is not None else None
+    if col.type is ColumnType.FILE:
         return None
     if col.type is ColumnType.MULTI_SELECT:
         return "gin"
     return "btree"
+
+
+# --------------------------------------------------------------------------- typed computed values
+# Computed values are stored as jsonb (a formula may give any JSON). A computed column
+# with a scalar value type (issue 24 item 1; storage/formula/types.py) is indexed on its
+# value read as that type — the expressions below — and the query compiler sorts and
+# filters on exactly these expressions (storage/query/build.py), so the planner reads
+# the index as it does a data column's. A stored value of another JSON type reads as
+# NULL there (it stays in the cell as it is). See docs/decisions.md, "Typed computed
+# values".
+
+INSTANT_FUNCTION = "wds.json_instant"
+# Text keys of the btree are the first characters only: a btree entry must stay under
+# ~2.7 kB and computed text may be up to 1M characters. Ordering is by this prefix then id.
+COMPUTED_TEXT_PREFIX = 200
+# ISO-8601 with an explicit offset: parsing it does not depend on the session's TimeZone,
+# so the function below is honestly immutable (and indexable).
+INSTANT_FUNCTION_SQL = r"""
+CREATE OR REPLACE FUNCTION wds.json_instant(v jsonb) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT CASE WHEN jsonb_typeof(v) = 'string'
+    AND (v #>> '{}') ~ '^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?([Zz]|[+-]\d{2}(:?\d{2}(:?\d{2})?)?)$'
+    AND pg_input_is_valid(v #>> '{}', 'timestamptz')
+  THEN (v #>> '{}')::timestamptz END
+$$"""
+
+
+def computed_value_expr(column: sql.Composable, value_type: str) -> sql.Composable:
+    """The value of a jsonb computed cell read as ``value_type`` (NULL when it is not one)."""
+    if value_type == "number":
+        return sql.SQL("(CASE WHEN jsonb_typeof({c}) = 'number' THEN ({c})::numeric END)").format(c=column)
+    if value_type == "boolean":
+        return sql.SQL("(CASE WHEN jsonb_typeof({c}) = 'boolean' THEN ({c})::boolean END)").format(c=column)
+    if value_type == "text":
+        return sql.SQL("(CASE WHEN jsonb_typeof({c}) = 'string' THEN {c} #>> '{{}}' END)").format(c=column)
+    if value_type == "date":
+        return sql.SQL(INSTANT_FUNCTION + "({})").format(column)
+    raise ValueError(f"not a scalar value type: {value_type!r}")
+
+
+def computed_key_expr(column: sql.Composable, value_type: str) -> sql.Composable:
+    """The first key of a typed computed column's btree: its value (text: its prefix)."""
+    value = computed_value_expr(column, value_type)
+    if value_type == "text":
+        return text_key_expr(value)
+    return value
+
+
+def text_key_expr(value: sql.Composable) -> sql.Composable:
+    """``left(value, 200)``: the first key of a text btree (a data text column's, and a
+    text-typed computed column's), short enough for any btree entry. Under the database's
+    C collation the prefix never orders against the whole text: ``a < b`` implies
+    ``left(a, n) <= left(b, n)``, so the query compiler bounds it and then compares the
+    whole text (storage/query/build.py)."""
+    return sql.SQL("left({}, {})").format(value, sql.Literal(COMPUTED_TEXT_PREFIX))
+
+
+def prefix_keyed(col: ColumnMeta) -> bool:
+    """Whether the column's btree holds only the first characters of its text (data text
+    columns; typed computed text keeps its own form, :func:`computed_key_expr`)."""
+    return not col.computed and col.type is ColumnType.TEXT
+
+
+def value_index_is_current(definition: str, col: ColumnMeta) -> bool:
+    """Whether an existing value index (``pg_indexes.indexdef``) has the form
+    :func:`value_index_sql` makes now (migration m0017 rebuilds the others)."""
+    if prefix_keyed(col):
+        # PostgreSQL writes the function as "left" (a keyword)
+        return re.search(rf'"?left"?\({column_name(col.id)}, {COMPUTED_TEXT_PREFIX}\)', definition) is not None
+    return True
+
+
+async def _ensure_instant_function(conn: AsyncConnection[Any]) -> None:
+    # migration m0016 makes it; a bare scratch database (storage tests) may lack it
+    row = await (await conn.execute("SELECT to_regprocedure('wds.json_instant(jsonb)') IS NOT NULL")).fetchone()
+    found = next(iter(row.values())) if isinstance(row, dict) else (row[0] if row else False)
+    if not found:
+        await conn.execute(INSTANT_FUNCTION_SQL)
 
 
 # --------------------------------------------------------------------------- contains search
@@ -277,8 +368,11 @@ def search_expr(column: sql.Composable) -> sql.Composable:
 
 
 def trigram_indexed(col: ColumnMeta) -> bool:
-    """Whether the column gets a trigram index (stored text columns)."""
-    return col.type is ColumnType.TEXT and not col.computed
+    """Whether the column gets a trigram index (text columns, and computed columns whose
+    value type is text)."""
+    if col.computed:
+        return col.scalar_value_type == "text"
+    return col.type is ColumnType.TEXT
 
 
 def trigram_index_name(table_id: int, column_id: int) -> str:
@@ -286,14 +380,18 @@ def trigram_index_name(table_id: int, column_id: int) -> str:
 
 
 def trigram_index_sql(
-    workspace_id: int, table_id: int, column_id: int, *, concurrently: bool = False
+    workspace_id: int, table_id: int, column_id: int, *, concurrently: bool = False, computed: bool = False
 ) -> sql.Composed:
-    """``CREATE INDEX [CONCURRENTLY] IF NOT EXISTS t_<t>_c_<c>_trgm ... USING gin``."""
+    """``CREATE INDEX [CONCURRENTLY] IF NOT EXISTS t_<t>_c_<c>_trgm ... USING gin``
+    (``computed``: over the text value of a computed column, :func:`computed_value_expr`)."""
+    column: sql.Composable = sql.Identifier(column_name(column_id))
+    if computed:
+        column = computed_value_expr(column, "text")
     return sql.SQL("CREATE INDEX {}IF NOT EXISTS {} ON {} USING gin (({}) {})").format(
         sql.SQL("CONCURRENTLY " if concurrently else ""),
         sql.Identifier(trigram_index_name(table_id, column_id)),
         qualified(workspace_id, table_id),
-        search_expr(sql.Identifier(column_name(column_id))),
+        search_expr(column),
         sql.SQL(TRIGRAM_OPCLASS),
     )
 
@@ -313,14 +411,39 @@ async def add_column(conn: AsyncConnection[Any], workspace_id: int, col: ColumnM
             ddl, qualified(workspace_id, col.relation_table_id)
         )
     await conn.execute(ddl)
+    await create_value_indexes(conn, workspace_id, col)
+
+
+async def create_value_indexes(conn: AsyncConnection[Any], workspace_id: int, col: ColumnMeta) -> None:
+    """The column's btree (or GIN) index and, for text, its trigram index."""
     method = _index_method(col)
     if method:
         if conn.info.transaction_status != pq.TransactionStatus.IDLE:
             # indexing a large table outlives the per-statement deadline (storage/db.py)
             await conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(DDL_TIMEOUT_MS)))
+        if col.scalar_value_type == "date":
+            await _ensure_instant_function(conn)
         await conn.execute(value_index_sql(workspace_id, col, method))
     if trigram_indexed(col) and await _has_trigrams(conn):
-        await conn.execute(trigram_index_sql(workspace_id, col.table_id, col.id))
+        await conn.execute(trigram_index_sql(workspace_id, col.table_id, col.id, computed=col.computed))
+
+
+async def drop_value_indexes(conn: AsyncConnection[Any], workspace_id: int, col: ColumnMeta) -> None:
+    """Drop the column's own indexes (btree/GIN and trigram), if any."""
+    schema = sql.Identifier(schema_name(workspace_id))
+    await conn.execute(sql.SQL("DROP INDEX IF EXISTS {}.{}").format(
+        schema, sql.Identifier(f"t_{col.table_id}_{column_name(col.id)}")))
+    await conn.execute(sql.SQL("DROP INDEX IF EXISTS {}.{}").format(
+        schema, sql.Identifier(trigram_index_name(col.table_id, col.id))))
+
+
+async def reindex_computed(conn: AsyncConnection[Any], workspace_id: int, old: ColumnMeta, new: ColumnMeta) -> None:
+    """A computed column whose value type changed gets the indexes of its new type (in
+    the caller's transaction, beside the column's metadata change)."""
+    if old.scalar_value_type == new.scalar_value_type:
+        return
+    await drop_value_indexes(conn, workspace_id, old)
+    await create_value_indexes(conn, workspace_id, new)
 
 
 async def drop_column(conn: AsyncConnection[Any], workspace_id: int, col: ColumnMeta) -> None:
@@ -376,11 +499,7 @@ async def retype_column(
                 target, name, qualified(workspace_id, new.relation_table_id)
             )
         )
-    method = _index_method(new)
-    if method:
-        await conn.execute(value_index_sql(workspace_id, new, method))
-    if trigram_indexed(new) and await _has_trigrams(conn):
-        await conn.execute(trigram_index_sql(workspace_id, new.table_id, new.id))
+    await create_value_indexes(conn, workspace_id, new)
 
 
 async def drop_workspace_schema(conn: AsyncConnection[Any], workspace_id: int) -> None:

@@ -148,6 +148,15 @@ class Unavailable(ServiceError):
     code = "UNAVAILABLE"
 
 
+class LimitExceeded(ServiceError):
+    """A statement went past one of PostgreSQL's fixed limits (SQLSTATE class 54,
+    ``program_limit_exceeded`` and its kin): the request is too large or too complex, and
+    retrying it unchanged fails the same way (storage/db.py)."""
+
+    status = 400
+    code = "DATABASE_LIMIT_EXCEEDED"
+
+
 class QueryTimeout(ServiceError):
     """A statement ran past the database's ``statement_timeout`` (every request has one)."""
 

@@ -12,7 +12,7 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
-from storage import convert, ddl, refs, values
+from storage import convert, ddl, refs, values, valuetype
 from storage.columnspec import MAX_OPTIONS, ColumnSpec, new_option_id
 from storage.errors import LossyChange, ValidationError
 from storage.schema import (
@@ -90,6 +90,7 @@ def _column_from_row(row: dict[str, Any], names: refs.Names | None = None) -> Co
         refs=own,
         other_refs=other,
         broken=row.get("broken"),
+        value_type=row.get("value_type"),
     )
 
 
@@ -238,14 +239,15 @@ async def create_column(
     names = await load_names(conn, workspace_id=workspace_id) if spec.type.computed else None
     if names is not None and encode:
         formula, config = refs.encode(spec.type.value, formula, config, table_id=table_id, names=names)
+    value_type = await _value_type(conn, table_id=table_id, spec=spec)
     cur = await conn.execute(
         "INSERT INTO wds.columns (workspace_id, table_id, name, type, required, position, options,"
-        " config, formula, relation_table_id, relation_label_column_id)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
+        " config, formula, relation_table_id, relation_label_column_id, value_type)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
         (
             workspace_id, table_id, spec.name, spec.type.value, spec.required, position,
             Jsonb(spec.options_json()), Jsonb(config), formula,
-            spec.relation_table_id, spec.relation_label_column_id,
+            spec.relation_table_id, spec.relation_label_column_id, value_type,
         ),
     )
     row = await cur.fetchone()
@@ -275,6 +277,23 @@ async def encode_table_columns(conn: Conn, *, workspace_id: int, table_id: int) 
         await conn.execute(
             "UPDATE wds.columns SET formula = %s, config = %s WHERE id = %s", (formula, Jsonb(config), row["id"])
         )
+    # a formula may read a column made after it in the same table: its type is known now
+    await _refresh_value_types(conn, workspace_id=workspace_id, table_id=table_id)
+
+
+async def _value_type(conn: Conn, *, table_id: int, spec: ColumnSpec, column_id: int | None = None) -> str | None:
+    """The value type of a new or changed column (storage/valuetype.py); a formula reads
+    the types of the table's other columns by name."""
+    if not spec.type.computed:
+        return None
+    lookup = None
+    if spec.type is ColumnType.FORMULA and "result_type" not in spec.config:
+        cur = await conn.execute(
+            "SELECT name, type, value_type FROM wds.columns WHERE table_id = %s AND id IS DISTINCT FROM %s",
+            (table_id, column_id),
+        )
+        lookup = valuetype.field_types({r["name"]: (r["type"], r["value_type"]) for r in await cur.fetchall()})
+    return valuetype.value_type_of(spec.type, spec.formula, spec.config, lookup)
 
 
 def spec_of(col: ColumnMeta) -> ColumnSpec:
@@ -312,15 +331,18 @@ async def update_column(
             "UPDATE wds.columns SET position = position + 1 WHERE table_id = %s AND position >= %s AND id <> %s",
             (current.table_id, spec.position, current.id),
         )
+    # a formula edit may change the value type: re-indexed below, in this transaction
+    value_type = current.value_type if untouched else await _value_type(
+        conn, table_id=current.table_id, spec=spec, column_id=current.id)
     cur = await conn.execute(
         "UPDATE wds.columns SET name = %s, type = %s, required = %s, position = %s, options = %s,"
         " config = %s, formula = %s, relation_table_id = %s, relation_label_column_id = %s,"
-        " broken = %s, updated_at = now() WHERE id = %s RETURNING *",
+        " broken = %s, value_type = %s, updated_at = now() WHERE id = %s RETURNING *",
         (
             spec.name, spec.type.value, spec.required,
             spec.position if spec.position is not None else current.position,
             Jsonb(spec.options_json()), Jsonb(config), formula, spec.relation_table_id,
-            spec.relation_label_column_id, broken, current.id,
+            spec.relation_label_column_id, broken, value_type, current.id,
         ),
     )
     row = await cur.fetchone()
@@ -330,14 +352,49 @@ async def update_column(
         new = await _convert_values(
             conn, workspace_id=workspace_id, old=current, new=new, allow_loss=allow_loss, report=report
         )
+    elif new.computed and new.scalar_value_type != current.scalar_value_type:
+        await ddl.reindex_computed(conn, workspace_id, current, new)
     elif new.type in (ColumnType.SINGLE_SELECT, ColumnType.MULTI_SELECT):
         removed = {o.id for o in current.options} - {o.id for o in new.options}
         if removed:
             await _clear_options(
                 conn, workspace_id=workspace_id, col=new, removed=removed, allow_loss=allow_loss, report=report
             )
+    if new.type is not current.type or new.value_type != current.value_type:
+        # formulas that read this column may now have another type
+        await _refresh_value_types(conn, workspace_id=workspace_id, table_id=current.table_id)
     await touch_table(conn, table_id=current.table_id)
     return new
+
+
+async def _refresh_value_types(conn: Conn, *, workspace_id: int, table_id: int) -> None:
+    """Re-infer the value type of the table's formula columns without a declared one
+    (after a column they may read changed type), re-indexing those whose type changed;
+    repeated until nothing changes, so formulas reading formulas follow."""
+    cur = await conn.execute(
+        "SELECT id, name, type, formula, config, value_type FROM wds.columns WHERE table_id = %s ORDER BY id",
+        (table_id,),
+    )
+    rows = await cur.fetchall()
+    known = {f"@{r['id']}": (r["type"], r["value_type"]) for r in rows}
+    formulas = [r for r in rows if r["type"] == ColumnType.FORMULA.value
+                and valuetype.RESULT_TYPE_KEY not in (r["config"] or {})]
+    for _ in range(len(formulas)):
+        changed = False
+        for r in formulas:
+            old_type = known[f"@{r['id']}"][1]
+            value_type = valuetype.value_type_of(
+                ColumnType.FORMULA, r["formula"], r["config"] or {}, valuetype.field_types(known))
+            if value_type == old_type:
+                continue
+            old = ColumnMeta(id=r["id"], table_id=table_id, name=r["name"], type=ColumnType.FORMULA,
+                             value_type=old_type)
+            await conn.execute("UPDATE wds.columns SET value_type = %s WHERE id = %s", (value_type, r["id"]))
+            await ddl.reindex_computed(conn, workspace_id, old, replace(old, value_type=value_type))
+            known[f"@{r['id']}"] = (r["type"], value_type)
+            changed = True
+        if not changed:
+            return
 
 
 async def _convert_values(

@@ -10,7 +10,9 @@ Physical naming (DESIGN §3): workspace ``W`` lives in schema ``ws_W``; table ``
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -72,6 +74,33 @@ PG_TYPES: dict[ColumnType, str] = {
     ColumnType.FILE: "jsonb",
 }
 COMPUTED_PG_TYPE = "jsonb"
+# The value types of computed columns (issue 24 item 1, storage/formula/types.py). A
+# computed column with a scalar value type is indexed and filtered like a data column of
+# that type (storage/ddl.py ``computed_value_expr``); ``json`` is neither.
+VALUE_TYPES = ("number", "text", "date", "boolean", "json")
+SCALAR_VALUE_TYPES = frozenset({"number", "text", "date", "boolean"})
+# a date value: ISO-8601 with an explicit offset (as storage/ddl.py INSTANT_FUNCTION_SQL reads it)
+_INSTANT_RE = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?([Zz]|[+-]\d{2}(:?\d{2}(:?\d{2})?)?)")
+
+
+def value_fits(value_type: str | None, value: Any) -> bool:
+    """Whether a computed value is of ``value_type`` (blank fits every type, and
+    anything fits ``json``). Pure: pipelines check results with it (activities/ledger.py)."""
+    if value is None or value_type not in SCALAR_VALUE_TYPES:
+        return True
+    if value_type == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if value_type == "boolean":
+        return isinstance(value, bool)
+    if value_type == "text":
+        return isinstance(value, str)
+    if not isinstance(value, str) or not _INSTANT_RE.fullmatch(value):
+        return False
+    try:
+        datetime.fromisoformat(value.replace("z", "Z"))
+    except ValueError:
+        return False
+    return True
 
 # System columns visible as record attributes (not inside ``fields``).
 SYSTEM_COLUMNS = ("id", "created_at", "updated_at")
@@ -118,6 +147,9 @@ class ColumnMeta:
     other_refs: frozenset[int] = frozenset()
     # why the column cannot compute (e.g. a column it read was deleted with force)
     broken: str | None = None
+    # a computed column's value type (VALUE_TYPES; None for data columns and for
+    # computed columns described without it, which then read as json)
+    value_type: str | None = None
 
     @property
     def computed(self) -> bool:
@@ -127,6 +159,13 @@ class ColumnMeta:
     def physical(self) -> str:
         """Physical column name, ``c_<id>``."""
         return column_name(self.id)
+
+    @property
+    def scalar_value_type(self) -> str | None:
+        """The scalar value type of a computed column (indexed like a data column), else None."""
+        if self.computed and self.value_type in SCALAR_VALUE_TYPES:
+            return self.value_type
+        return None
 
     def option_by_id_or_label(self, value: str) -> Option | None:
         """Resolve a select value given as option id or label (ids win on a tie)."""

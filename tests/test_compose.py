@@ -3,7 +3,7 @@
 No Docker engine runs here, so these tests read the files and check the topology the
 design promises (DESIGN §2): the services, their images, replicas, health checks, volumes,
 start order, and that every ``WDS_*`` variable the stack sets is a real setting of
-:class:`wds.config.Settings` — config and compose cannot drift apart unnoticed.
+:class:`service.config.Settings` — config and compose cannot drift apart unnoticed.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from wds.config import Settings
+from service.config import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_PATH = ROOT / "docker-compose.yml"

@@ -149,7 +149,7 @@ def test_formula_examples_evaluate_without_error_values():
 def _app_routes() -> list[tuple[str, bool]]:
     """``(path, in the OpenAPI schema)`` of every route of the app, through included routers."""
     from api.app import create_app
-    from wds.config import Settings
+    from service.config import Settings
 
     app = create_app(Settings(database_url="postgresql://docs@127.0.0.1:1/none"))
 

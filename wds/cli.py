@@ -207,8 +207,8 @@ def worker() -> None:
 @app.command()
 def migrate() -> None:
     """Apply pending metadata migrations to WDS_DATABASE_URL."""
+    from service.config import get_settings
     from storage.migrations import migrate as run
-    from wds.config import get_settings
 
     applied = run(get_settings().database_url)
     console.print(f"applied: {', '.join(applied) if applied else 'nothing (up to date)'}")

@@ -19,7 +19,7 @@ the tests' API processes) the same settings: this protocol, ``ws_max_size`` (Web
 messages over ``WDS_WS_MAX_MESSAGE_BYTES`` are refused by the websockets library while
 they arrive, close code 1009, never buffered whole), ``timeout_keep_alive`` and, should
 h11 be chosen, ``h11_max_incomplete_event_size``. Slow bodies are bounded in the app
-(:mod:`api.bodylimit`).
+(:mod:`api.middleware.bodylimit`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from wds.config import Settings, get_settings
+from service.config import Settings, get_settings
 
 PROTOCOL = "wds.server:BoundedHttpToolsProtocol"
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
-from api.chat import messaging
 from api.deps import require_writable
+from api.services import messaging
 from api.state import AppState
 from storage import agents
 from storage.access import Principal, TokenType

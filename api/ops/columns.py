@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.backfill import backfill_after_change
 from api.deps import require_writable, table_or_404
 from api.ops.access import require_manage, table_for
 from api.ops.schema_tx import check_column_hosts, schema_change
 from api.schemas import ColumnIn, ColumnPatch
 from api.serialize import column_out
+from api.services.backfill import backfill_after_change
 from api.state import AppState
 from storage import dependents, meta
 from storage.access import Action, Principal

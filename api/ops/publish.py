@@ -9,7 +9,7 @@ required columns enforced, computed columns run with create rights on the form's
 only. Submissions are limited per share and client address (a moving one-minute window
 per API process) and refused on read-only plans.
 
-The REST door (``api/routes/publish.py``) parses the request and renders JSON or HTML.
+The REST door (``api/doors/rest/publish.py``) parses the request and renders JSON or HTML.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
 
-from api.pipelines import run_after_write
+from api.ops import records as record_ops
 from api.state import AppState
-from storage import records as rec
+from service.config import Settings
 from storage import views
 from storage.access import Perms, Principal, TokenType
 from storage.errors import Forbidden, NotFound, RateLimited, UnknownColumn
@@ -29,7 +29,6 @@ from storage.query import Query as RecordQuery
 from storage.query import list_records, plan_query
 from storage.schema import ColumnMeta, TableMeta
 from storage.views import apply_view
-from wds.config import Settings
 
 PAGE_SIZE = 100
 SUBMISSIONS_PER_MINUTE = 30
@@ -145,11 +144,10 @@ async def submit_form(state: AppState, form: PublishedForm, fields: dict[str, An
     if extra:
         raise UnknownColumn(f"not a field of this form: {', '.join(extra)}")
     table = form.table
-    prepared = rec.prepare_fields(table, fields, creating=True)
-    async with state.db.connection() as conn:
-        row = await rec.insert_record(conn, table=table, row=prepared)
+    # an anonymous visitor may create records in this one table, nothing else: the create
+    # operation then writes the record and its pipeline's outbox row together, as REST does
     submitter = Principal(token_id=0, workspace_id=form.view["workspace_id"], type=TokenType.USER_MCP,
                           profile_id=None, plan=form.view["plan"], read_only=False, expires_at=None,
                           grants={table.id: Perms(read=True, create=True)})
-    await run_after_write(state, submitter, table, [row], mode="create", changed=None)
-    return {"id": row["id"], "submitted": True}
+    created = await record_ops.create_record(state, submitter, table.id, fields)
+    return {"id": created["id"], "submitted": True}

@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from api.deps import require_writable, table_or_404
-from api.limits import check_table_quota
 from api.ops.access import require_manage, table_for
 from api.ops.agents import list_agents
 from api.ops.schema_tx import check_column_hosts, schema_change
-from api.routes import search as semantic_search  # TODO(lead): api.ops.search
-from api.schedules import delete_table_schedules
 from api.schemas import TableIn, TablePatch
 from api.serialize import table_out, table_summary
+from api.services import embeddings as semantic_search
+from api.services.limits import check_table_quota
+from api.services.schedules import delete_table_schedules
 from api.state import AppState
 from storage import access, dependents, meta
 from storage.access import Action, Principal, TokenType

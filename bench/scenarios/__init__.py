@@ -12,6 +12,7 @@ from bench.scenarios import batch  # noqa: F401
 from bench.scenarios import pipelines  # noqa: F401
 from bench.scenarios import sandbox  # noqa: F401
 from bench.scenarios import outside  # noqa: F401
+from bench.scenarios import noisy  # noqa: F401
 from bench.scenarios import chat  # noqa: F401
 from bench.scenarios import schema  # noqa: F401
 from bench.scenarios import sql_analytics  # noqa: F401  (opt-in: --analytics-rows)

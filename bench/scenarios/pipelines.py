@@ -7,7 +7,7 @@ Every table here has ``A`` (number) and three chained formulas ``B = {A}+1``,
   workflow with three local activities on the same dev server (:mod:`bench.floor`),
   interleaved — target p50 ≤ 1.3× the floor.
 * ``pipelines.batch``: every bench row in batches of 500 with the pipeline, beside the
-  same batches with ``run_pipeline=false``, call by call — target ≥ 50 % of the rows/s.
+  same batches with ``run_pipeline=false``, call by call — target ≥ 75 % of the rows/s.
 * ``pipelines.run_actions``: ``run-actions`` over every row of a table (10,000 in a full
   run), polled at ``GET /runs/{id}`` until completed, beside one workflow per record:
   ``POST .../records/{id}/run`` (mode create: one PipelineWorkflow for one record) for a
@@ -47,7 +47,7 @@ FORMULAS = [
 ]
 CREATE_MAX_RATIO = 1.3
 BATCH = 500
-BATCH_TARGET = Target(0.5, "≥ 50 % of run_pipeline=false")
+BATCH_TARGET = Target(0.75, "≥ 75 % of run_pipeline=false")  # issue #24 (was 50 %)
 RUN_TARGET = Target(30.0, "≥ 30× one workflow per record")
 BACKFILL_TARGET = Target(0.25, "≥ 25 % of a plain SQL UPDATE")
 SAMPLE_FULL, SAMPLE_QUICK = 300, 100

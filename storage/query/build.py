@@ -28,9 +28,18 @@ from typing import Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from storage.ddl import search_expr
+from storage.ddl import (
+    COMPUTED_TEXT_PREFIX,
+    computed_key_expr,
+    computed_value_expr,
+    search_expr,
+    text_key_expr,
+)
+from storage.ddl import prefix_keyed as ddl_prefix_keyed
+from storage.query.cursor import truncated_text
 from storage.query.parse import Op
 from storage.query.plan import Embed, JsonOperand, Kind, PlannedFilter, PlannedGroup, PlannedOrder, QueryPlan
+from storage.query.targets import Target
 
 TABLE_ALIAS = "t"
 _EMBED_ALIAS = "r"
@@ -74,7 +83,7 @@ def _junction(filters: Sequence[PlannedFilter | PlannedGroup], glue: str, alias:
         if isinstance(f, PlannedGroup):
             cond, p = _junction(f.items, " OR " if f.kind == "or" else " AND ", alias)
         else:
-            cond, p = _condition(f, sql.Identifier(alias, f.target.physical))
+            cond, p = _condition(f, value_expr(f.target, alias))
         if f.negate:
             cond = sql.SQL("({}) IS NOT TRUE").format(cond)
         else:
@@ -125,7 +134,7 @@ def page_source(plan: QueryPlan) -> Fragment:
     where, params = build_where(plan.filters)
     if plan.after is None:
         return sql.SQL("{} AS {} WHERE {}").format(table, alias, where), params
-    parts = _after(plan.order, plan.after)
+    parts = _after(plan.order, plan.after, table)
     if len(parts) == 1:
         (cond, p), = parts
         return sql.SQL("{} AS {} WHERE ({}) AND ({})").format(table, alias, where, cond), params + p
@@ -145,10 +154,10 @@ def order_keys(plan: QueryPlan, alias: str = TABLE_ALIAS) -> Fragment:
     if plan.cursor_kinds is None:
         return sql.SQL("NULL::json"), []
     return sql.SQL("json_build_array({})").format(
-        sql.SQL(", ").join(sql.Identifier(alias, t.target.physical) for t in plan.order)), []
+        sql.SQL(", ").join(key_expr(t.target, alias) for t in plan.order)), []
 
 
-def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> list[Fragment]:
+def _after(order: Sequence[PlannedOrder], values: Sequence[Any], table: sql.Composable) -> list[Fragment]:
     """Rows strictly after the row whose order keys are ``values``, in ``order``: one
     condition, or two whose rows follow each other in that order (:func:`page_source`).
 
@@ -159,19 +168,39 @@ def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> list[Fragmen
     NULL and NULLs sort last. Every other case is the exact expansion
     ``OR_k (t_1 = v_1 AND … AND t_k-1 = v_k-1 AND t_k after v_k)`` with each term's
     direction and NULL placement (NULLs are equal to each other).
+
+    A data text column's btree holds the text's first characters (storage/ddl.py
+    ``text_key_expr``): its one-column condition also bounds that prefix, the bound of the
+    range scan, and its NULL tests are on the prefix (NULL exactly when the text is). A
+    long text value reaches the cursor as its first characters and a digest
+    (:func:`storage.query.cursor.truncated_text`): the value compared with is the cursor
+    row's text, read back by id while it still has that digest, else those first
+    characters — which sort before the text, so a changed row can make rows repeat on
+    the next page but never be skipped.
     """
+    row_id = next((v for term, v in zip(order, values, strict=True) if term.target.physical == "id"), None)
     exprs: list[tuple[sql.Composable, list[Any]]] = []
     vals: list[Any] = []
     for term, v in zip(order, values, strict=True):
-        expr: sql.Composable = sql.Identifier(TABLE_ALIAS, term.target.physical)
+        expr: sql.Composable = key_expr(term.target)
         eparams: list[Any] = []
-        kind = term.target.kind
+        kind: sql.Composable = _param(term.target)
+        cut = truncated_text(v) if term.target.kind is Kind.TEXT else None
+        if cut is not None:
+            head, digest = cut
+            if row_id is None:  # no id to read the row back by: the head (sorts before the text)
+                v = head
+            else:
+                kind = sql.SQL("coalesce((SELECT {x}.{c} FROM {tbl} AS {x} WHERE {x}.id = %s::bigint"
+                               " AND md5({x}.{c}) = %s::text), %s::text)").format(
+                    x=sql.Identifier("_cursor_row"), c=sql.Identifier(term.target.physical), tbl=table)
+                v = _Bound((row_id, digest, head))
         if term.option_ids is not None:
             expr = sql.SQL("array_position(%s::text[], {})").format(expr)
             eparams = [list(term.option_ids)]
             # the position of the cursor's option (NULL for a NULL or a removed option)
             v = term.option_ids.index(v) + 1 if v in term.option_ids else None
-            kind = Kind.INT
+            kind = _typed_param(Kind.INT)
         exprs.append((expr, eparams))
         vals.append((v, kind))
     # NOT NULL columns (id and the timestamps) hold no NULL to place: as if they came first
@@ -181,15 +210,20 @@ def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> list[Fragmen
             and order[1].nulls is None):
         (e, ep), ((v, kind), (i, _)) = exprs[0], vals
         cmp = "<" if order[0].desc else ">"
+        # a data text column: its btree's first key is the text's prefix
+        indexed = text_key_expr(e) if prefix_keyed(order[0].target) else e
         if v is not None:
             values_after = (sql.SQL("({}, {}) " + cmp + " ({}, %s::bigint)").format(
-                e, sql.Identifier(TABLE_ALIAS, "id"), _typed_param(kind)), [*ep, v, i])
+                e, sql.Identifier(TABLE_ALIAS, "id"), kind), [*ep, *_bind(v), i])
+            if indexed is not e:
+                values_after = (sql.SQL("{} " + cmp + "= {} AND {}").format(
+                    indexed, text_key_expr(kind), values_after[0]), [*ep, *_bind(v), *values_after[1]])
             if nulls_first[0]:
                 return [values_after]
-            return [values_after, (sql.SQL("{} IS NULL").format(e), list(ep))]
+            return [values_after, (sql.SQL("{} IS NULL").format(indexed), list(ep))]
         if not nulls_first[0]:
             return [(sql.SQL("{} IS NULL AND {} " + cmp + " %s::bigint").format(
-                e, sql.Identifier(TABLE_ALIAS, "id")), [*ep, i])]
+                indexed, sql.Identifier(TABLE_ALIAS, "id")), [*ep, i])]
     ors: list[sql.Composable] = []
     params: list[Any] = []
     for k in range(len(order)):
@@ -201,8 +235,8 @@ def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> list[Fragmen
                 ands.append(sql.SQL("{} IS NULL").format(e))
                 p.extend(ep)
             else:
-                ands.append(sql.SQL("{} = {}").format(e, _typed_param(kind)))
-                p.extend([*ep, v])
+                ands.append(sql.SQL("{} = {}").format(e, kind))
+                p.extend([*ep, *_bind(v)])
         (e, ep), (v, kind) = exprs[k], vals[k]
         cmp = "<" if order[k].desc else ">"
         if v is None:
@@ -211,16 +245,30 @@ def _after(order: Sequence[PlannedOrder], values: Sequence[Any]) -> list[Fragmen
             ands.append(sql.SQL("{} IS NOT NULL").format(e))
             p.extend(ep)
         elif nulls_first[k]:
-            ands.append(sql.SQL("{} " + cmp + " {}").format(e, _typed_param(kind)))
-            p.extend([*ep, v])
+            ands.append(sql.SQL("{} " + cmp + " {}").format(e, kind))
+            p.extend([*ep, *_bind(v)])
         else:
-            ands.append(sql.SQL("({} " + cmp + " {} OR {} IS NULL)").format(e, _typed_param(kind), e))
-            p.extend([*ep, v, *ep])
+            ands.append(sql.SQL("({} " + cmp + " {} OR {} IS NULL)").format(e, kind, e))
+            p.extend([*ep, *_bind(v), *ep])
         ors.append(sql.SQL("({})").format(sql.SQL(" AND ").join(ands)))
         params.extend(p)
     if not ors:
         return [(sql.SQL("FALSE"), [])]
     return [(sql.SQL(" OR ").join(ors), params)]
+
+
+class _Bound(tuple):
+    """The parameters of a cursor value read back by id (:func:`_after`)."""
+
+
+def _bind(v: Any) -> list[Any]:
+    return list(v) if isinstance(v, _Bound) else [v]
+
+
+def prefix_keyed(target: Target) -> bool:
+    """Whether ``target`` is a data text column, whose btree's first key is the text's
+    prefix (storage/ddl.py ``prefix_keyed``)."""
+    return target.kind is Kind.TEXT and target.column is not None and ddl_prefix_keyed(target.column)
 
 
 def build_count(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
@@ -263,6 +311,31 @@ def _typed_param(kind: Kind, array: bool = False) -> sql.Composable:
     return sql.SQL("%s::" + _PG_TYPE[kind] + ("[]" if array else ""))
 
 
+def _param(target: Target, array: bool = False) -> sql.Composable:
+    """A bound value typed for ``target`` (a typed computed number is numeric, as its index)."""
+    if target.value_type == "number":
+        return sql.SQL("%s::numeric" + ("[]" if array else ""))
+    return _typed_param(target.kind, array)
+
+
+def value_expr(target: Target, alias: str = TABLE_ALIAS) -> sql.Composable:
+    """The SQL a filter compares: the column, or a typed computed column's value read as
+    its type — the very expression its indexes are built on (storage/ddl.py)."""
+    column = sql.Identifier(alias, target.physical)
+    if target.value_type is not None:
+        return computed_value_expr(column, target.value_type)
+    return column
+
+
+def key_expr(target: Target, alias: str = TABLE_ALIAS) -> sql.Composable:
+    """The SQL a list sorts on (and a cursor carries): the column, or a typed computed
+    column's btree key (text: its first characters, storage/ddl.py ``computed_key_expr``)."""
+    column = sql.Identifier(alias, target.physical)
+    if target.value_type is not None:
+        return computed_key_expr(column, target.value_type)
+    return column
+
+
 def _json_text(c: sql.Composable) -> sql.Composable:
     return sql.SQL("({} #>> '{{}}')").format(c)
 
@@ -291,9 +364,21 @@ def _condition(f: PlannedFilter, c: sql.Composable) -> Fragment:
         c = sql.SQL("coalesce({}, false)").format(c)
     if op in (Op.LIKE, Op.ILIKE):
         return _like(op, c, value)
+    target = f.target
+    if target.value_type == "text" or prefix_keyed(target):
+        # the btree holds the text's first characters: bound them (exact under the C
+        # collation: a string is after another only if its prefix is not before), then
+        # compare the whole text
+        prefix = text_key_expr(c)
+        if op is Op.IN:
+            return (sql.SQL("({} = ANY(%s::text[]) AND {} = ANY(%s::text[]))").format(prefix, c),
+                    [sorted({v[:COMPUTED_TEXT_PREFIX] for v in value}), list(value)])
+        bound = {Op.EQ: "=", Op.GT: ">=", Op.GTE: ">=", Op.LT: "<=", Op.LTE: "<="}[op]
+        return (sql.SQL("({} " + bound + " {} AND {} " + _COMPARE[op] + " %s::text)").format(
+            prefix, text_key_expr(sql.SQL("%s::text")), c), [value, value])
     if op is Op.IN:
-        return sql.SQL("{} = ANY({})").format(c, _typed_param(kind, array=True)), [list(value)]
-    return sql.SQL("{} " + _COMPARE[op] + " {}").format(c, _typed_param(kind)), [value]
+        return sql.SQL("{} = ANY({})").format(c, _param(target, array=True)), [list(value)]
+    return sql.SQL("{} " + _COMPARE[op] + " {}").format(c, _param(target)), [value]
 
 
 def _like(op: Op, c: sql.Composable, value: Any) -> tuple[sql.Composable, list[Any]]:
@@ -367,11 +452,25 @@ def _json_condition(op: Op, value: Any, c: sql.Composable) -> Fragment:
     return sql.SQL("{} " + symbol + " %s::numeric").format(_json_number(c)), [operand.number]
 
 
-def _order_by(order: Sequence[PlannedOrder]) -> Fragment:
+def computed_keys(order: Sequence[PlannedOrder]) -> sql.Composable:
+    """``, <key> AS _k<i>`` for each typed computed order term: a page subquery selects
+    them so the query around it orders by a column known to be sorted already
+    (:func:`_order_by` with ``keyed``), as it does a data column."""
+    return sql.SQL("").join(
+        sql.SQL(", {} AS {}").format(
+            text_key_expr(key_expr(term.target)) if prefix_keyed(term.target) else key_expr(term.target),
+            sql.Identifier(f"_k{i}"))
+        for i, term in enumerate(order) if term.target.value_type is not None or prefix_keyed(term.target)
+    )
+
+
+def _order_by(order: Sequence[PlannedOrder], keyed: bool = False) -> Fragment:
     parts: list[sql.Composable] = []
     params: list[Any] = []
-    for term in order:
-        expr: sql.Composable = sql.Identifier(TABLE_ALIAS, term.target.physical)
+    for i, term in enumerate(order):
+        expr: sql.Composable = key_expr(term.target)
+        if keyed and term.target.value_type is not None:
+            expr = sql.Identifier(TABLE_ALIAS, f"_k{i}")
         if term.option_ids is not None:
             # single_select sorts by the options' order, not by their random ids
             expr = sql.SQL("array_position(%s::text[], {})").format(expr)
@@ -379,6 +478,12 @@ def _order_by(order: Sequence[PlannedOrder]) -> Fragment:
         suffix = " DESC" if term.desc else " ASC"
         if term.nulls is not None:
             suffix += " NULLS FIRST" if term.nulls == "first" else " NULLS LAST"
+        if prefix_keyed(term.target):
+            # the btree's first key, then the whole text: the same order as the text
+            # alone (C collation), read from the index with at most an Incremental Sort
+            # of the rows sharing a prefix (``keyed``: the prefix the subquery selected)
+            prefix = sql.Identifier(TABLE_ALIAS, f"_k{i}") if keyed else text_key_expr(expr)
+            parts.append(sql.SQL("{}" + suffix).format(prefix))
         parts.append(sql.SQL("{}" + suffix).format(expr))
     return sql.SQL(", ").join(parts), params
 

@@ -37,6 +37,8 @@ from storage.values import iso_text
 # file columns order by values a cursor cannot carry exactly: those lists page by offset)
 CURSOR_KINDS = frozenset({Kind.TEXT, Kind.NUMBER, Kind.DATE, Kind.BOOL, Kind.SELECT, Kind.INT})
 MAX_CURSOR = 8192  # characters; a cursor carries one row's order keys
+# a longer text key travels as its first characters and a digest (:func:`truncated_text`)
+CURSOR_TEXT = 512
 _MAC_BYTES = 16
 _key: bytes = secrets.token_bytes(32)
 
@@ -74,7 +76,22 @@ def canonical(kind: Kind, value: Any) -> Any:
         return iso_text(ts.astimezone(timezone.utc))
     if kind is Kind.BOOL:
         return bool(value)
-    return str(value)
+    if kind is Kind.TEXT and isinstance(value, list):
+        return value  # already cut (a cursor's own value)
+    text = str(value)
+    if kind is Kind.TEXT and len(text) > CURSOR_TEXT:
+        # a text cell may hold 1M characters: the cursor carries its head and its MD5
+        # (PostgreSQL's md5() of the same UTF-8), and the next page reads the row's text
+        # back by id (storage/query/build.py ``_after``)
+        return [text[:CURSOR_TEXT], hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()]
+    return text
+
+
+def truncated_text(value: Any) -> tuple[str, str] | None:
+    """``(head, md5 hex)`` when a text order key came in a cursor cut (:func:`canonical`)."""
+    if isinstance(value, list) and len(value) == 2:
+        return value[0], value[1]
+    return None
 
 
 def encode(fp: str, kinds: Sequence[Kind], values: Sequence[Any]) -> str:
@@ -118,6 +135,12 @@ def _typed(kind: Kind, value: Any) -> Any:
         if kind is Kind.INT:
             raise invalid("the cursor does not match this list's order")
         return None
+    if kind is Kind.TEXT and isinstance(value, list):
+        ok = (len(value) == 2 and all(isinstance(x, str) for x in value) and len(value[0]) == CURSOR_TEXT
+              and len(value[1]) == 32)
+        if not ok:
+            raise invalid("the cursor does not match this list's order")
+        return value
     ok = {
         Kind.NUMBER: isinstance(value, float) and math.isfinite(value),
         Kind.INT: isinstance(value, int) and not isinstance(value, bool),

@@ -26,6 +26,7 @@ from storage.query.build import (
     build_count,
     build_counter,
     build_estimate,
+    computed_keys,
     order_keys,
     page_source,
 )
@@ -108,12 +109,12 @@ def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     next page) and the order keys of the page's last row then (:func:`order_keys`)."""
     params: list[Any] = field_keys(plan.output)
     obj = record_text(plan.output, TABLE_ALIAS)
-    outer_order, outer_params = _order_by(plan.order)
+    outer_order, outer_params = _order_by(plan.order, keyed=True)
     params.extend(outer_params)
     params.append(plan.limit)
     keys, key_params = order_keys(plan)
     params.extend(key_params)
-    key_order, key_order_params = _order_by(plan.order)
+    key_order, key_order_params = _order_by(plan.order, keyed=True)
     params.extend(key_order_params)
     params.append(plan.limit)
     source, source_params = page_source(plan)
@@ -124,9 +125,9 @@ def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     query = sql.SQL(
         "SELECT '[' || coalesce(array_to_string((array_agg({obj} ORDER BY {outer_order}))[1:%s::int], ','), '') || ']',"
         " count(*), ((array_agg({keys} ORDER BY {key_order}))[%s::int])::text"
-        " FROM (SELECT * FROM {source} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}"
+        " FROM (SELECT *{computed} FROM {source} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}"
     ).format(
-        obj=obj, outer_order=outer_order, keys=keys, key_order=key_order,
+        obj=obj, outer_order=outer_order, keys=keys, key_order=key_order, computed=computed_keys(plan.order),
         source=source, a=sql.Identifier(TABLE_ALIAS), inner_order=inner_order,
     )
     return query, params

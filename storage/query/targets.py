@@ -30,7 +30,7 @@ class Kind(StrEnum):
     MULTI = "multi"
     INT = "int"  # relation and the system id
     FILE = "file"
-    JSON = "json"  # computed columns
+    JSON = "json"  # computed columns of value type json (and ones described without one)
 
 
 _KIND_BY_TYPE = {
@@ -43,6 +43,9 @@ _KIND_BY_TYPE = {
     ColumnType.RELATION: Kind.INT,
     ColumnType.FILE: Kind.FILE,
 }
+
+# a computed column's scalar value type → the kind it is filtered and sorted as
+_KIND_BY_VALUE_TYPE = {"number": Kind.NUMBER, "text": Kind.TEXT, "date": Kind.DATE, "boolean": Kind.BOOL}
 
 NUMBER_RE = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 _INT_RE = re.compile(r"^[-+]?\d{1,19}$")
@@ -57,6 +60,8 @@ class Target:
     physical: str
     kind: Kind
     column: ColumnMeta | None = None  # None for system columns
+    # a computed column read as this scalar value type (storage/ddl.py computed_value_expr)
+    value_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +85,12 @@ def resolve_target(table: TableMeta, name: str) -> Target:
     col = table.column(name)
     if col is None:
         raise UnknownColumn(f"unknown column {name!r}")
-    kind = Kind.JSON if col.computed else _KIND_BY_TYPE[col.type]
-    return Target(col.name, col.physical, kind, col)
+    if col.computed:
+        value_type = col.scalar_value_type
+        if value_type is None:
+            return Target(col.name, col.physical, Kind.JSON, col)
+        return Target(col.name, col.physical, _KIND_BY_VALUE_TYPE[value_type], col, value_type)
+    return Target(col.name, col.physical, _KIND_BY_TYPE[col.type], col)
 
 
 def like_pattern(raw: str) -> str:

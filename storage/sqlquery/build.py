@@ -14,6 +14,7 @@ from typing import Any
 
 from psycopg import sql
 
+from storage.ddl import text_key_expr
 from storage.query.render import value_json  # one rendering for REST lists and SQL
 from storage.schema import ColumnMeta, ColumnType
 from storage.sqlquery.parse import Op
@@ -77,11 +78,29 @@ def condition(field: Field, op: Op, values: tuple[Any, ...], negate: bool) -> Fr
         return _multi_select(expr, op, values, negate)
     if op is Op.LIKE:
         return Fragment(sql.SQL("{} NOT LIKE %s" if negate else "{} LIKE %s").format(expr), values)
+    if field.kind == ColumnType.TEXT and op is not Op.NEQ:
+        return _text(expr, op, values, negate)
     if op is Op.IN:
         marks = sql.SQL(", ").join(sql.Placeholder() for _ in values)
         template = "{} NOT IN ({})" if negate else "{} IN ({})"
         return Fragment(sql.SQL(template).format(expr, marks), values)
     return Fragment(sql.SQL("{} " + _SQL_OPS[op] + " %s").format(expr), values)
+
+
+def _text(expr: sql.Composable, op: Op, values: tuple[Any, ...], negate: bool) -> Fragment:
+    """A text column's btree holds its first characters (storage/ddl.py ``text_key_expr``):
+    bound them (exact under the C collation), then compare the whole text, as the REST
+    filter compiler does."""
+    prefix = text_key_expr(expr)
+    if op is Op.IN:
+        marks = sql.SQL(", ").join(sql.Placeholder() for _ in values)
+        heads = sql.SQL(", ").join(text_key_expr(sql.SQL("%s::text")) for _ in values)
+        test = sql.SQL("({} IN ({}) AND {} IN ({}))").format(prefix, heads, expr, marks)
+        return Fragment(sql.SQL("NOT {}").format(test) if negate else test, (*values, *values))
+    bound = {Op.EQ: "=", Op.GT: ">=", Op.GTE: ">=", Op.LT: "<=", Op.LTE: "<="}[op]
+    test = sql.SQL("({} " + bound + " {} AND {} " + _SQL_OPS[op] + " %s)").format(
+        prefix, text_key_expr(sql.SQL("%s::text")), expr)
+    return Fragment(test, (*values, *values))
 
 
 def _null_test(field: Field, col: sql.Identifier, expr: sql.Composable, negate: bool) -> sql.Composable:
@@ -151,6 +170,11 @@ def order_item(field: Field, desc: bool, nulls_first: bool) -> Fragment:
         sql.SQL("DESC" if desc else "ASC"),
         sql.SQL("NULLS FIRST" if nulls_first else "NULLS LAST"),
     )
+    if field.kind == ColumnType.TEXT:
+        # the btree's first key (the text's prefix), then the whole text: the text's order
+        text = sql.SQL("{} {} {}, {}").format(
+            text_key_expr(expr), sql.SQL("DESC" if desc else "ASC"),
+            sql.SQL("NULLS FIRST" if nulls_first else "NULLS LAST"), text)
     return Fragment(text, params)
 
 

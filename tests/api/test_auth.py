@@ -146,7 +146,7 @@ def test_a_flood_of_one_bad_token_costs_one_lookup(ws, base_url):
 def test_cached_misses_are_bounded_and_dropped_on_token_changes():
     import asyncio
 
-    from api import cache
+    from api.services import cache
     from storage.access import Principal, TokenType
 
     caches = cache.Caches()

@@ -1,9 +1,10 @@
-"""The direct dispatch of GET record / GET records (api/fastpath.py) answers exactly as
+"""The direct dispatch of GET record / GET records (api/doors/fastpath.py) answers exactly as
 FastAPI's routes do: the same requests against an API process with ``WDS_FAST_READS=false``
 give the same status, body bytes and headers."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -198,3 +199,90 @@ def test_metrics_see_the_route_template_on_the_fast_path(setup: dict[str, Any], 
         metrics = c.get("/metrics").text
     assert 'route="/functions/v1/rest-api/tables/{table_id}/records/{record_id}"' in metrics
     assert 'route="/functions/v1/rest-api/sql"' in metrics
+
+
+def _masked(body: bytes) -> Any:
+    """A create's answer without what differs between two creates of the same record."""
+    data = json.loads(body)
+    if isinstance(data, dict) and "created_at" in data:
+        data = {**data, "id": "<id>", "created_at": "<t>", "updated_at": "<t>"}
+        if isinstance(data.get("pipeline"), dict):
+            data["pipeline"] = {**data["pipeline"], "run_id": "<run>"}
+    return data
+
+
+def _create_requests(s: dict[str, Any], calc: int) -> list[tuple[str | None, int, str, bytes, dict[str, str]]]:
+    tok, t, people = s["tokens"], s["table"], s["people"]
+    js = {"Content-Type": "application/json"}
+    good = b'{"fields": {"Title": "n", "Score": 2.5, "Done": true, "Status": "todo", "Tags": ["red"], "Due": "2026-02-01"}}'
+    return [
+        (tok["builder"], t, "", good, js),
+        (tok["builder"], t, "?run_pipeline=false", good, js),
+        (tok["builder"], t, "?run_pipeline=true", good, js),
+        (tok["builder"], t, "?run_pipeline=no", good, js),
+        (tok["builder"], t, "?run_pipeline=maybe", good, js),
+        (tok["builder"], t, "?other=1", good, js),
+        (tok["builder"], t, "", b'{"fields": {}}', js),
+        (tok["builder"], t, "", b'{"fields": {"Nope": 1}}', js),
+        (tok["builder"], t, "", b'{"fields": {"Score": "abc"}}', js),
+        (tok["builder"], t, "", b'{"fields": {"Status": "nope"}}', js),
+        (tok["builder"], t, "", b'{"fields": {"Owner": 999999}}', js),
+        (tok["builder"], t, "", b'{"fields": {"Score": 1e400}}', js),
+        (tok["builder"], t, "", b'{"fields": {"Score": NaN}}', js),
+        (tok["builder"], t, "", b'{"fields": {"Score": 123456789012345678901234567890}}', js),
+        (tok["builder"], t, "", b'{"fields": {"Title": "a"}, "row_data": {"Title": "b"}}', js),
+        (tok["builder"], t, "", b'{"row_data": {"Title": "r"}}', js),
+        (tok["builder"], t, "", b'{"fields": null}', js),
+        (tok["builder"], t, "", b'{"fields": []}', js),
+        (tok["builder"], t, "", b'{"fields": {"Title": "x"}, "extra": 1}', js),
+        (tok["builder"], t, "", b'[]', js),
+        (tok["builder"], t, "", b'{"fields": {"Title": "x"}', js),
+        (tok["builder"], t, "", b"", js),
+        (tok["builder"], t, "", b'{"fields": {"Title": "x"}}', {"Content-Type": "text/plain"}),
+        (tok["builder"], t, "", b'{"fields": {"Title": "x"}}', {}),
+        (tok["builder"], t, "", b'{"fields": {"Title": "x"}}', {"Content-Type": "application/json; charset=utf-8"}),
+        (tok["builder"], t, "", b'{"fields": {"Title": "\\ud800"}}', js),
+        (tok["builder"], 999999, "", good, js),
+        (tok["builder"], calc, "", b'{"fields": {"N": 4}}', js),
+        (tok["builder"], calc, "?run_pipeline=false", b'{"fields": {"N": 4}}', js),
+        (tok["builder"], calc, "", b'{"fields": {"Double": 4}}', js),
+        (tok["builder"], calc, "", b'{"fields": {"Double": null}}', js),
+        (tok["builder"], people, "", b'{"fields": {"Name": "x"}}', js),
+        (tok["reader"], t, "", good, js),
+        (tok["reader"], s["hidden"], "", b'{"fields": {"Code": "x"}}', js),
+        (tok["user_mcp"], t, "", good, js),
+        (None, t, "", good, js),
+        ("wds_not_a_token", t, "", good, js),
+    ]
+
+
+def test_fast_create_answers_like_fastapi(ws: Any, setup: dict[str, Any], base_url: str, slow_api: ApiProcess) -> None:
+    """One record's create on the fast path: the same status, headers and body as FastAPI's
+    route, the new record's id and timestamps (and its run's id) aside; both wrote it."""
+    calc = ws.create_table("Calc", [{"name": "N", "type": "number", "required": True},
+                                    {"name": "Double", "type": "formula", "formula": "{N}*2"}])["id"]
+    with httpx.Client(base_url=base_url, timeout=30) as fast, httpx.Client(base_url=slow_api.base_url, timeout=30) as slow:
+        for i, (token, table, query, body, extra) in enumerate(_create_requests(setup, calc)):
+            headers = {**extra, **({"Authorization": f"Bearer {token}"} if token else {})}
+            path = f"/functions/v1/rest-api/tables/{table}/records{query}"
+            a = fast.post(path, content=body, headers=headers)
+            b = slow.post(path, content=body, headers=headers)
+            assert a.status_code == b.status_code, (i, a.text[:300], b.text[:300])
+            assert a.status_code < 500, (i, a.text)
+            assert _masked(a.content) == _masked(b.content), (i, a.text[:300], b.text[:300])
+            if a.status_code == 201:
+                assert a.json()["id"] != b.json()["id"]
+                again = fast.get(f"/functions/v1/rest-api/tables/{table}/records/{a.json()['id']}", headers=headers)
+                assert again.status_code == 200 and again.json()["fields"] == a.json()["fields"], (i, again.text)
+            for h in HEADERS:
+                assert a.headers.get(h) == b.headers.get(h), (i, h)
+
+
+def test_metrics_see_the_create_route_on_the_fast_path(setup: dict[str, Any], base_url: str) -> None:
+    with httpx.Client(base_url=base_url, timeout=30) as c:
+        h = {"Authorization": f"Bearer {setup['tokens']['builder']}"}
+        r = c.post(f"/functions/v1/rest-api/tables/{setup['table']}/records", json={"fields": {"Title": "m"}}, headers=h)
+        assert r.status_code == 201, r.text
+        metrics = c.get("/metrics").text
+    assert any('method="POST"' in line and 'route="/functions/v1/rest-api/tables/{table_id}/records"' in line
+               for line in metrics.splitlines()), metrics[:2000]

@@ -8,18 +8,18 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from api import limits
 from api.ops import agents as agent_ops
 from api.ops import columns as column_ops
 from api.ops import tables as table_ops
 from api.ops.publish import share_url
 from api.schemas import ColumnIn, ColumnPatch, TableIn, TablePatch
+from api.services import limits
 from api.state import AppState
+from service.config import Settings
 from storage import access
 from storage.access import Principal
 from storage.db import Database
 from storage.errors import Conflict, Forbidden, NotFound
-from wds.config import Settings
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from bench.scenarios import REGISTRY
 from bench.scenarios.chat import pair_differences
 from bench.scenarios.limits import token_cycles
 from bench.scenarios.mcp import tool_records, tools_call
+from bench.scenarios.noisy import Probe, p99_figure
 from bench.scenarios.pipelines import expected_d
 from bench.scenarios.realtime import latencies, ws_url
 from bench.scenarios.sdk import parse_report
@@ -188,10 +189,26 @@ def test_every_issue_scenario_is_registered_and_peers_run_last() -> None:
     names = list(REGISTRY)
     for wanted in ("pipelines.create", "pipelines.batch", "pipelines.run_actions", "sql.select", "sql.schema",
                    "mcp.list_records", "limits.rate_limiter", "realtime.latency", "storage.throughput",
-                   "chat.first_token", "search.semantic", "sdk.overhead", "sql.analytics", "peers.compare"):
+                   "chat.first_token", "search.semantic", "sdk.overhead", "sql.analytics", "security.noisy_neighbour",
+                   "peers.compare"):
         assert wanted in names
     assert names[-1] == "peers.compare"
     assert names.index("records.get") < names.index("pipelines.create")
+
+
+@pytest.mark.parametrize(("attack_ms", "verdict"), [(19.0, Verdict.PASS), (21.0, Verdict.FAIL)])
+def test_noisy_neighbour_p99_passes_below_twice_idle(attack_ms: float, verdict: Verdict) -> None:
+    idle, attack, control = (Probe(latencies=[ms / 1000] * 10) for ms in (10.0, attack_ms, 10.0))
+    fig = p99_figure("js", attack, idle, control, gate=True)
+    assert fig.verdict is verdict
+    assert f"p99 {attack_ms / 10:.2f}× idle" in fig.note
+
+
+def test_noisy_neighbour_gate_off_is_informative_and_failed_gets_fail_the_figure() -> None:
+    idle = Probe(latencies=[0.01] * 10)
+    assert p99_figure("js", Probe(latencies=[0.05] * 10), idle, idle, gate=False).verdict is Verdict.NO_TARGET
+    assert p99_figure("js", Probe(latencies=[0.01] * 10, get_errors=1), idle, idle, gate=True).verdict \
+        is Verdict.FAIL
 
 
 def test_a_deployment_without_operator_key_or_stack_says_so() -> None:

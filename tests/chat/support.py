@@ -92,7 +92,7 @@ def patch_channel(ws: Workspace, bot: dict[str, Any], **body: Any) -> dict[str, 
     return r.json()
 
 
-# Web sessions are issued by the server (api/chat/guard.py). Tests name their sessions
+# Web sessions are issued by the server (api/doors/chat/guard.py). Tests name their sessions
 # with labels ("s-1"): the first message of a label starts a new session, and later ones
 # send the issued id and key. ``raw=True`` sends the body as it is.
 _SESSIONS: dict[tuple[str | None, str], tuple[str, str]] = {}

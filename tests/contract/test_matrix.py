@@ -2,7 +2,7 @@
 
 Each case is a REST query string. It runs through
 
-* REST, fast path (api/fastpath.py) and slow path (an API process with
+* REST, fast path (api/doors/fastpath.py) and slow path (an API process with
   ``WDS_FAST_READS=false``): same status, same body bytes, same count headers;
 * MCP ``list_records`` with the same query as tool arguments: the same records, or the
   same ``{error, code}``;

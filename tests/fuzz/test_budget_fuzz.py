@@ -21,8 +21,8 @@ from activities.sandbox import Sandbox
 from activities.templates import MAX_OUTPUT, TemplateFailure, check_template, render_many
 from storage.errors import InvalidFormula
 from storage.formula import compile_formula
-from tests.storage.test_formula_properties import records, trees
 from storage.formula.nodes import to_source
+from tests.storage.test_formula_properties import records, trees
 
 NOW = datetime(2024, 3, 15, 12, 0, tzinfo=UTC)
 ESCAPED = "ran past its deadline"  # a lost child: the per-value budget did not stop it

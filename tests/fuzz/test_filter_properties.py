@@ -26,7 +26,15 @@ from storage.query import (
     plan_filters,
     plan_query,
 )
-from storage.query.parse import GROUP_PARAMS, Group, parse_arguments, parse_group, parse_order, parse_select, parse_sort
+from storage.query.parse import (
+    GROUP_PARAMS,
+    Group,
+    parse_arguments,
+    parse_group,
+    parse_order,
+    parse_select,
+    parse_sort,
+)
 from storage.schema import ColumnMeta, ColumnType, Option, TableMeta
 
 C = ColumnType

@@ -75,7 +75,7 @@ async def _phase(base_url: str, workers: list[tuple[str, str]], seconds: float) 
 
 async def _limiter_cost(n: int = 20_000) -> float:
     """Microseconds per :meth:`RateLimiter.check` (memory storage), never refusing."""
-    from api.limits import RateLimiter
+    from api.services.limits import RateLimiter
     from storage.access import Principal, TokenType
 
     limiter = RateLimiter(redis_url=None)

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from api.limits import RateLimiter
+from api.services.limits import RateLimiter
 from storage.access import Principal, TokenType
 from storage.db import Database
 from storage.errors import PlanLimit

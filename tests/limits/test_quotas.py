@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from api import limits
+from api.services import limits
 from api.state import AppState
+from service.config import Settings
 from storage.access import Principal, TokenType
 from storage.db import Database
 from storage.errors import PlanLimit
 from storage.plans import GB
 from tests.limits.conftest import counter, next_month, rest_client, seed_counter, this_month, wait_for
-from wds.config import Settings
 
 FORMULA_TABLE = [{"name": "A", "type": "number"}, {"name": "B", "type": "formula", "formula": "{A} + 1"}]
 

@@ -1,4 +1,4 @@
-"""The MCP fast path (api/mcp/fastpath.py) answers ``tools/call`` exactly as the SDK does.
+"""The MCP fast path (api/doors/mcp/fastpath.py) answers ``tools/call`` exactly as the SDK does.
 
 In process: one SDK ``Server`` behind its own stateless JSON-response session manager and
 behind the fast path; every request must get the same status, headers and body bytes,
@@ -24,9 +24,9 @@ from mcp_types import DEFAULT_NEGOTIATED_VERSION, methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope
 
-from api.mcp import fastpath
-from api.mcp.server import call_tool_result
-from api.mcp.spec import JsonValues
+from api.doors.mcp import fastpath
+from api.doors.mcp.server import call_tool_result
+from api.doors.mcp.spec import JsonValues
 from tests.conftest import api_process
 from tests.mcp.conftest import MCP_PATH
 
@@ -83,7 +83,7 @@ HELD_PAGE = {"records": SAMPLE["records"], "limit": 25, "offset": 0, "has_more":
 async def toy_answer(request: Any, version: str, params: types.CallToolRequestParams,
                      session: Any = None) -> Any:
     """The toy ``tools/call`` handler; the SDK passes its context's parts, the direct path
-    the request alone (as ``api.mcp.server.McpDoor`` does)."""
+    the request alone (as ``api.doors.mcp.server.McpDoor`` does)."""
     args = params.arguments or {}
     if params.name == "echo":
         assert request.scope["wds.test"] == "scope seen"  # the handler sees the ASGI scope

@@ -177,7 +177,7 @@ def test_docs_list_exactly_the_55_tools_with_their_doors():
     import re
     from pathlib import Path
 
-    from api.mcp import catalog
+    from api.doors.mcp import catalog
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "mcp.md").read_text()
     rows = dict(re.findall(r"^\| `([a-z_]+)` \| (data|builder) \|", doc, flags=re.MULTILINE))
@@ -187,7 +187,7 @@ def test_docs_list_exactly_the_55_tools_with_their_doors():
 def test_argument_validation_memo_keeps_only_valid_arguments():
     """Arguments found valid are remembered (as tool name + JSON); invalid ones are checked
     every time, and the same JSON under another tool is validated against that tool."""
-    from api.mcp import catalog
+    from api.doors.mcp import catalog
     from storage.errors import ServiceError, ValidationError
 
     spec = catalog.BY_NAME["list_records"]

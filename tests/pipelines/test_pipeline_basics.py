@@ -62,7 +62,7 @@ def test_batch_runs_one_pipeline_for_all_rows(ws):
 
 
 def test_batch_answer_equals_what_a_read_returns(ws):
-    """A batch's answer is built from the rows its run wrote (api/pipelines.py,
+    """A batch's answer is built from the rows its run wrote (api/services/pipelines.py,
     activities/written.py), not read again: it must be exactly what a read returns —
     JSON types (3 vs 3.0), floats, object key order as jsonb keeps it, outcomes — both
     when every value reads back predictably and when one does not (1e17, 1e-07)."""

@@ -1,4 +1,4 @@
-"""Staged creates (api/pipelines.py ``create_computed``): a batch create whose computed
+"""Staged creates (api/services/pipelines.py ``create_computed``): a batch create whose computed
 columns are all formulas/parsers has them computed by its run before its one INSERT.
 
 Checked against an API process on the same database with ``WDS_PIPELINE_PRECOMPUTE=false``

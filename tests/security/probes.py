@@ -1,15 +1,19 @@
 """Helpers of the hostile-tenant probes (issue #22): a bystander that polls ``/healthz``
-and another workspace's record while an attack runs, and the API process's memory."""
+and another workspace's record while an attack runs, and the API process's memory and CPU
+(:mod:`bench.hostile`, shared with the bench)."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from bench.hostile import cpu_seconds, rss_bytes
+
+__all__ = ["Bystander", "bystander_record", "cpu_seconds", "rss_bytes"]
 
 
 @dataclass
@@ -65,19 +69,3 @@ def bystander_record(make_workspace: Any) -> tuple[Any, str]:
     r = other.api.post(f"/tables/{t['id']}/records", json={"fields": {"Note": "still here"}})
     assert r.status_code == 201, r.text
     return other, f"/tables/{t['id']}/records/{r.json()['id']}"
-
-
-def rss_bytes(pid: int) -> int:
-    """Resident memory of process ``pid`` (Linux)."""
-    with open(f"/proc/{pid}/status", "rb") as fh:
-        for line in fh:
-            if line.startswith(b"VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far (Linux)."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

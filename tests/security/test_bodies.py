@@ -13,7 +13,7 @@ import select
 import socket
 from urllib.parse import urlsplit
 
-from wds.config import Settings
+from service.config import Settings
 
 LIMIT = Settings().max_body_bytes  # the default: the session API runs with it
 RECORDS = "/functions/v1/rest-api/tables/1/records"

@@ -1,4 +1,4 @@
-"""Connection limits of the API server (issue 22; wds/server.py, api/bodylimit.py):
+"""Connection limits of the API server (issue 22; wds/server.py, api/middleware/bodylimit.py):
 header size and count, slow heads and bodies, WebSocket message size. Raw sockets, so
 the test sends exactly the abuse it means."""
 

@@ -28,9 +28,9 @@ from aiohttp import web
 from sqlalchemy import create_engine
 from temporalio.client import Client
 
+from storage.errors import ValidationError
 from storage.migrations import m0008_credential_hosts, sqlalchemy_url
 from storage.secrets import check_hosts, host_allowed
-from storage.errors import ValidationError
 from tests.conftest import ROOT, ApiProcess, Services, Workspace
 from tests.outside.servers import Received, ServerThread
 from wds.runtime import free_port

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from api.limits import WorkspaceGate
+from api.services.limits import WorkspaceGate
 from storage.errors import Unavailable
 from tests.conftest import ApiProcess, running_api
 

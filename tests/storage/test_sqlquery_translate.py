@@ -112,7 +112,8 @@ def test_count_star_accepts_and_ignores_order_and_paging() -> None:
 @pytest.mark.parametrize(
     ("query", "expected_sql", "params"),
     [
-        ("Name = 'a'", '("c_1" = %s)', ("a",)),
+        # a text column's btree holds its first 200 characters: bound them, then compare
+        ("Name = 'a'", '((left("c_1", 200) = left(%s::text, 200) AND "c_1" = %s))', ("a", "a")),
         ("Name != 'a'", '("c_1" <> %s)', ("a",)),
         ("Name <> 'a'", '("c_1" <> %s)', ("a",)),
         ("Score > 1", '("c_5" > %s)', (1.0,)),
@@ -121,8 +122,9 @@ def test_count_star_accepts_and_ignores_order_and_paging() -> None:
         ("Score <= '7'", '("c_5" <= %s)', (7.0,)),
         ("Name LIKE 'a%'", '("c_1" LIKE %s)', ("a%",)),
         ("Name NOT LIKE '%z'", '("c_1" NOT LIKE %s)', ("%z",)),
-        ("Name IN ('a', 'b')", '("c_1" IN (%s, %s))', ("a", "b")),
-        ("Name NOT IN ('a')", '("c_1" NOT IN (%s))', ("a",)),
+        ("Name IN ('a', 'b')", '((left("c_1", 200) IN (left(%s::text, 200), left(%s::text, 200))'
+         ' AND "c_1" IN (%s, %s)))', ("a", "b", "a", "b")),
+        ("Name NOT IN ('a')", '(NOT (left("c_1", 200) IN (left(%s::text, 200)) AND "c_1" IN (%s)))', ("a", "a")),
         ("Name IS NULL", '("c_1" IS NULL)', ()),
         ("Name IS NOT NULL", '("c_1" IS NOT NULL)', ()),
         ("Owner = 12", '("c_8" = %s)', (12,)),
@@ -139,7 +141,7 @@ def test_count_star_accepts_and_ignores_order_and_paging() -> None:
         ("Files IS NOT NULL", """(NOT ("c_10" IS NULL OR "c_10" IN ('[]'::jsonb, 'null'::jsonb)))""", ()),
         ("Total IS NULL", """(("c_11" IS NULL OR "c_11" = 'null'::jsonb))""", ()),
         ("Total > 'b'", """(("c_11" #>> '{}') > %s::text)""", ("b",)),
-        ('"select" = \'x\'', '("c_12" = %s)', ("x",)),
+        ('"select" = \'x\'', '((left("c_12", 200) = left(%s::text, 200) AND "c_12" = %s))', ("x", "x")),
     ],
 )
 def test_each_condition_becomes_quoted_sql_with_bound_parameters(
@@ -168,8 +170,9 @@ def test_computed_columns_compare_numerically_when_the_literal_is_a_number_else_
 
 def test_conditions_combine_with_and_and_parentheses_only_group() -> None:
     p = plan("SELECT * FROM Tasks WHERE (Score > 1 AND (Name = 'a')) AND Done = false")
-    assert where_sql(p) == '("c_5" > %s) AND ("c_1" = %s) AND (coalesce("c_6", false) = %s)'
-    assert p.where_params == (1.0, "a", False)
+    assert where_sql(p) == ('("c_5" > %s) AND ((left("c_1", 200) = left(%s::text, 200) AND "c_1" = %s))'
+                            ' AND (coalesce("c_6", false) = %s)')
+    assert p.where_params == (1.0, "a", "a", False)
 
 
 def test_order_by_keeps_direction_and_null_placement_and_breaks_ties_by_id() -> None:
@@ -312,7 +315,7 @@ def test_query_text_is_bounded() -> None:
 def test_query_text_must_be_encodable_text() -> None:
     # JSON's "\ud800" decodes to a lone surrogate, which no UTF-8 text (nor PostgreSQL) holds
     assert error_code("SELECT * FROM Tasks WHERE Name = '\ud800'") == "INVALID_SQL"
-    assert plan("SELECT * FROM Tasks WHERE Name = 'ünï ☃ 🦆'").where_params == ("ünï ☃ 🦆",)
+    assert plan("SELECT * FROM Tasks WHERE Name = 'ünï ☃ 🦆'").where_params == ("ünï ☃ 🦆",) * 2
 
 
 # --- refusals -------------------------------------------------------------------------------

@@ -241,7 +241,7 @@ def test_objects_above_the_size_limit_are_refused_even_when_streamed(ws, small_a
 
 
 def test_json_uploads_are_file_bytes_whatever_they_hold(ws):
-    """The JSON text guard (api/textguard.py) leaves object uploads alone: they are bytes
+    """The JSON text guard (api/middleware/textguard.py) leaves object uploads alone: they are bytes
     streamed to the store, so a .json file holding a lone surrogate escape is stored as sent
     (a JSON request body with one is refused, see tests/api/test_errors.py)."""
     st = _storage(ws)

@@ -1,0 +1,275 @@
+"""A direct ASGI dispatch for the hottest calls: one record by id, a records list, SQL,
+and the create of one record.
+
+``GET {rest}/tables/{id}/records/{record_id}``, ``GET {rest}/tables/{id}/records`` and
+``POST {rest}/sql`` are most of a typical backend's read traffic. FastAPI's router walks
+every route and its dependency solver builds a ``Request``, resolves the dependencies and
+validates the body for each call; on these reads that machinery cost more CPU than the
+database query itself (measured in ``bench/``: GET by id and filtered list at 16 clients,
+the SQL endpoint beside psycopg). This middleware, innermost in the stack (the metrics,
+CORS, limits and idempotency layers still wrap it), recognises the three paths and
+answers them with the *same* functions the FastAPI routes call
+(:func:`api.doors.rest_reads.record_response`, :func:`~api.doors.rest_reads.list_response` and
+:func:`api.ops.sql.execute_sql`), the same principal resolution
+(:func:`api.deps.resolve_principal`) and the same error rendering
+(:func:`api.errors.service_error_response`). It marks the request with the FastAPI route
+(found in the application's router by its path and method), so usage logs and metrics
+see the route template as before.
+
+``POST {rest}/tables/{id}/records`` (one record) is answered with
+:func:`api.ops.records.create_record`, as the create route is: FastAPI's routing,
+dependency solving and body model cost that write more CPU than its INSERT (profiled with
+py-spy, bench/RESULTS-hotpath.md).
+
+Anything it is not sure to answer identically goes on to FastAPI unchanged: other
+methods and paths, app-user (JWT) sessions, requests without a usable bearer token,
+SQL bodies that are not a JSON object of exactly a string
+``query`` and an optional boolean ``count`` sent as ``application/json``, and create
+bodies that are not exactly ``{"fields": {...}}`` as ``application/json`` or whose query
+string is anything but empty or ``run_pipeline=true|false`` (FastAPI then reads the same
+body bytes). ``tests/api/test_fastpath.py`` checks that both paths give byte-identical
+answers (a created record's id and timestamps aside).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+import psycopg
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from api.deps import resolve_principal
+from api.doors.rest_reads import list_response, record_response
+from api.errors import data_error_response, service_error_response
+from api.middleware.bodies import read_body, replay
+from api.middleware.usage import RESOLVED_KEY
+from api.ops import records as record_ops
+from api.ops.sql import execute_sql
+from api.responses import JSON
+from api.services import appusers
+from storage.access import Principal, TokenType
+from storage.errors import Forbidden, ServiceError
+
+_PREFIX = "/functions/v1/rest-api/tables/"
+_SQL = "/functions/v1/rest-api/sql"
+_SQL_KEYS = frozenset({"query", "count"})
+_SQL_BODY_MAX = 64 * 1024  # larger bodies go to FastAPI (a query is at most 10,000 characters)
+_CREATE_BODY_MAX = 256 * 1024  # a larger record body goes to FastAPI (it reads it all anyway)
+_HEADERS = (b"authorization", b"prefer", b"content-type")
+_RECORD = re.compile(r"/functions/v1/rest-api/tables/(\d{1,18})/records/([^/]+)")
+_LIST = re.compile(r"/functions/v1/rest-api/tables/(\d{1,18})/records")
+# the FastAPI routes these paths stand for (their templates, as the router names them)
+_GET_ROUTE = ("GET", "/functions/v1/rest-api/tables/{table_id}/records/{record_id}")
+_LIST_ROUTE = ("GET", "/functions/v1/rest-api/tables/{table_id}/records")
+_SQL_ROUTE = ("POST", _SQL)
+_CREATE_ROUTE = ("POST", "/functions/v1/rest-api/tables/{table_id}/records")
+
+
+def _route(app: Any, method: str, path: str) -> Any:
+    """The application's route for ``method`` and the path template ``path`` (routers
+    included in the application are searched too)."""
+    routes = list(app.router.routes)
+    while routes:
+        route = routes.pop(0)
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            routes.extend(included.routes)
+        elif getattr(route, "path", None) == path and method in (getattr(route, "methods", None) or ()):
+            return route
+    raise LookupError(f"no route {method} {path}")
+
+
+class FastReads:
+    """See the module docstring. Install innermost: ``app.add_middleware(FastReads)`` first."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.routes: dict[tuple[str, str], Any] = {}
+
+    def route(self, scope: Scope, key: tuple[str, str]) -> Any:
+        """The FastAPI route the request stands for (looked up once in the application)."""
+        found = self.routes.get(key)
+        if found is None:
+            found = self.routes[key] = _route(scope["app"], *key)
+        return found
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            if scope["path"] == _SQL:
+                await self._sql(scope, receive, send)
+                return
+            listing = _LIST.fullmatch(scope["path"])
+            if listing is not None:
+                await self._create(scope, receive, send, int(listing[1]))
+                return
+        if scope["type"] != "http" or scope["method"] != "GET" or not scope["path"].startswith(_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        record = _RECORD.fullmatch(path)
+        listing = None if record is not None else _LIST.fullmatch(path)
+        if record is None and listing is None:
+            await self.app(scope, receive, send)
+            return
+        params = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        headers = _headers(scope)
+        secret = _bearer(headers.get(b"authorization"))
+        if secret is None or appusers.is_app_token(secret):
+            await self.app(scope, receive, send)  # FastAPI answers 401 / handles app users
+            return
+        st: dict[str, Any] = scope.setdefault("state", {})
+        state = scope["app"].state.wds
+        try:
+            principal = await _principal(state, st, secret)
+            if principal.type is TokenType.USER_MCP:
+                raise Forbidden("user_mcp tokens work on the MCP server only", code="WRONG_PROTOCOL")
+            st["principal"] = principal  # as rest_principal does (request.state.principal)
+            if record is not None:
+                scope["route"] = self.route(scope, _GET_ROUTE)
+                response = await record_response(state, principal, int(record[1]), record[2], params)
+            else:
+                scope["route"] = self.route(scope, _LIST_ROUTE)
+                view = next((v for k, v in reversed(params) if k == "view"), None)
+                prefer = headers.get(b"prefer", b"").decode("latin-1")
+                response = await list_response(state, principal, int(listing[1]), params,  # type: ignore[index]
+                                               prefer=prefer, view=view)
+        except ServiceError as exc:
+            response = service_error_response(exc)
+        except psycopg.DataError as exc:
+            response = data_error_response(exc)
+        await response(scope, receive, send)
+
+    async def _sql(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST {rest}/sql`` as the FastAPI route ``api.doors.rest.sql.sql`` answers it."""
+        read = await read_body(receive, limit=_SQL_BODY_MAX)
+        if read is None:  # the client left: nothing to answer
+            return
+        body, more = read
+        headers = _headers(scope)
+        secret = _bearer(headers.get(b"authorization"))
+        args = None if more or secret is None or appusers.is_app_token(secret) else _sql_args(headers, body)
+        if args is None:
+            await self.app(scope, replay(body, more, receive), send)  # FastAPI answers as it would
+            return
+        query, count = args
+        st: dict[str, Any] = scope.setdefault("state", {})
+        state = scope["app"].state.wds
+        try:
+            principal = await _principal(state, st, secret)  # type: ignore[arg-type]
+            if principal.type is TokenType.USER_MCP:
+                raise Forbidden("user_mcp tokens work on the MCP server only", code="WRONG_PROTOCOL")
+            st["principal"] = principal
+            scope["route"] = self.route(scope, _SQL_ROUTE)
+            prefer = headers.get(b"prefer", b"").decode("latin-1")
+            response: Response = JSON(await execute_sql(state, principal, query, json_rows=True,
+                                                        count=count or "count=exact" in prefer))
+        except ServiceError as exc:
+            response = service_error_response(exc)
+        except psycopg.DataError as exc:
+            response = data_error_response(exc)
+        await response(scope, receive, send)
+
+
+    async def _create(self, scope: Scope, receive: Receive, send: Send, table_id: int) -> None:
+        """``POST {rest}/tables/{id}/records`` as the create route answers it, for a body of
+        exactly ``{"fields": {...}}`` and no query but ``run_pipeline``."""
+        read = await read_body(receive, limit=_CREATE_BODY_MAX)
+        if read is None:  # the client left: nothing to answer
+            return
+        body, more = read
+        headers = _headers(scope)
+        secret = _bearer(headers.get(b"authorization"))
+        run_pipeline = _run_pipeline(scope.get("query_string", b""))
+        fields = (None if more or run_pipeline is None or secret is None or appusers.is_app_token(secret)
+                  else _create_fields(headers, body))
+        if fields is None:
+            await self.app(scope, replay(body, more, receive), send)  # FastAPI answers as it would
+            return
+        st: dict[str, Any] = scope.setdefault("state", {})
+        state = scope["app"].state.wds
+        try:
+            principal = await _principal(state, st, secret)  # type: ignore[arg-type]
+            if principal.type is TokenType.USER_MCP:
+                raise Forbidden("user_mcp tokens work on the MCP server only", code="WRONG_PROTOCOL")
+            st["principal"] = principal
+            scope["route"] = self.route(scope, _CREATE_ROUTE)
+            response: Response = JSON(await record_ops.create_record(state, principal, table_id, fields,
+                                                                     run_pipeline=bool(run_pipeline)),
+                                      status_code=201)
+        except ServiceError as exc:
+            response = service_error_response(exc)
+        except psycopg.DataError as exc:
+            response = data_error_response(exc)
+        await response(scope, receive, send)
+
+
+async def _principal(state: Any, st: dict[str, Any], secret: str) -> Principal:
+    """The principal of ``secret``: as :class:`api.middleware.usage.ApiMiddleware` resolved
+    it for this request (same header, microseconds ago), else :func:`api.deps.resolve_principal`."""
+    resolved = st.get(RESOLVED_KEY)
+    if resolved is not None and resolved[0] == secret:
+        return resolved[1]  # type: ignore[no-any-return]
+    return await resolve_principal(state, secret)
+
+
+def _run_pipeline(query: bytes) -> bool | None:
+    """``run_pipeline`` of a create's query string: no query is ``True``; exactly
+    ``run_pipeline=true|false`` is that; anything else (``None``) goes to FastAPI."""
+    if not query:
+        return True
+    return {b"run_pipeline=true": True, b"run_pipeline=false": False}.get(query)
+
+
+def _create_fields(headers: dict[bytes, bytes], body: bytes) -> dict[str, Any] | None:
+    """The ``fields`` of a create body FastAPI would read as :class:`api.schemas.RecordIn`
+    with ``fields`` alone set to an object, or ``None`` to leave the request to FastAPI."""
+    media = headers.get(b"content-type", b"").partition(b";")[0].strip().lower()
+    if media != b"application/json":
+        return None
+    try:
+        data = orjson.loads(body)  # stricter than json.loads: what it accepts, both read alike
+    except orjson.JSONDecodeError:
+        return None
+    if type(data) is not dict or len(data) != 1 or type(data.get("fields")) is not dict:
+        return None
+    return data["fields"]  # type: ignore[no-any-return]
+
+
+def _sql_args(headers: dict[bytes, bytes], body: bytes) -> tuple[str, bool] | None:
+    """``(query, count)`` of a body FastAPI would accept as ``api.doors.rest.sql.SqlIn``
+    as it is, or ``None`` to leave the request to FastAPI (its validation errors included)."""
+    media = headers.get(b"content-type", b"").partition(b";")[0].strip().lower()
+    if media != b"application/json":
+        return None
+    try:
+        data = orjson.loads(body)  # stricter than json.loads: what it accepts, both read alike
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or not data.keys() <= _SQL_KEYS:
+        return None
+    query, count = data.get("query"), data.get("count", False)
+    if type(query) is not str or type(count) is not bool:  # pydantic would coerce other types
+        return None
+    return query, count
+
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    out: dict[bytes, bytes] = {}
+    for name, value in scope.get("headers", ()):
+        if name in _HEADERS:
+            out.setdefault(name, value)
+    return out
+
+
+def _bearer(value: bytes | None) -> str | None:
+    """The secret of a well-formed ``Bearer`` header; ``None`` leaves the 401 to FastAPI."""
+    if value is None:
+        return None
+    scheme, _, secret = value.decode("latin-1").partition(" ")
+    secret = secret.strip()
+    return secret if scheme.lower() == "bearer" and secret else None
+

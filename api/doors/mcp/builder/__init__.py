@@ -1,0 +1,1 @@
+"""The builder (vibe_mcp) tools, one module per resource; ``api.doors.mcp.tools_builder`` lists them."""

@@ -1,0 +1,59 @@
+"""REST's answers to the record reads, shared by the two REST doors: the FastAPI routes
+(:mod:`api.doors.rest.records`) and the direct dispatch of the hot reads (:mod:`api.doors.fastpath`),
+which must answer byte for byte alike. Each turns the query string into an operation of
+:mod:`api.ops.records` and renders its result."""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+from starlette.responses import Response
+
+from api.ops import records as ops
+from api.responses import JSON
+from api.state import AppState
+from storage.access import Principal
+from storage.query import parse_params
+from storage.query.listing import CountMode
+
+_PREFER_COUNT = re.compile(r"(?:^|[\s,;])count=(exact|planned|estimated)(?![\w-])")
+
+
+def prefer_count(prefer: str) -> CountMode | None:
+    """The count a ``Prefer`` header asks for (``count=exact|planned|estimated``), if any."""
+    found = _PREFER_COUNT.search(prefer)
+    return CountMode(found[1]) if found else None
+
+
+async def list_response(
+    state: AppState, principal: Principal, table_id: int, params: list[tuple[str, str]], *,
+    prefer: str, view: str | None,
+) -> Response:
+    """``GET {rest}/tables/{id}/records``: the page, with ``X-Total-Count`` and
+    ``Content-Range`` when a count was asked (``view``: the request's ``view`` parameter)."""
+    want_count = prefer_count(prefer)
+    if want_count is None and any(k == "count" for k, _ in params):
+        # a memo hit means these exact parameters parsed before: a count parameter is count=exact
+        want_count = CountMode.EXACT
+    memoise = view is None and not any(k == "after" for k, _ in params)
+    req = ops.ListRequest(("rest", tuple(params)), lambda: parse_params(params), memoise=memoise)
+    page = await ops.list_records(state, principal, table_id, req, count=want_count)
+    headers: dict[str, str] = {}
+    if page.total is not None:
+        # X-Total-Count and Content-Range: first-last/total (*/total when empty)
+        headers["X-Total-Count"] = str(page.total)
+        headers["Content-Range"] = (f"{page.offset}-{page.offset + page.n - 1}/{page.total}" if page.n
+                                    else f"*/{page.total}")
+    if isinstance(page.records, ops.RawJson):
+        body = b'{"records":%s,"limit":%d,"offset":%d,"next":%s}' % (
+            page.records.encoded(), page.limit, page.offset, orjson.dumps(page.next))
+        return Response(body, media_type="application/json", headers=headers)
+    return JSON({"records": page.records, "limit": page.limit, "offset": page.offset, "next": page.next},
+                headers=headers)
+
+
+async def record_response(state: AppState, principal: Principal, table_id: int, record_id: str,
+                          params: list[tuple[str, str]] | None = None) -> Response:
+    """``GET {rest}/tables/{id}/records/{record_id}`` (``params``: its query string)."""
+    return JSON(await ops.get_record(state, principal, table_id, record_id, params))

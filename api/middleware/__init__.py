@@ -1,0 +1,1 @@
+"""Pure ASGI middleware: body limits, text guard, idempotency, metrics, limits and usage."""

@@ -1,0 +1,494 @@
+"""Running a table's computed columns after a write (DESIGN §5).
+
+A write that will run computed columns queues its pipeline in the outbox inside the
+write's own transaction (:func:`queue_pipeline`); after the commit the API starts the
+workflow (eager start on the in-process worker when there is one) and waits for its
+result (:func:`await_pipeline`), so the write response carries the computed values and
+``pipeline: {status, run_id, errors}``. If Temporal cannot be reached the response says
+``status: "queued"`` and the outbox relay (``service/relay.py``) starts the run later,
+exactly once. Tables without computed columns to run (and ``run_pipeline=false``) skip
+all of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import Histogram
+from psycopg import AsyncConnection
+
+from activities import written
+from activities.bulkplan import dependants_map
+from activities.snap import caller_of, table_snap
+from activities.types import PipelineInput, PipelineResult, RecordOutcome
+from api.services.embeddings import refresh_after_write
+from api.services.limits import charge_automation_runs
+from api.state import AppState
+from service.relay import GRACE_S, encode_input, start_pipeline
+from storage import outbox
+from storage import records as rec
+from storage.access import Principal
+from storage.errors import PlanLimit, ServiceError
+from storage.pipelines import plan_steps
+from storage.plans import plan as plan_of
+from storage.schema import ColumnMeta, ColumnType, TableMeta
+
+log = logging.getLogger("wds.pipelines")
+CHUNK = 500  # records per workflow for batches
+
+
+PIPELINE_SECONDS = Histogram(
+    "wds_pipeline_duration_seconds",
+    "Time a write waited for its pipeline workflows, by mode (create/edit) and outcome",
+    ("mode", "status"),
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
+)
+PIPELINE_RECORDS = Histogram(
+    "wds_pipeline_records",
+    "Records per write whose pipeline ran",
+    ("mode",),
+    buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000),
+)
+
+
+def observe_pipeline(mode: str, status: str, seconds: float, records: int) -> None:
+    """Record one write's pipeline wait (``status``: ok, error, timeout, failed)."""
+    PIPELINE_SECONDS.labels(mode, status).observe(seconds)
+    PIPELINE_RECORDS.labels(mode).observe(records)
+
+
+
+def workflow_id(table: TableMeta, mode: str, record_ids: list[int]) -> str:
+    first = record_ids[0] if record_ids else 0
+    more = f"+{len(record_ids) - 1}" if len(record_ids) > 1 else ""
+    return f"pipeline/ws{table.workspace_id}/t{table.id}/{mode}/r{first}{more}/{uuid.uuid4().hex[:10]}"
+
+
+def pipeline_input(
+    principal: Principal, table: TableMeta, record_ids: list[int], mode: str, levels: list[list[ColumnMeta]]
+) -> PipelineInput:
+    p = plan_of(principal.plan)
+    return PipelineInput(
+        table=table_snap(table),
+        record_ids=record_ids,
+        mode=mode,
+        levels=[[c.id for c in level] for level in levels],
+        caller=caller_of(principal),
+        time_budget_s=float(p.pipeline_seconds_per_row),
+        step_budget=p.pipeline_steps_per_row,
+        dependants=dependants_map(table),
+    )
+
+
+def outcome_of(result: PipelineResult, record_id: int) -> dict[str, Any]:
+    o = result.records.get(str(record_id))
+    if o is not None:
+        return {"status": o.status, "run_id": result.run_id, "errors": o.errors}
+    if str(record_id) in result.ok:
+        return {"status": "ok", "run_id": result.run_id, "errors": {}}
+    return {"status": "error", "run_id": result.run_id, "errors": {"_record": "record vanished during the run"}}
+
+
+def outcomes_of(results: list[PipelineResult]) -> dict[str, dict[str, Any]]:
+    """Record id → outcome over every result, in one pass (``outcome_of`` per record
+    scans the ``ok`` list: quadratic for a batch)."""
+    out: dict[str, dict[str, Any]] = {}
+    for res in results:
+        for rid in res.ok:
+            out[rid] = {"status": "ok", "run_id": res.run_id, "errors": {}}
+        for rid, o in res.records.items():
+            out[rid] = {"status": o.status, "run_id": res.run_id, "errors": o.errors}
+    return out
+
+
+@dataclass
+class Pending:
+    """A pipeline queued in the outbox with its write, waiting to be started."""
+
+    runs: list[tuple[str, PipelineInput, dict[str, Any]]]  # (workflow id, input, input encoded) per chunk
+    outcome: dict[str, Any] | None = None  # set when the run cannot happen (quota)
+
+
+def will_run(table: TableMeta, *, mode: str, changed: list[str] | None, enabled: bool,
+             only: list[int] | None = None) -> list[list[ColumnMeta]]:
+    """The levels a write would run (empty: no pipeline, no transaction needed)."""
+    if not enabled:
+        return []
+    return plan_steps(table, mode=mode, changed=changed or (), only=only)
+
+
+async def queue_pipeline(
+    state: AppState, principal: Principal, table: TableMeta, conn: AsyncConnection[Any],
+    rows: list[dict[str, Any]], *, mode: str, levels: list[list[ColumnMeta]], charged: bool = False,
+) -> Pending | None:
+    """Inside the write's transaction: charge the automation runs (unless ``charged``
+    already) and add outbox rows."""
+    if not rows or not levels:
+        return None
+    ids = [r["id"] for r in rows]
+    try:  # one automation run per record (monthly quota); the write itself still happens
+        if not charged:
+            await charge_automation_runs(state, principal, len(ids))
+    except PlanLimit as exc:
+        outcome = {"status": "error", "run_id": None, "errors": {"_pipeline": exc.message},
+                   "code": exc.code, "upgrade": True}
+        return Pending([], outcome)
+    runs = []
+    for i in range(0, len(ids), CHUNK):
+        chunk = ids[i:i + CHUNK]
+        inp = pipeline_input(principal, table, chunk, mode, levels)
+        wid = workflow_id(table, mode, chunk)  # unique (random suffix); kept in the outbox row
+        encoded = encode_input(inp)
+        inp.outbox_id = await outbox.add(conn, workspace_id=table.workspace_id, table_id=table.id,
+                                         payload={"workflow_id": wid, "input": encoded})
+        runs.append((wid, inp, {**encoded, "outbox_id": inp.outbox_id}))
+    return Pending(runs)
+
+
+def _single_or_batch(outcome: dict[str, Any], n: int) -> dict[str, Any]:
+    return outcome if n == 1 else {**outcome, "per_record": {}}
+
+
+async def _forget(state: AppState, outbox_ids: list[int]) -> None:
+    with suppress(ServiceError):
+        async with state.db.connection() as conn:
+            await outbox.remove(conn, outbox_ids=outbox_ids)
+
+
+@dataclass
+class _Committed:
+    """A run whose write committed in this process (:mod:`activities.written`) while its
+    workflow result is still on its way through Temporal."""
+
+    workflow_id: str
+    record_ids: list[int]
+    result: asyncio.Future[PipelineResult]
+    deadline: float  # event-loop time at which the wait gives up (budget + grace)
+    rows: list[dict[str, Any]]  # the rows the run's write returned
+
+
+def _result_from_rows(run: _Committed, by_id: dict[int, dict[str, Any]]) -> PipelineResult | None:
+    """The run's result as its write stored it: every record's ``_pipeline`` is the
+    ``{status, run_id, errors}`` the workflow returns. ``None`` when a record is gone or
+    carries another run's outcome (a concurrent run wrote after it): then only the
+    workflow result is exact."""
+    result = PipelineResult(run_id=run.workflow_id, status="ok")
+    for rid in run.record_ids:
+        row = by_id.get(rid)
+        stored = row.get("_pipeline") if row is not None else None
+        if not isinstance(stored, dict) or stored.get("run_id") != run.workflow_id:
+            return None
+        if stored.get("status") == "ok" and not stored.get("errors"):
+            result.ok.append(str(rid))
+        else:
+            result.records[str(rid)] = RecordOutcome(status=str(stored.get("status")), errors=dict(stored.get("errors") or {}))
+            result.status = "error"
+    return result
+
+
+async def await_pipeline(
+    state: AppState, table: TableMeta, rows: list[dict[str, Any]], pending: Pending | None, *,
+    start: bool = True,
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """After the commit: start the queued runs and wait for them.
+
+    For one row the outcome is ``{status, run_id, errors}``; for several it adds
+    ``per_record`` (record id → outcome) and ``status`` is ``error`` if any row failed.
+
+    A run executed by this process's worker hands over the rows its write returned as
+    soon as it has committed (:mod:`activities.written`): the answer is built from them
+    (their ``_pipeline`` is the run's outcome per record) without reading the rows again
+    and without waiting for Temporal to record the workflow's completion. Otherwise (a run
+    on another worker, a record gone or rewritten by a concurrent run) the workflow result
+    and a fresh read answer, as before.
+    """
+    if pending is None:
+        return rows, None
+    if pending.outcome is not None:
+        return rows, _single_or_batch(pending.outcome, len(rows))
+    run_ids = [wid for wid, _, _ in pending.runs]
+    if state.temporal is None or not start:  # the outbox relay starts them
+        queued = {"status": "queued", "run_id": run_ids[0], "errors": {}}
+        return rows, _single_or_batch({**queued, "run_ids": run_ids} if len(rows) > 1 else queued, len(rows))
+    started: list[int] = []
+    loop = asyncio.get_running_loop()
+    by_written = {r["id"]: r for r in rows}  # the rows as this write committed them
+
+    async def one(wid: str, inp: PipelineInput, encoded: dict[str, Any]) -> PipelineResult | _Committed | None:
+        committed = (written.expect(wid, [by_written[i] for i in inp.record_ids if i in by_written])
+                     if state.worker is not None else None)
+        try:
+            try:
+                handle = await start_pipeline(
+                    state.temporal, workflow_id=wid, inp=inp, task_queue=state.settings.task_queue,
+                    eager=state.worker is not None, search_attributes=state.settings.temporal_search_attributes,
+                    encoded=encoded,
+                )
+            except Exception as exc:  # Temporal unreachable: the relay starts it from the outbox
+                log.warning("pipeline %s queued: %s", wid, type(exc).__name__)
+                return None
+            started.append(inp.outbox_id or 0)
+            deadline = loop.time() + inp.time_budget_s + GRACE_S
+            result: asyncio.Future[PipelineResult] = asyncio.ensure_future(handle.result())
+            handed = False  # the result future goes on with a _Committed (the caller settles it)
+            try:
+                if committed is not None:
+                    await asyncio.wait({result, committed}, timeout=deadline - loop.time(),
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    if committed.done() and not result.done():
+                        handed = True
+                        return _Committed(wid, inp.record_ids, result, deadline, committed.result())
+                return await asyncio.wait_for(result, timeout=max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                raise
+            except Exception as exc:  # lost Temporal while waiting: the run goes on without us
+                log.warning("pipeline %s still running: %s", wid, type(exc).__name__)
+                return None
+            finally:
+                if not handed and not result.done():
+                    result.cancel()  # e.g. the request was cancelled
+        finally:
+            if committed is not None:
+                written.forget(wid)
+
+    ids = [r["id"] for r in rows]
+    clock, measured = time.perf_counter(), "failed"  # Prometheus: the wait, by mode and outcome
+    waits: list[PipelineResult | _Committed | None] = []
+    try:
+        waits = list(await asyncio.gather(*(one(wid, inp, encoded) for wid, inp, encoded in pending.runs)))
+        final: list[dict[str, Any]] = rows
+        by_id = {r["id"]: r for w in waits if isinstance(w, _Committed) for r in w.rows}
+        if all(isinstance(w, _Committed) for w in waits) and all(i in by_id for i in ids):
+            final = [by_id[i] for i in ids]  # every row as its run's write returned it
+        elif any(w is not None for w in waits):
+            async with state.db.connection() as conn:
+                final = await rec.get_record_rows(conn, table=table, record_ids=ids)
+            by_id = {r["id"]: r for r in final}
+        results: list[PipelineResult | None] = []
+        for w in waits:
+            if isinstance(w, _Committed):
+                res = _result_from_rows(w, by_id)
+                if res is None:  # not exact from the rows: wait for the workflow's own result
+                    try:
+                        res = await asyncio.wait_for(w.result, timeout=max(0.0, w.deadline - loop.time()))
+                    except asyncio.TimeoutError:
+                        raise
+                    except Exception as exc:
+                        log.warning("pipeline %s still running: %s", w.workflow_id, type(exc).__name__)
+                results.append(res)
+            else:
+                results.append(w)
+        measured = ("queued" if any(r is None for r in results)
+                    else "error" if any(r.status == "error" for r in results if r is not None) else "ok")
+    except asyncio.TimeoutError:
+        measured = "timeout"
+        outcome = {"status": "error", "run_id": run_ids[0], "errors": {"_pipeline": "budget_exceeded"}}
+        return rows, _single_or_batch(outcome, len(rows))
+    finally:
+        for w in waits:  # results no longer waited for (the workflows complete on their own)
+            if isinstance(w, _Committed):
+                if not w.result.done():
+                    w.result.cancel()
+                elif not w.result.cancelled():
+                    w.result.exception()  # retrieved: no "exception never retrieved" noise
+        observe_pipeline(pending.runs[0][1].mode, measured, time.perf_counter() - clock, len(rows))
+        # started runs no longer need their outbox rows (in the background: not on the answer's path)
+        if started:
+            task = asyncio.create_task(_forget(state, started))
+            background: set[asyncio.Task[None]] = state.extras.setdefault("background", set())
+            background.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(background.discard)
+    done = [r for r in results if r is not None]
+    if len(done) < len(results):
+        status = "queued" if len(started) < len(results) else "running"
+        outcome = {"status": status, "run_id": run_ids[0], "errors": {}}
+        if not done:
+            return rows, _single_or_batch({**outcome, "run_ids": run_ids} if len(rows) > 1 else outcome, len(rows))
+    if len(rows) == 1:
+        return final, outcome_of(done[0], ids[0])
+    by_record = outcomes_of(done)
+    per = {str(i): by_record[str(i)] for i in ids if str(i) in by_record}
+    status = "error" if any(o["status"] == "error" for o in per.values()) else "ok"
+    if len(done) < len(results):
+        status = "queued"
+    return final, {"status": status, "run_id": run_ids[0] if len(run_ids) == 1 else None,
+                   "run_ids": run_ids, "errors": {}, "per_record": per}
+
+
+async def run_after_write(
+    state: AppState,
+    principal: Principal,
+    table: TableMeta,
+    rows: list[dict[str, Any]],
+    *,
+    mode: str,
+    changed: list[str] | None,
+    enabled: bool = True,
+    only: list[int] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Queue and run the pipeline for rows already written (re-runs: ``run``, ``compute``).
+
+    Writes use :func:`queue_pipeline` inside their own transaction instead.
+    """
+    levels = will_run(table, mode=mode, changed=changed, enabled=enabled, only=only)
+    if not levels or not rows:
+        return rows, None
+    async with state.db.transaction() as conn:
+        pending = await queue_pipeline(state, principal, table, conn, rows, mode=mode, levels=levels)
+    final, outcome = await await_pipeline(state, table, rows, pending)
+    if only is None:
+        return await refresh_embeddings(state, table, final, outcome, mode=mode, changed=changed)
+    return final, outcome
+
+
+async def refresh_embeddings(
+    state: AppState, table: TableMeta, rows: list[dict[str, Any]], outcome: dict[str, Any] | None,
+    *, mode: str, changed: list[str] | None,
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """After a write (and its pipeline): re-embed the written records of a table with
+    semantic search, from the final rows (so embedded computed columns count). A
+    provider failure never fails the write; it shows as ``errors._embedding`` when the
+    write reports a pipeline outcome. Tables without semantic search return at once.
+    """
+    if table.semantic and rows:
+        problem = await refresh_after_write(state, table, rows, mode=mode, changed=changed)
+        if problem is not None and outcome is not None:
+            outcome.setdefault("errors", {})["_embedding"] = problem
+    return rows, outcome
+
+
+# --------------------------------------------------------------------------- staged creates
+
+PRECOMPUTE_KINDS = frozenset({ColumnType.FORMULA, ColumnType.JSON_PARSER})
+
+
+def can_precompute(state: AppState, table: TableMeta, levels: list[list[ColumnMeta]], n: int) -> bool:
+    """Whether a create of ``n`` records may have its columns computed before its INSERT
+    (:func:`create_computed`): formulas and parsers only (one fused local activity, no
+    outside call, nothing written by the run), an in-process worker to compute them, a
+    table whose records PostgreSQL renders and without semantic search, one chunk."""
+    return (state.settings.pipeline_precompute and state.worker is not None and state.temporal is not None
+            and 0 < n <= CHUNK and not table.semantic and rec.insert_renderable(table)
+            and bool(levels) and all(c.type in PRECOMPUTE_KINDS for level in levels for c in level))
+
+
+@dataclass(frozen=True)
+class InsertFirst:
+    """:func:`create_computed`'s answer when the write must insert first and run after."""
+
+    charged: bool  # the automation runs are paid already
+    start: bool = True  # False: Temporal just failed to start a run; queue it for the relay only
+
+
+@dataclass
+class Computed:
+    """What :func:`create_computed` stored: per input row its record's JSON (with its
+    ``pipeline``) or the error that kept it out; and the batch's pipeline outcome."""
+
+    records: list[str | ServiceError]
+    outcome: dict[str, Any] | None  # None when no record was stored (as on the usual path)
+
+
+async def create_computed(
+    state: AppState, principal: Principal, table: TableMeta, rows: list[rec.PreparedRow],
+    levels: list[list[ColumnMeta]],
+) -> Computed | InsertFirst:
+    """Create ``rows`` with their computed columns in ONE statement.
+
+    The rows are staged first (new ids, values typed as stored: one SELECT); the run starts
+    (eager, on this process's worker), computes every level from the staged rows and hands
+    the values back (:class:`activities.written.Staged`); the records go in with their
+    values and outcomes in one INSERT, and the run reports which it stored. Against
+    insert-then-run this saves the second write of every row (an UPDATE, its realtime
+    event and its dead tuples) and the run's reading of the rows; subscribers see each
+    record once, complete.
+
+    Nothing is stored before the values arrive. Returns :class:`InsertFirst` when the
+    caller must insert and run as usual instead: quota refused, Temporal unreachable
+    (then the caller only queues the run, without a second start attempt), or the run
+    did not take the staged rows in time (another worker took the task, or Temporal is
+    slow).
+    """
+    try:
+        await charge_automation_runs(state, principal, len(rows))
+    except PlanLimit:
+        return InsertFirst(charged=False)  # the usual path answers it (the write happens, the runs do not)
+    async with state.db.connection() as conn:
+        ids = await rec.allocate_ids(conn, table=table, n=len(rows))
+    inp = pipeline_input(principal, table, ids, "create", levels)
+    inp.precompute = True
+    wid = workflow_id(table, "create", ids)
+    staged = written.stage(wid)
+    clock = time.perf_counter()
+    result: asyncio.Future[PipelineResult] | None = None
+
+    async def stage_rows() -> None:
+        # typed while the run starts: the run waits for them (Staged.rows)
+        try:
+            async with state.db.connection() as conn:
+                staged.fill(await rec.stage_records(conn, table=table, rows=rows, ids=ids))
+        finally:
+            staged.fill(None)  # no-op once filled
+
+    staging = asyncio.ensure_future(stage_rows())
+    try:
+        assert state.temporal is not None
+        try:
+            handle = await start_pipeline(
+                state.temporal, workflow_id=wid, inp=inp, task_queue=state.settings.task_queue, eager=True,
+                search_attributes=state.settings.temporal_search_attributes, encoded=encode_input(inp),
+            )
+        except Exception as exc:  # Temporal unreachable: insert now, the outbox runs it later
+            log.warning("pipeline %s not started: %s", wid, type(exc).__name__)
+            return InsertFirst(charged=True, start=False)
+        result = asyncio.ensure_future(handle.result())
+        await asyncio.wait({staged.computed, result}, timeout=inp.time_budget_s + GRACE_S,
+                           return_when=asyncio.FIRST_COMPLETED)
+        if not staged.computed.done():
+            log.warning("pipeline %s did not take its staged rows; inserting first", wid)
+            return InsertFirst(charged=True)
+        await staging  # done: the run computed from its rows
+        _, updates = staged.computed.result()
+        by_id = {u["id"]: u for u in updates}  # one per staged row (activities/ledger.py)
+        computed = [by_id[rid]["values"] for rid in ids]
+        outcomes = [by_id[rid]["outcome"] for rid in ids]
+        records: list[str | ServiceError] = []
+        try:
+            async with state.db.connection() as conn:  # one autocommit statement
+                records.extend(await rec.insert_computed_json(conn, table=table, rows=rows, ids=ids,
+                                                              computed=computed, outcomes=outcomes))
+        except ServiceError:
+            # a row the database refuses (a relation to a missing record): row by row
+            records.clear()
+            for i, row in enumerate(rows):
+                try:
+                    async with state.db.connection() as conn:
+                        records.extend(await rec.insert_computed_json(
+                            conn, table=table, rows=[row], ids=[ids[i]], computed=[computed[i]],
+                            outcomes=[outcomes[i]]))
+                except ServiceError as exc:
+                    records.append(exc)
+        stored = {rid for rid, r in zip(ids, records) if not isinstance(r, ServiceError)}
+        staged.settle(stored)
+        failed = any(o["status"] != "ok" for rid, o in zip(ids, outcomes) if rid in stored)
+        status = "error" if failed else "ok"
+        observe_pipeline("create", status, time.perf_counter() - clock, len(rows))
+        return Computed(records, {"status": status, "run_id": wid, "run_ids": [wid], "errors": {}} if stored else None)
+    finally:
+        staged.settle(set())  # no-op once settled; else the run stops waiting
+        written.unstage(wid)
+        # a short query: let it finish rather than cancel it on a pooled connection
+        await asyncio.wait({staging})
+        if not staging.cancelled():
+            staging.exception()  # retrieved (a failed staging means the usual path ran)
+        if result is not None:
+            if not result.done():
+                result.cancel()  # the workflow completes on its own; its answer is ours already
+            elif not result.cancelled():
+                result.exception()  # retrieved: no "exception never retrieved" noise

@@ -1,0 +1,452 @@
+"""The realtime change feed: one LISTEN connection per API process fanning out to WebSockets.
+
+Capture happens in the database (``storage/ddl.py`` triggers → ``wds.events`` + NOTIFY
+``wds_changes '<workspace>:<first seq>:<last seq>'``), so every writer is covered and every
+API process hears every change. On a notification for a workspace with subscribers here,
+the hub reads the statement's events from ``wds.events`` (one query), decodes each once
+into the API record shape, and offers it to the clients of that workspace. Each client has
+a bounded queue and one sender task: a client that falls ``realtime_queue_max`` events
+behind is disconnected (close code 4000, reason given) instead of growing memory.
+
+Ordering and resume: ``seq`` comes from a per-workspace sequence at write time. A client
+resumes with ``since=<last seq seen>``; events retained (``realtime_retention_s``) with a
+greater seq are replayed before live ones. Retention records the highest purged seq per
+workspace, so a ``since`` older than that gets an ``EVENTS_PURGED`` error, never silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from starlette.websockets import WebSocket
+
+from api.services.appusers import app_user_principal, is_app_token
+from api.state import AppState
+from storage import jsontext
+from storage import records as rec
+from storage.access import Principal, TokenType
+from storage.errors import Forbidden, ServiceError
+from storage.query.matching import FilterSet, match_rows
+from storage.schema import ColumnType, TableMeta
+
+log = logging.getLogger("wds.realtime")
+CHANNEL = "wds_changes"
+EVENTS = frozenset({"INSERT", "UPDATE", "DELETE"})
+REPLAY_MAX = 10_000
+SLOW_CONSUMER = 4000
+POLICY = 1008
+_SEEN_PER_WORKSPACE = 50_000
+
+
+@dataclass(slots=True)
+class Change:
+    """One decoded event, serialised once for every subscriber."""
+
+    seq: int
+    table_id: int
+    event: str
+    new: dict[str, Any] | None  # typed rows (physical names)
+    old: dict[str, Any] | None
+    text: str  # the ``change`` message
+    raw: tuple[dict[str, Any], ...] = ()  # the stored ``to_jsonb`` rows (new, then old)
+    # id of a subscription's filter set → whether a side of this change matches it,
+    # decided by PostgreSQL (:meth:`Hub.judge`); a set not judged matches nothing
+    verdicts: dict[int, bool] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Subscription:
+    table_id: int
+    events: frozenset[str]
+    filters: FilterSet
+    buffering: bool = False  # while a ``since`` replay is read
+    buffer: list[Change] = field(default_factory=list)
+
+    def wants(self, change: Change) -> bool:
+        if change.table_id != self.table_id or change.event not in self.events:
+            return False
+        if not self.filters:
+            return True
+        # UPDATE matches on either side, so a client sees records leave its filter too;
+        # the database decided it with the list's own WHERE clause (Hub.judge)
+        return change.verdicts.get(id(self.filters), False)
+
+
+def _ts(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value)).astimezone(timezone.utc)
+
+
+def typed_row(table: TableMeta, raw: dict[str, Any]) -> dict[str, Any]:
+    """A ``to_jsonb`` row → the Python values psycopg would return for the physical row."""
+    out: dict[str, Any] = {"id": raw.get("id"), "created_at": _ts(raw.get("created_at")), "updated_at": _ts(raw.get("updated_at"))}
+    for col in table.columns:
+        value = raw.get(col.physical)
+        if value is not None and not col.computed:
+            if col.type is ColumnType.DATE:
+                value = _ts(value)
+            elif col.type is ColumnType.NUMBER:
+                value = float(value)
+        out[col.physical] = value
+    return out
+
+
+def decode_change(table: TableMeta, row: dict[str, Any]) -> Change:
+    new = typed_row(table, row["record"]) if row["record"] is not None else None
+    old = typed_row(table, row["old_record"]) if row["old_record"] is not None else None
+    message = {
+        "type": "change", "event": row["event"], "table_id": table.id, "table": table.name,
+        "record": rec.row_to_record(table, new) if new is not None else None,
+        "old_record": rec.row_to_record(table, old) if old is not None else None,
+        "seq": row["seq"],
+    }
+    raw = tuple(r for r in (row["record"], row["old_record"]) if r is not None)
+    return Change(row["seq"], table.id, row["event"], new, old, jsontext.dumps(message).decode(), raw)
+
+
+def _stale(schema: Any, rows: list[dict[str, Any]]) -> bool:
+    known: dict[int, set[str]] = {}
+    for r in rows:
+        table = schema.tables.get(r["table_id"])
+        if table is None:
+            return True
+        cols = known.get(table.id)
+        if cols is None:
+            cols = known[table.id] = {c.physical for c in table.columns}
+        if any(k.startswith("c_") and k not in cols for k in (r["record"] or r["old_record"] or ())):
+            return True
+    return False
+
+
+class Client:
+    """One WebSocket: its credential, subscriptions, bounded queue and sender task."""
+
+    def __init__(self, hub: Hub, ws: WebSocket, secret: str, principal: Principal, queue_max: int) -> None:
+        self.hub = hub
+        self.ws = ws
+        self.secret = secret
+        self.principal = principal
+        self.workspace_id = principal.workspace_id
+        self.subs: dict[int, Subscription] = {}
+        self.queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=queue_max)
+        self.closed = False
+        self.sender: asyncio.Task[None] | None = None
+
+    def offer(self, change: Change) -> None:
+        sub = self.subs.get(change.table_id)
+        if sub is None or not sub.wants(change):
+            return
+        if sub.buffering:
+            if len(sub.buffer) >= self.queue.maxsize:
+                self.kill(SLOW_CONSUMER, "slow consumer: too many events during replay")
+            sub.buffer.append(change)
+            return
+        self.put(change)
+
+    def put(self, item: Any) -> None:
+        if self.closed:
+            return
+        try:
+            self.queue.put_nowait(item)
+        except asyncio.QueueFull:
+            self.kill(SLOW_CONSUMER, f"slow consumer: more than {self.queue.maxsize} events queued")
+
+    def kill(self, code: int, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.hub.remove(self)
+        if self.sender is not None:
+            self.sender.cancel()
+        asyncio.get_running_loop().create_task(self._close(code, reason))
+
+    async def _close(self, code: int, reason: str) -> None:
+        try:
+            await asyncio.wait_for(self.ws.close(code=code, reason=reason[:120]), timeout=2.0)
+        except Exception:  # the peer is gone or not reading: nothing more to do
+            pass
+
+    async def send_loop(self, heartbeat_s: float) -> None:
+        """The one writer of this socket: queued messages, permission re-checks, heartbeats."""
+        while True:
+            try:
+                item = await asyncio.wait_for(self.queue.get(), timeout=heartbeat_s)
+            except asyncio.TimeoutError:
+                await self.ws.send_text('{"type":"heartbeat"}')
+                continue
+            for one in item if isinstance(item, list) else (item,):
+                if isinstance(one, Change):
+                    if not await self._still_allowed(one.table_id):
+                        continue
+                    await self.ws.send_text(one.text)
+                else:
+                    await self.ws.send_text(jsontext.dumps(one).decode())
+
+    async def _still_allowed(self, table_id: int) -> bool:
+        """Re-check the credential and its grant on each delivery (cached principal)."""
+        try:
+            self.principal = await self.hub.principal(self.secret)
+        except ServiceError as exc:
+            self.kill(POLICY, f"{exc.code}: {exc.message}")
+            return False
+        if self.principal.can_read(table_id):
+            return True
+        if self.subs.pop(table_id, None) is not None:
+            await self.ws.send_text(jsontext.dumps({
+                "type": "error", "code": "FORBIDDEN", "table_id": table_id,
+                "error": "this token may no longer read the table; unsubscribed",
+            }).decode())
+        return False
+
+
+class _Seen:
+    """Recently delivered seqs of one workspace (notifications' ranges may overlap)."""
+
+    def __init__(self) -> None:
+        self.set: set[int] = set()
+        self.order: deque[int] = deque()
+
+    def add(self, seq: int) -> bool:
+        if seq in self.set:
+            return False
+        self.set.add(seq)
+        self.order.append(seq)
+        if len(self.order) > _SEEN_PER_WORKSPACE:
+            self.set.discard(self.order.popleft())
+        return True
+
+
+class Hub:
+    """Per-process fan-out of change notifications to WebSocket clients."""
+
+    def __init__(self, state: AppState) -> None:
+        self.state = state
+        self.clients: dict[int, set[Client]] = {}
+        self.seen: dict[int, _Seen] = {}
+        self.pending: dict[int, list[tuple[int, int]]] = {}
+        self.high: dict[int, int] = {}  # highest seq delivered per workspace
+        self.wake = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+        self.listening = asyncio.Event()
+
+    def start(self) -> None:
+        self.tasks = [
+            asyncio.create_task(self._listen(), name="wds-realtime-listen"),
+            asyncio.create_task(self._fetch_loop(), name="wds-realtime-fetch"),
+            asyncio.create_task(self._retention_loop(), name="wds-realtime-retention"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        for clients in list(self.clients.values()):
+            for client in list(clients):
+                client.kill(1001, "server shutting down")
+
+    # ------------------------------------------------------------------ clients
+    async def principal(self, secret: str) -> Principal:
+        """Resolve a REST-door credential: service token (not user_mcp) or app-user JWT."""
+        from api.deps import resolve_principal  # deps imports appusers; avoid a cycle at import
+
+        if is_app_token(secret):
+            return await app_user_principal(self.state, secret)
+        principal = await resolve_principal(self.state, secret)
+        if principal.type is TokenType.USER_MCP:
+            raise Forbidden("user_mcp tokens work on the MCP server only", code="WRONG_PROTOCOL")
+        return principal
+
+    def add(self, client: Client) -> None:
+        self.clients.setdefault(client.workspace_id, set()).add(client)
+        self.seen.setdefault(client.workspace_id, _Seen())
+
+    def remove(self, client: Client) -> None:
+        group = self.clients.get(client.workspace_id)
+        if group is not None:
+            group.discard(client)
+            if not group:
+                del self.clients[client.workspace_id]
+
+    async def decode(self, workspace_id: int, rows: Iterable[dict[str, Any]]) -> list[Change]:
+        rows = list(rows)
+        schema = await self.state.schema(workspace_id)
+        if _stale(schema, rows):  # a table or column newer than our cached schema: reload once
+            self.state.caches.drop_schema(workspace_id)
+            schema = await self.state.schema(workspace_id)
+        return [decode_change(schema.tables[r["table_id"]], r) for r in rows if r["table_id"] in schema.tables]
+
+    # ------------------------------------------------------------------ listening
+    async def _listen(self) -> None:
+        dsn = self.state.settings.database_url
+        first = True
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self.listening.set()
+                    if not first:  # catch up on what committed while we were not listening
+                        for ws in list(self.clients):
+                            if ws in self.high:
+                                self.pending.setdefault(ws, []).append((self.high[ws] + 1, 2**62))
+                        self.wake.set()
+                    first = False
+                    async for note in conn.notifies():
+                        self._on_note(note.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # reconnect; clients resume with since= if they miss
+                self.listening.clear()
+                log.warning("realtime listener reconnecting: %s", exc)
+                await asyncio.sleep(1.0)
+
+    def _on_note(self, payload: str) -> None:
+        parts = payload.split(":")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            return
+        ws, lo, hi = (int(p) for p in parts)
+        if ws not in self.clients:
+            return
+        self.pending.setdefault(ws, []).append((lo, hi))
+        self.wake.set()
+
+    async def _fetch_loop(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            pending, self.pending = self.pending, {}
+            for ws, ranges in pending.items():
+                try:
+                    await self._deliver(ws, ranges)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("realtime delivery failed for workspace %s", ws)
+
+    async def _deliver(self, ws: int, ranges: list[tuple[int, int]]) -> None:
+        for start in range(0, len(ranges), 50):
+            chunk = ranges[start : start + 50]
+            cond = " OR ".join(["seq BETWEEN %s AND %s"] * len(chunk))
+            params: list[Any] = [ws] + [v for r in chunk for v in r]
+            async with self.state.db.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT seq, table_id, event, record, old_record FROM wds.events"
+                    f" WHERE workspace_id = %s AND ({cond}) ORDER BY seq",  # cond: fixed text only
+                    params,
+                )
+                rows = await cur.fetchall()
+            seen = self.seen.setdefault(ws, _Seen())
+            fresh = [r for r in rows if seen.add(r["seq"])]
+            if not fresh:
+                continue
+            self.high[ws] = max(self.high.get(ws, 0), fresh[-1]["seq"])
+            changes = await self.decode(ws, fresh)
+            subs = [sub for client in self.clients.get(ws, ()) for sub in client.subs.values()]
+            await self.judge(ws, changes, subs)
+            for client in list(self.clients.get(ws, ())):
+                for change in changes:
+                    client.offer(change)
+
+    async def judge(self, ws: int, changes: list[Change], subs: Iterable[Subscription]) -> None:
+        """Decide, in PostgreSQL, which filtered subscriptions each change matches
+        (:func:`storage.query.matching.match_rows`): one statement per table, over every
+        distinct filter set and both sides of every change."""
+        by_table: dict[int, dict[int, FilterSet]] = {}  # filter sets by identity (values hold dicts)
+        for sub in subs:
+            if sub.filters:
+                by_table.setdefault(sub.table_id, {})[id(sub.filters)] = sub.filters
+        if not by_table:
+            return
+        schema = await self.state.schema(ws)
+        for table_id, sets in by_table.items():
+            table = schema.tables.get(table_id)
+            mine = [c for c in changes if c.table_id == table_id and c.raw]
+            if table is None or not mine:
+                continue
+            filter_sets = list(sets.values())
+            rows = [r for c in mine for r in c.raw]
+            try:
+                async with self.state.db.connection() as conn:
+                    verdicts = await match_rows(conn, table, filter_sets, rows)
+            except (psycopg.Error, ServiceError):  # e.g. the table went away meanwhile
+                log.warning("realtime filters of table %s could not be evaluated", table_id, exc_info=True)
+                continue
+            at = 0
+            for change in mine:
+                sides = verdicts[at : at + len(change.raw)]
+                at += len(change.raw)
+                for k, filters in enumerate(filter_sets):
+                    change.verdicts[id(filters)] = any(side[k] for side in sides)
+
+    # ------------------------------------------------------------------ replay and retention
+    async def replay(self, ws: int, table_id: int, since: int) -> tuple[list[Change], bool, int]:
+        """Retained events of a table after ``since``: (changes, truncated, purged_through)."""
+        async with self.state.db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT seq, table_id, event, record, old_record FROM wds.events"
+                " WHERE workspace_id = %s AND table_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+                (ws, table_id, since, REPLAY_MAX + 1),
+            )
+            rows = await cur.fetchall()
+            cur = await conn.execute("SELECT purged_through FROM wds.event_horizon WHERE workspace_id = %s", (ws,))
+            horizon = await cur.fetchone()
+        truncated = len(rows) > REPLAY_MAX
+        changes = await self.decode(ws, rows[:REPLAY_MAX])
+        return changes, truncated, int(horizon["purged_through"]) if horizon else 0
+
+    async def current_seq(self, ws: int) -> int:
+        """The workspace's latest assigned event seq (0 before the first change)."""
+        async with self.state.db.connection() as conn:
+            cur = await conn.execute(
+                sql.SQL("SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS seq FROM {}.event_seq").format(
+                    sql.Identifier(f"ws_{int(ws)}")
+                )
+            )
+            row = await cur.fetchone()
+        return int(row["seq"]) if row else 0
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(60.0, max(1.0, self.state.settings.realtime_retention_s / 10)))
+            try:
+                await purge_events(self.state, self.state.settings.realtime_retention_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("realtime retention failed: %s", exc)
+
+
+async def purge_events(state: AppState, retention_s: float, batch: int = 5_000) -> int:
+    """Delete events older than the window in bounded batches; remember the purged seq."""
+    total = 0
+    while True:
+        async with state.db.transaction() as conn:
+            cur = await conn.execute(
+                "WITH gone AS (DELETE FROM wds.events WHERE ctid = ANY(ARRAY("
+                "   SELECT ctid FROM wds.events WHERE created_at < now() - make_interval(secs => %s)"
+                "   LIMIT %s FOR UPDATE SKIP LOCKED)) RETURNING workspace_id, seq)"
+                " INSERT INTO wds.event_horizon AS h (workspace_id, purged_through)"
+                " SELECT workspace_id, max(seq) FROM gone GROUP BY workspace_id"
+                " ON CONFLICT (workspace_id) DO UPDATE SET purged_through ="
+                "   greatest(h.purged_through, excluded.purged_through)"
+                " RETURNING (SELECT count(*) FROM gone) AS n",
+                (float(retention_s), batch),
+            )
+            rows = await cur.fetchall()
+        n = int(rows[0]["n"]) if rows else 0
+        total += n
+        if n < batch:
+            return total
+        await asyncio.sleep(0.05)  # let writers in between batches
