@@ -7,9 +7,10 @@ Pure and deterministic (no I/O, no clock): safe inside workflow code.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from activities.types import PipelineInput, PipelineResult, RecordOutcome
+from activities.types import ColumnSnap, PipelineInput, PipelineResult, RecordOutcome
 from storage.schema import value_fits
 
 BUDGET_EXCEEDED = "budget_exceeded"
@@ -26,6 +27,26 @@ class Ledger:
         self.errors: dict[str, dict[str, str]] = {r: {} for r in record_ids}
         self.steps: dict[str, int] = {r: 0 for r in record_ids}
         self.blocked: dict[str, set[int]] = {r: set() for r in record_ids}
+
+    def due(self, fields: dict[str, dict[str, Any]]) -> Iterator[tuple[ColumnSnap, list[str]]]:
+        """The pipeline's columns level by level, each with the records it is due for (a
+        record that failed an input is skipped). A *broken* column (one it read was deleted
+        with ``force``) is answered here: null and the reason, and not yielded."""
+        cols = {c.id: c for c in self.inp.table.columns}
+        for level in self.inp.levels:
+            for cid in level:
+                col = cols.get(cid)
+                if col is None:
+                    continue
+                rids = self.eligible(cid)
+                if not rids:
+                    continue
+                if col.broken:
+                    for r in rids:
+                        self.record(r, cid, None, fields)
+                        self.fail(r, cid, col.broken)
+                    continue
+                yield col, rids
 
     def _dependants(self, cid: int) -> list[int]:
         return list(self.inp.dependants.get(str(cid), []))

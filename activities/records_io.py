@@ -159,28 +159,17 @@ async def _evaluate(inp: FusedInput, fields: dict[str, dict[str, Any]]) -> Ledge
                 observe_step(kind, status, seconds, n)
             return ledger
     ledger = Ledger(p, list(fields))
-    for level in p.levels:
-        for cid in level:
-            col = cols.get(cid)
-            if col is None:
-                continue
-            rids = ledger.eligible(cid)
-            if not rids:
-                continue
-            if col.broken:  # a column it read was deleted with force: null, and say why
-                for r in rids:
-                    ledger.record(r, cid, None, fields)
-                    ledger.fail(r, cid, col.broken)
-                continue
-            batch = {r: fields[r] for r in rids}
-            started = time.perf_counter()
-            if col.type == "formula" and lost is not None and formula.sandbox_bound(col):
-                values, errors = {}, {r: lost for r in rids}
-            elif col.type == "formula":
-                values, errors = await formula.evaluate_column(col, batch, now, budget, sandbox(),
-                                                               workspace=p.table.workspace_id)
-            else:
-                values, errors = json_parser.evaluate_batch(col, batch)
-            observe_step(col.type, "error" if errors else "ok", time.perf_counter() - started, len(batch))
-            ledger.apply(cid, rids, values, errors, fields)
+    for col, rids in ledger.due(fields):
+        cid = col.id
+        batch = {r: fields[r] for r in rids}
+        started = time.perf_counter()
+        if col.type == "formula" and lost is not None and formula.sandbox_bound(col):
+            values, errors = {}, {r: lost for r in rids}
+        elif col.type == "formula":
+            values, errors = await formula.evaluate_column(col, batch, now, budget, sandbox(),
+                                                           workspace=p.table.workspace_id)
+        else:
+            values, errors = json_parser.evaluate_batch(col, batch)
+        observe_step(col.type, "error" if errors else "ok", time.perf_counter() - started, len(batch))
+        ledger.apply(cid, rids, values, errors, fields)
     return ledger

@@ -137,33 +137,21 @@ def pipeline_job(meter: Meter, p: PipelineInput, fields: dict[str, dict[str, Any
     Returns ((values, errors, steps, blocked) of the run's :class:`Ledger`, seconds used
     per record, (kind, status, seconds, records) per column evaluated)."""
     ledger = Ledger(p, list(fields))
-    cols = {c.id: c for c in p.table.columns}
     when = datetime.fromisoformat(now)
     timings: list[tuple[str, str, float, int]] = []
-    for level in p.levels:
-        for cid in level:
-            col = cols.get(cid)
-            if col is None:
-                continue
-            rids = ledger.eligible(cid)
-            if not rids:
-                continue
-            if col.broken:  # a column it read was deleted with force: null, and say why
-                for r in rids:
-                    ledger.record(r, cid, None, fields)
-                    ledger.fail(r, cid, col.broken)
-                continue
-            batch = {r: fields[r] for r in rids}
-            started = time.perf_counter()
-            if col.type == "formula":
-                language = col.config.get("language", "excel")
-                with meter.capped(language != "javascript"):
-                    values, errors, _ = formula.run_budgeted(col.formula or col.config.get("formula") or "", language,
-                                                             batch, when, budget, meter=meter, over_budget=OverBudget)
-            else:
-                values, errors = json_parser.evaluate_batch(col, batch)
-            timings.append((col.type, "error" if errors else "ok", time.perf_counter() - started, len(batch)))
-            ledger.apply(cid, rids, values, errors, fields)
+    for col, rids in ledger.due(fields):
+        cid = col.id
+        batch = {r: fields[r] for r in rids}
+        started = time.perf_counter()
+        if col.type == "formula":
+            language = col.config.get("language", "excel")
+            with meter.capped(language != "javascript"):
+                values, errors, _ = formula.run_budgeted(col.formula or col.config.get("formula") or "", language,
+                                                         batch, when, budget, meter=meter, over_budget=OverBudget)
+        else:
+            values, errors = json_parser.evaluate_batch(col, batch)
+        timings.append((col.type, "error" if errors else "ok", time.perf_counter() - started, len(batch)))
+        ledger.apply(cid, rids, values, errors, fields)
     return (ledger.values, ledger.errors, ledger.steps, ledger.blocked), budget.used, timings
 
 
