@@ -34,6 +34,7 @@ answers (a created record's id and timestamps aside).
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -121,6 +122,27 @@ class FastReads:
         if secret is None or appusers.is_app_token(secret):
             await self.app(scope, receive, send)  # FastAPI answers 401 / handles app users
             return
+        if record is not None:
+            tid, ref = int(record[1]), record[2]
+
+            async def answer(state: Any, principal: Principal) -> Response:
+                return await record_response(state, principal, tid, ref, params)
+
+            await self._answer(scope, receive, send, secret, _GET_ROUTE, answer)
+            return
+        table_id = int(listing[1])  # type: ignore[index]
+        view = next((v for k, v in reversed(params) if k == "view"), None)
+        prefer = headers.get(b"prefer", b"").decode("latin-1")
+
+        async def answer_list(state: Any, principal: Principal) -> Response:
+            return await list_response(state, principal, table_id, params, prefer=prefer, view=view)
+
+        await self._answer(scope, receive, send, secret, _LIST_ROUTE, answer_list)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, secret: str, route: tuple[str, str],
+                      answer: Callable[[Any, Principal], Awaitable[Response]]) -> None:
+        """Resolve the caller as FastAPI's ``RestPrincipal`` would, mark the request with the
+        route it stands for, and send ``answer``'s response, or the error a route would give."""
         st: dict[str, Any] = scope.setdefault("state", {})
         state = scope["app"].state.wds
         try:
@@ -128,15 +150,8 @@ class FastReads:
             if principal.type is TokenType.USER_MCP:
                 raise Forbidden("user_mcp tokens work on the MCP server only", code="WRONG_PROTOCOL")
             st["principal"] = principal  # as rest_principal does (request.state.principal)
-            if record is not None:
-                scope["route"] = self.route(scope, _GET_ROUTE)
-                response = await record_response(state, principal, int(record[1]), record[2], params)
-            else:
-                scope["route"] = self.route(scope, _LIST_ROUTE)
-                view = next((v for k, v in reversed(params) if k == "view"), None)
-                prefer = headers.get(b"prefer", b"").decode("latin-1")
-                response = await list_response(state, principal, int(listing[1]), params,  # type: ignore[index]
-                                               prefer=prefer, view=view)
+            scope["route"] = self.route(scope, route)
+            response = await answer(state, principal)
         except ServiceError as exc:
             response = service_error_response(exc)
         except psycopg.DataError as exc:
@@ -156,23 +171,13 @@ class FastReads:
             await self.app(scope, replay(body, more, receive), send)  # FastAPI answers as it would
             return
         query, count = args
-        st: dict[str, Any] = scope.setdefault("state", {})
-        state = scope["app"].state.wds
-        try:
-            principal = await _principal(state, st, secret)  # type: ignore[arg-type]
-            if principal.type is TokenType.USER_MCP:
-                raise Forbidden("user_mcp tokens work on the MCP server only", code="WRONG_PROTOCOL")
-            st["principal"] = principal
-            scope["route"] = self.route(scope, _SQL_ROUTE)
-            prefer = headers.get(b"prefer", b"").decode("latin-1")
-            response: Response = JSON(await execute_sql(state, principal, query, json_rows=True,
-                                                        count=count or "count=exact" in prefer))
-        except ServiceError as exc:
-            response = service_error_response(exc)
-        except psycopg.DataError as exc:
-            response = data_error_response(exc)
-        await response(scope, receive, send)
+        prefer = headers.get(b"prefer", b"").decode("latin-1")
 
+        async def answer(state: Any, principal: Principal) -> Response:
+            return JSON(await execute_sql(state, principal, query, json_rows=True,
+                                          count=count or "count=exact" in prefer))
+
+        await self._answer(scope, receive, send, secret, _SQL_ROUTE, answer)  # type: ignore[arg-type]
 
     async def _create(self, scope: Scope, receive: Receive, send: Send, table_id: int) -> None:
         """``POST {rest}/tables/{id}/records`` as the create route answers it, for a body of
@@ -189,22 +194,11 @@ class FastReads:
         if fields is None:
             await self.app(scope, replay(body, more, receive), send)  # FastAPI answers as it would
             return
-        st: dict[str, Any] = scope.setdefault("state", {})
-        state = scope["app"].state.wds
-        try:
-            principal = await _principal(state, st, secret)  # type: ignore[arg-type]
-            if principal.type is TokenType.USER_MCP:
-                raise Forbidden("user_mcp tokens work on the MCP server only", code="WRONG_PROTOCOL")
-            st["principal"] = principal
-            scope["route"] = self.route(scope, _CREATE_ROUTE)
-            response: Response = JSON(await record_ops.create_record(state, principal, table_id, fields,
-                                                                     run_pipeline=bool(run_pipeline)),
-                                      status_code=201)
-        except ServiceError as exc:
-            response = service_error_response(exc)
-        except psycopg.DataError as exc:
-            response = data_error_response(exc)
-        await response(scope, receive, send)
+        async def answer(state: Any, principal: Principal) -> Response:
+            return JSON(await record_ops.create_record(state, principal, table_id, fields,
+                                                       run_pipeline=bool(run_pipeline)), status_code=201)
+
+        await self._answer(scope, receive, send, secret, _CREATE_ROUTE, answer)  # type: ignore[arg-type]
 
 
 async def _principal(state: Any, st: dict[str, Any], secret: str) -> Principal:
