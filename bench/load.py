@@ -34,8 +34,25 @@ class OperationFailed(Exception):
 FAILURES = (OperationFailed, aiohttp.ClientError, psycopg.Error, TimeoutError, OSError)
 
 
+class Percentiles:
+    """``p50_ms`` and ``p99_ms`` of a result's ``latencies`` (seconds)."""
+
+    __slots__ = ()
+    latencies: list[float]
+
+    @property
+    def p50_ms(self) -> float | None:
+        v = percentile(self.latencies, 50)
+        return None if v is None else v * 1000
+
+    @property
+    def p99_ms(self) -> float | None:
+        v = percentile(self.latencies, 99)
+        return None if v is None else v * 1000
+
+
 @dataclass(slots=True)
-class PhaseResult:
+class PhaseResult(Percentiles):
     """One measured phase: successful operations, failures and their latencies (seconds)."""
 
     concurrency: int
@@ -50,15 +67,6 @@ class PhaseResult:
     def rate(self) -> float:
         return self.ops / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
-    @property
-    def p50_ms(self) -> float | None:
-        v = percentile(self.latencies, 50)
-        return None if v is None else v * 1000
-
-    @property
-    def p99_ms(self) -> float | None:
-        v = percentile(self.latencies, 99)
-        return None if v is None else v * 1000
 
     @property
     def client_cpu(self) -> float | None:

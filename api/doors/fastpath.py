@@ -218,16 +218,22 @@ def _run_pipeline(query: bytes) -> bool | None:
     return {b"run_pipeline=true": True, b"run_pipeline=false": False}.get(query)
 
 
-def _create_fields(headers: dict[bytes, bytes], body: bytes) -> dict[str, Any] | None:
-    """The ``fields`` of a create body FastAPI would read as :class:`api.schemas.RecordIn`
-    with ``fields`` alone set to an object, or ``None`` to leave the request to FastAPI."""
+def _json_body(headers: dict[bytes, bytes], body: bytes) -> Any:
+    """The body parsed as JSON when it is sent as ``application/json`` and parses (orjson is
+    stricter than json.loads: what it accepts, both read alike), else ``None``."""
     media = headers.get(b"content-type", b"").partition(b";")[0].strip().lower()
     if media != b"application/json":
         return None
     try:
-        data = orjson.loads(body)  # stricter than json.loads: what it accepts, both read alike
+        return orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
+
+
+def _create_fields(headers: dict[bytes, bytes], body: bytes) -> dict[str, Any] | None:
+    """The ``fields`` of a create body FastAPI would read as :class:`api.schemas.RecordIn`
+    with ``fields`` alone set to an object, or ``None`` to leave the request to FastAPI."""
+    data = _json_body(headers, body)
     if type(data) is not dict or len(data) != 1 or type(data.get("fields")) is not dict:
         return None
     return data["fields"]  # type: ignore[no-any-return]
@@ -236,13 +242,7 @@ def _create_fields(headers: dict[bytes, bytes], body: bytes) -> dict[str, Any] |
 def _sql_args(headers: dict[bytes, bytes], body: bytes) -> tuple[str, bool] | None:
     """``(query, count)`` of a body FastAPI would accept as ``api.doors.rest.sql.SqlIn``
     as it is, or ``None`` to leave the request to FastAPI (its validation errors included)."""
-    media = headers.get(b"content-type", b"").partition(b";")[0].strip().lower()
-    if media != b"application/json":
-        return None
-    try:
-        data = orjson.loads(body)  # stricter than json.loads: what it accepts, both read alike
-    except orjson.JSONDecodeError:
-        return None
+    data = _json_body(headers, body)
     if not isinstance(data, dict) or not data.keys() <= _SQL_KEYS:
         return None
     query, count = data.get("query"), data.get("count", False)

@@ -44,8 +44,8 @@ from bench.hostile import (
     table_body,
     warm_row,
 )
-from bench.load import FAILURES
-from bench.report import Figure, Target, percentile
+from bench.load import FAILURES, Percentiles
+from bench.report import Figure, Target
 from bench.scenarios.registry import scenario
 from bench.stack import ApiProcess
 
@@ -65,7 +65,7 @@ KINDS = {"js": "JS while(true){}", "regex": "20× REGEX_MATCH (a|aa)+$", "templa
 
 
 @dataclass(slots=True)
-class Probe:
+class Probe(Percentiles):
     """What the bystander saw in one phase (latencies in seconds)."""
 
     latencies: list[float] = field(default_factory=list)
@@ -76,15 +76,6 @@ class Probe:
     api_cpu_s: float = 0.0
     elapsed_s: float = 0.0
 
-    @property
-    def p50_ms(self) -> float | None:
-        v = percentile(self.latencies, 50)
-        return None if v is None else v * 1000
-
-    @property
-    def p99_ms(self) -> float | None:
-        v = percentile(self.latencies, 99)
-        return None if v is None else v * 1000
 
     def writes_text(self) -> str:
         counts: dict[int, int] = {}

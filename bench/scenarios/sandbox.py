@@ -40,8 +40,8 @@ from typing import Any
 import psutil
 
 from bench.context import BenchContext, NotMeasurable, inverse_ms, not_measured
-from bench.load import FAILURES, Operation, OperationFailed, http_send, run_phase
-from bench.report import Figure, Target, percentile
+from bench.load import FAILURES, Operation, OperationFailed, Percentiles, http_send, run_phase
+from bench.report import Figure, Target
 from bench.scenarios.pipelines import BATCH, _check_record, formula_table
 from bench.scenarios.registry import scenario
 
@@ -125,7 +125,7 @@ def tree_cpu_s(pid: int) -> float:
 
 
 @dataclass
-class Turns:
+class Turns(Percentiles):
     """What one mode got over one round: latencies of its calls, records written, CPU."""
 
     latencies: list[float] = field(default_factory=list)
@@ -134,15 +134,6 @@ class Turns:
     first_error: str | None = None
     cpu_s: float = 0.0
 
-    @property
-    def p50_ms(self) -> float | None:
-        v = percentile(self.latencies, 50)
-        return None if v is None else v * 1000
-
-    @property
-    def p99_ms(self) -> float | None:
-        v = percentile(self.latencies, 99)
-        return None if v is None else v * 1000
 
     @property
     def rows_per_s(self) -> float | None:
