@@ -11,6 +11,11 @@ what it did, and under load each read waits at most for the one query ahead of i
 
 Every read still sees every write that committed before it was asked for: a waiting read is
 sent after it arrived, never answered from a query that started earlier.
+
+A read with embedded related records (``GET …/records/{id}?expand=…``) coalesces the same
+way, keyed by the table and what it embeds: one statement reads the rows and, by a
+``LEFT JOIN`` per embed, the related rows their relation cells name (:meth:`RecordReader.get_joined`),
+so an expanded read costs one round trip as a plain one does.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from psycopg import sql
 from storage import ddl
 from storage.db import Database
 from storage.records import row_list
-from storage.schema import TableMeta
+from storage.schema import ColumnMeta, TableMeta
 
 Row = dict[str, Any]
+Key = tuple[Any, ...]  # (workspace, table) or (workspace, table, embeds' signature)
 _Waiter = tuple[int, "asyncio.Future[Row | None]"]
 
 
@@ -41,10 +47,11 @@ class RecordReader:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        self._tables: dict[tuple[int, int], _Table] = {}
-        self._sql: dict[tuple[int, int], tuple[str, str]] = {}  # (one, many)
-        self._lists: dict[tuple[int, int], str] = {}  # the row list ``_sql`` was composed with
-        self._meta: dict[tuple[int, int], TableMeta] = {}  # the latest schema each table was read with
+        self._tables: dict[Key, _Table] = {}
+        self._sql: dict[Key, tuple[str, str]] = {}  # (one, many)
+        self._lists: dict[Key, Any] = {}  # the row list ``_sql`` was composed with
+        self._meta: dict[Key, TableMeta] = {}  # the latest schema each table was read with
+        self._embeds: dict[Key, tuple[Embedding, ...]] = {}  # and, for a joined read, what it embeds
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def get(self, table: TableMeta, record_id: int) -> Row | None:
@@ -55,6 +62,32 @@ class RecordReader:
         """
         key = (table.workspace_id, table.id)
         self._meta[key] = table
+        return await self._get(key, record_id)
+
+    async def get_joined(self, table: TableMeta, record_id: int,
+                         embeds: tuple[Embedding, ...]) -> tuple[Row | None, list[Row | None]]:
+        """The physical row of ``record_id`` and, per embed, the related table's row its
+        relation cell names (``None``: empty cell or no such record), read in one statement;
+        concurrent reads of the same table and embeds share one. A related row holds
+        ``id``, ``created_at``, ``updated_at`` and the embed's ``fields`` (as :meth:`get`
+        reads them).
+
+        Raises:
+            Unavailable: the database cannot be reached (as :meth:`Database.connection`).
+        """
+        key = (table.workspace_id, table.id, tuple(e.signature for e in embeds))
+        self._meta[key] = table
+        self._embeds[key] = embeds
+        row = await self._get(key, record_id)
+        if row is None:
+            return None, []
+        related: list[Row | None] = []
+        for embed in embeds:
+            names = embed.aliases
+            related.append(None if row[names[0][0]] is None else {name: row[alias] for alias, name in names})
+        return row, related
+
+    async def _get(self, key: Key, record_id: int) -> Row | None:
         state = self._tables.get(key)
         if state is None:
             state = self._tables[key] = _Table()
@@ -69,7 +102,7 @@ class RecordReader:
             self._next(key)
         return rows[0] if rows else None
 
-    def _next(self, key: tuple[int, int]) -> None:
+    def _next(self, key: Key) -> None:
         """The read ahead finished: send everything that waited for it as one query."""
         state = self._tables[key]
         batch = [(rid, fut) for rid, fut in state.waiting if not fut.done()]  # done: the caller left
@@ -77,12 +110,13 @@ class RecordReader:
         if not batch:
             del self._tables[key]  # idle: the next read goes at once
             self._meta.pop(key, None)
+            self._embeds.pop(key, None)
             return
         task = asyncio.get_running_loop().create_task(self._run(key, batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, key: tuple[int, int], batch: list[_Waiter]) -> None:
+    async def _run(self, key: Key, batch: list[_Waiter]) -> None:
         try:
             rows = await self._fetch(key, sorted({rid for rid, _ in batch}))
         except asyncio.CancelledError:  # shutting down
@@ -101,7 +135,7 @@ class RecordReader:
         finally:
             self._next(key)
 
-    async def _fetch(self, key: tuple[int, int], ids: list[int]) -> list[Row]:
+    async def _fetch(self, key: Key, ids: list[int]) -> list[Row]:
         one, many = self._statements(key)
         async with self.db.connection() as conn:
             if len(ids) == 1:
@@ -110,7 +144,9 @@ class RecordReader:
                 cur = await conn.execute(many, (ids,))
             return await cur.fetchall()
 
-    def _statements(self, key: tuple[int, int]) -> tuple[str, str]:
+    def _statements(self, key: Key) -> tuple[str, str]:
+        if len(key) == 3:
+            return self._joined_statements(key)
         # a batch reads with the schema of its latest reader (a column added since an
         # earlier reader asked only adds a field)
         columns = row_list(self._meta[key])
@@ -126,3 +162,54 @@ class RecordReader:
                 sql.SQL("SELECT {} FROM {} WHERE id = ANY(%s::bigint[])").format(columns, target).as_string(None),
             )
         return found
+
+    def _joined_statements(self, key: Key) -> tuple[str, str]:
+        # as _statements: composed anew when the table or an embedded one changed shape
+        table, embeds = self._meta[key], self._embeds[key]
+        shape = (table.columns, *(e.table.columns for e in embeds), *(e.fields for e in embeds))
+        found = self._sql.get(key)
+        known = self._lists.get(key)
+        if found is None or known is None or len(known) != len(shape) or any(
+                a is not b for a, b in zip(known, shape)):
+            items = [row_list(table, "t")]
+            joins = []
+            for i, embed in enumerate(embeds):
+                alias = sql.Identifier(f"e{i}")
+                cast = {c.physical: c for c in embed.fields}
+                items += [sql.SQL("{}::{} AS {}").format(sql.Identifier(f"e{i}", name), sql.SQL(ddl.pg_type(cast[name].type)),
+                                                        sql.Identifier(out))
+                          if name in cast else sql.SQL("{} AS {}").format(sql.Identifier(f"e{i}", name), sql.Identifier(out))
+                          for out, name in embed.aliases]
+                joins.append(sql.SQL(" LEFT JOIN {} {} ON {}.id = {}").format(
+                    ddl.qualified(embed.table.workspace_id, embed.table.id), alias, alias,
+                    sql.Identifier("t", embed.column.physical)))
+            head = sql.SQL("SELECT {} FROM {} t{}").format(sql.SQL(", ").join(items), ddl.qualified(*key[:2]),
+                                                          sql.SQL("").join(joins))
+            if len(self._sql) >= 4096:
+                self._sql.clear()
+                self._lists.clear()
+            self._lists[key] = shape
+            found = self._sql[key] = (
+                sql.SQL("{} WHERE t.id = %s").format(head).as_string(None),
+                sql.SQL("{} WHERE t.id = ANY(%s::bigint[])").format(head).as_string(None),
+            )
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class Embedding:
+    """A relation column of the read table (``column``), the table it relates to and the
+    columns of it to read (``fields``): one ``LEFT JOIN`` of :meth:`RecordReader.get_joined`.
+    ``aliases``: ``(result column, related row key)`` pairs, ``id`` first."""
+
+    column: ColumnMeta
+    table: TableMeta
+    fields: tuple[ColumnMeta, ...]
+    signature: tuple[Any, ...] = field(init=False)
+    aliases: tuple[tuple[str, str], ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "signature", (self.column.id, self.table.workspace_id, self.table.id,
+                                               tuple(c.id for c in self.fields)))
+        names = ("id", "created_at", "updated_at", *(c.physical for c in self.fields))
+        object.__setattr__(self, "aliases", tuple((f"{self.column.id}:{name}", name) for name in names))
