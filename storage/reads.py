@@ -75,7 +75,7 @@ class RecordReader:
         Raises:
             Unavailable: the database cannot be reached (as :meth:`Database.connection`).
         """
-        key = (table.workspace_id, table.id, tuple(e.signature for e in embeds))
+        key = (table.workspace_id, table.id, tuple([e.signature for e in embeds]))
         self._meta[key] = table
         self._embeds[key] = embeds
         row = await self._get(key, record_id)
