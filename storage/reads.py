@@ -28,8 +28,9 @@ from psycopg import sql
 
 from storage import ddl
 from storage.db import Database
-from storage.records import row_list
+from storage.records import column_decoders, row_list
 from storage.schema import ColumnMeta, TableMeta
+from storage.values import decode_value, iso
 
 Row = dict[str, Any]
 Key = tuple[Any, ...]  # (workspace, table) or (workspace, table, embeds' signature)
@@ -64,13 +65,12 @@ class RecordReader:
         self._meta[key] = table
         return await self._get(key, record_id)
 
-    async def get_joined(self, table: TableMeta, record_id: int,
-                         embeds: tuple[Embedding, ...]) -> tuple[Row | None, list[Row | None]]:
-        """The physical row of ``record_id`` and, per embed, the related table's row its
-        relation cell names (``None``: empty cell or no such record), read in one statement;
-        concurrent reads of the same table and embeds share one. A related row holds
-        ``id``, ``created_at``, ``updated_at`` and the embed's ``fields`` (as :meth:`get`
-        reads them).
+    async def get_joined(self, table: TableMeta, record_id: int, embeds: tuple[Embedding, ...]) -> Row | None:
+        """The physical row of ``record_id`` with, per embed, the related table's row its
+        relation cell names under the embed's :attr:`Embedding.aliases` (all ``NULL``: an
+        empty cell or no such record), read in one statement; concurrent reads of the same
+        table and embeds share one. ``None``: no such record. :func:`joined_record` makes
+        the API record of it.
 
         Raises:
             Unavailable: the database cannot be reached (as :meth:`Database.connection`).
@@ -78,14 +78,7 @@ class RecordReader:
         key = (table.workspace_id, table.id, tuple([e.signature for e in embeds]))
         self._meta[key] = table
         self._embeds[key] = embeds
-        row = await self._get(key, record_id)
-        if row is None:
-            return None, []
-        related: list[Row | None] = []
-        for embed in embeds:
-            names = embed.aliases
-            related.append(None if row[names[0][0]] is None else {name: row[alias] for alias, name in names})
-        return row, related
+        return await self._get(key, record_id)
 
     async def _get(self, key: Key, record_id: int) -> Row | None:
         state = self._tables.get(key)
@@ -213,3 +206,49 @@ class Embedding:
                                                tuple(c.id for c in self.fields)))
         names = ("id", "created_at", "updated_at", *(c.physical for c in self.fields))
         object.__setattr__(self, "aliases", tuple((f"{self.column.id}:{name}", name) for name in names))
+
+
+Step = tuple[str, str, "ColumnMeta | None", "tuple[str, str, str, tuple[tuple[str, str, ColumnMeta | None], ...]] | None"]
+
+
+def joined_steps(fields: tuple[ColumnMeta, ...], embeds: tuple[Embedding, ...],
+                 output: tuple[ColumnMeta, ...]) -> tuple[Step, ...]:
+    """How :func:`joined_record` shapes a row of :meth:`RecordReader.get_joined`: per field
+    of ``output`` in order, ``(name, row key, column to decode or None, embed or None)``;
+    an embed is ``(id, created_at, updated_at keys, its fields' decoders)``. Built once
+    per plan."""
+    plain = {name: (phys, col) for name, phys, col in column_decoders(fields)}
+    by_column = {e.column.id: e for e in embeds}
+    steps: list[Step] = []
+    for c in output:
+        embed = by_column.get(c.id)
+        if embed is None:
+            phys, col = plain[c.name]
+            steps.append((c.name, phys, col, None))
+            continue
+        alias = {name: out for out, name in embed.aliases}
+        decs = tuple((name, alias[phys], col) for name, phys, col in column_decoders(embed.fields))
+        steps.append((c.name, alias["id"], None, (alias["id"], alias["created_at"], alias["updated_at"], decs)))
+    return tuple(steps)
+
+
+def joined_record(steps: tuple[Step, ...], row: Row) -> dict[str, Any]:
+    """The API record of a joined row, its embedded records in place (as
+    :func:`storage.records.row_to_record` makes each of them, in ``output``'s order)."""
+    fields: dict[str, Any] = {}
+    get = row.get
+    for name, key, col, embed in steps:
+        v = get(key)
+        if embed is not None:
+            if v is None:
+                fields[name] = None
+                continue
+            _, created, updated, decs = embed
+            v = {"id": v,
+                 "fields": {n: (x if c is None else decode_value(c, x)) for n, k, c in decs for x in (get(k),)},
+                 "created_at": iso(get(created)), "updated_at": iso(get(updated))}
+            fields[name] = v
+        else:
+            fields[name] = v if col is None else decode_value(col, v)
+    return {"id": row["id"], "fields": fields, "created_at": iso(row["created_at"]),
+            "updated_at": iso(row["updated_at"])}

@@ -57,6 +57,13 @@ def _chosen_decoders(columns: Sequence[ColumnMeta]) -> tuple[tuple[str, str, Col
     return found[1]
 
 
+def column_decoders(columns: Sequence[ColumnMeta]) -> tuple[tuple[str, str, ColumnMeta | None], ...]:
+    """``(name, physical, column or None)`` per column, as :func:`row_to_record` decodes
+    them: ``None`` where the stored value is the API value as is (:func:`storage.values.decode_value`
+    otherwise)."""
+    return _decoders(columns)
+
+
 # Column types whose stored value is already the API value (NULL stays null).
 _AS_STORED = frozenset({ColumnType.TEXT, ColumnType.SINGLE_SELECT, ColumnType.RELATION})
 

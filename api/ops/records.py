@@ -56,7 +56,7 @@ from storage.query.render import (
     memoised_list,
     prepared_or_plan,
 )
-from storage.reads import Embedding
+from storage.reads import Embedding, Step, joined_record, joined_steps
 from storage.schema import TableMeta
 
 MAX_BATCH = BATCH_MAX
@@ -181,7 +181,8 @@ async def _shaped_record(state: AppState, principal: Principal, table_ref: int |
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, table_ref)
     require(principal, table, Action.READ)
-    memo: dict[Any, tuple[QueryPlan, tuple[Embedding, ...]]] = schema.derived.setdefault("record_plans", {})
+    memo: dict[Any, tuple[QueryPlan, tuple[Embedding, ...], tuple[Step, ...]]] = schema.derived.setdefault(
+        "record_plans", {})
     key = (table.id, tuple(params))
     found = memo.get(key)
     if found is None:  # a hit means these exact parameters parsed and planned before
@@ -191,8 +192,9 @@ async def _shaped_record(state: AppState, principal: Principal, table_ref: int |
                           get_table=schema.tables.get)
         if len(memo) >= LIST_MEMO:
             memo.clear()
-        found = memo[key] = (plan, tuple(Embedding(e.column, e.table, e.fields) for e in plan.embeds))
-    plan, embeddings = found
+        embeddings = tuple(Embedding(e.column, e.table, e.fields) for e in plan.embeds)
+        found = memo[key] = (plan, embeddings, joined_steps(plan.fields, embeddings, plan.output))
+    plan, embeddings, steps = found
     rid = record_id(ref)
     for embed in plan.embeds:  # the plan is shared: the read check on related tables is per caller
         if not principal.can_read(embed.table.id):
@@ -203,18 +205,14 @@ async def _shaped_record(state: AppState, principal: Principal, table_ref: int |
             raise NotFound(f"record {ref} not found")
         return rec.row_to_record(table, row, plan.fields)
     # the row and its embedded ones in one statement (a LEFT JOIN per embed), coalesced
-    # with the concurrent reads of the same table and embeds as a plain GET's reads are
-    # (one statement per request with the embeds as subqueries measured 43 % of the plain
-    # GET at 16 clients; the row, then each related row through the reader, 58-66 %)
-    row, related = await state.reader.get_joined(table, rid, embeddings)
+    # with the concurrent reads of the same table and embeds as a plain GET's reads are,
+    # shaped by steps built once per plan (one statement per request with the embeds as
+    # subqueries measured 43 % of the plain GET at 16 clients; the row, then each related
+    # row through the reader, 51-62 %; this 85-94 %: bench/RESULTS-query.md)
+    row = await state.reader.get_joined(table, rid, embeddings)
     if row is None:
         raise NotFound(f"record {ref} not found")
-    record = rec.row_to_record(table, row, plan.fields)
-    fields = record["fields"]
-    for embed, other in zip(plan.embeds, related):
-        fields[embed.column.name] = None if other is None else rec.row_to_record(embed.table, other, embed.fields)
-    record["fields"] = {c.name: fields[c.name] for c in plan.output}  # the list's field order
-    return record
+    return joined_record(steps, row)
 
 
 async def _files(state: AppState, principal: Principal, table: TableMeta, prepared: rec.PreparedRow) -> None:

@@ -18,7 +18,8 @@ from psycopg import sql
 from storage import ddl
 from storage.db import Database
 from storage.errors import Unavailable
-from storage.reads import Embedding, RecordReader
+from storage.reads import Embedding, RecordReader, joined_record, joined_steps
+from storage.records import row_to_record
 from storage.schema import ColumnMeta, ColumnType, TableMeta
 
 DSN = os.environ.get("WDS_TEST_SCRATCH_DSN", "")
@@ -127,14 +128,14 @@ async def test_every_waiter_gets_the_error(setup: tuple[Database, TableMeta]) ->
 
 async def test_joined_reads_embed_the_related_rows_in_one_coalesced_statement(
         setup: tuple[Database, TableMeta]) -> None:
-    """``get_joined``: the same row ``get`` reads, and per embed the related row its cell
-    names (``None`` for an empty cell or a related record that does not exist), read by
-    one statement per batch of concurrent reads."""
+    """``get_joined``: the same row ``get`` reads and, per embed, the related row its cell
+    names (all null for an empty cell), read by one statement per batch of concurrent
+    reads; ``joined_record`` shapes it as ``row_to_record`` shapes each row."""
     db, people = setup
     ws = people.workspace_id
     ref = ColumnMeta(3, 2, "Ref", ColumnType.RELATION, relation_table_id=people.id)
-    items = TableMeta(id=2, workspace_id=ws, name="Items", icon=None,
-                      columns=(ColumnMeta(2, 2, "Title", ColumnType.TEXT), ref))
+    title = ColumnMeta(2, 2, "Title", ColumnType.TEXT)
+    items = TableMeta(id=2, workspace_id=ws, name="Items", icon=None, columns=(title, ref))
     async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as c:
         await ddl.create_table(c, ws, 2)
         for col in items.columns:
@@ -147,23 +148,31 @@ async def test_joined_reads_embed_the_related_rows_in_one_coalesced_statement(
         await c.execute(sql.SQL("DELETE FROM {} WHERE id = 150").format(ddl.qualified(ws, 1)))
     reader = CountingReader(db)
     embeds = (Embedding(ref, people, people.columns),)
+    steps = joined_steps((title,), embeds, (ref, title))  # the embed first: output order
     ids = [random.randint(1, 110) for _ in range(200)]  # ids above 100 do not exist
     got = await asyncio.gather(*(reader.get_joined(items, rid, embeds) for rid in ids))
     plain = RecordReader(db)
-    for rid, (row, related) in zip(ids, got):
+    for rid, row in zip(ids, got):
         if rid > 100:
-            assert (row, related) == (None, [])
+            assert row is None
             continue
-        assert row is not None and row["id"] == rid and row["c_2"] == f"t{rid}"
+        assert row is not None
+        alone = await plain.get(items, rid)
+        assert alone is not None
+        record = joined_record(steps, row)
+        expected = row_to_record(items, alone, (title,))
         if rid % 5 == 0 or rid == 7:  # an empty cell (7: its person was deleted, the key cleared it)
-            assert related == [None]
+            assert alone["c_3"] is None
+            expected["fields"] = {"Ref": None, "Title": f"t{rid}"}
         else:
-            assert related[0] is not None and related[0]["c_1"] == f"n{rid}"
-            alone = await plain.get(people, rid)
-            assert alone is not None and related[0] == {k: alone[k] for k in ("id", "created_at", "updated_at", "c_1")}
-            assert {k: v for k, v in row.items() if ":" not in k} == await plain.get(items, rid)
+            person = await plain.get(people, rid)
+            assert person is not None
+            expected["fields"] = {"Ref": row_to_record(people, person), "Title": f"t{rid}"}
+        assert record == expected
+        assert list(record["fields"]) == ["Ref", "Title"]
     assert len(reader.queries) < len(ids) // 10, reader.queries  # coalesced
     # only the embed's fields are read of the related table
-    (row, related) = await reader.get_joined(items, 1, (Embedding(ref, people, ()),))
-    assert related == [{k: v for k, v in (await plain.get(people, 1) or {}).items() if k in ("id", "created_at", "updated_at")}]
+    only = (Embedding(ref, people, ()),)
+    record = joined_record(joined_steps((title,), only, (title, ref)), await reader.get_joined(items, 1, only) or {})
+    assert record["fields"]["Ref"]["fields"] == {} and record["fields"]["Ref"]["id"] == 1
     assert reader._tables == {}  # idle
