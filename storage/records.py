@@ -32,7 +32,7 @@ Conn = AsyncConnection[Any]
 
 def row_to_record(table: TableMeta, row: Mapping[str, Any], columns: Sequence[ColumnMeta] | None = None) -> dict[str, Any]:
     """Physical row (``id, created_at, updated_at, c_<id>...``) → API record."""
-    plan = _layout(table).decoders if columns is None else _decoders(columns)
+    plan = _layout(table).decoders if columns is None else _chosen_decoders(columns)
     get = row.get
     return {
         "id": row["id"],
@@ -41,6 +41,27 @@ def row_to_record(table: TableMeta, row: Mapping[str, Any], columns: Sequence[Co
         "created_at": iso(row["created_at"]),
         "updated_at": iso(row["updated_at"]),
     }
+
+
+_CHOSEN: dict[int, tuple[Sequence[ColumnMeta], tuple[tuple[str, str, ColumnMeta | None], ...]]] = {}
+
+
+def _chosen_decoders(columns: Sequence[ColumnMeta]) -> tuple[tuple[str, str, ColumnMeta | None], ...]:
+    """:func:`_decoders` of a chosen column list (a memoised plan's ``select``), built once
+    per list object."""
+    found = _CHOSEN.get(id(columns))
+    if found is None or found[0] is not columns:
+        if len(_CHOSEN) >= 4096:
+            _CHOSEN.clear()
+        found = _CHOSEN[id(columns)] = (columns, _decoders(columns))
+    return found[1]
+
+
+def column_decoders(columns: Sequence[ColumnMeta]) -> tuple[tuple[str, str, ColumnMeta | None], ...]:
+    """``(name, physical, column or None)`` per column, as :func:`row_to_record` decodes
+    them: ``None`` where the stored value is the API value as is (:func:`storage.values.decode_value`
+    otherwise)."""
+    return _decoders(columns)
 
 
 # Column types whose stored value is already the API value (NULL stays null).

@@ -56,6 +56,7 @@ from storage.query.render import (
     memoised_list,
     prepared_or_plan,
 )
+from storage.reads import Embedding, Step, joined_record, joined_steps
 from storage.schema import TableMeta
 
 MAX_BATCH = BATCH_MAX
@@ -180,36 +181,38 @@ async def _shaped_record(state: AppState, principal: Principal, table_ref: int |
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, table_ref)
     require(principal, table, Action.READ)
-    query = parse_record_params(params)
-    rid = record_id(ref)
-    memo: dict[Any, QueryPlan] = schema.derived.setdefault("record_plans", {})
+    memo: dict[Any, tuple[QueryPlan, tuple[Embedding, ...], tuple[Step, ...]]] = schema.derived.setdefault(
+        "record_plans", {})
     key = (table.id, tuple(params))
-    plan = memo.get(key)
-    if plan is None:
+    found = memo.get(key)
+    if found is None:  # a hit means these exact parameters parsed and planned before
+        query = parse_record_params(params)
+        record_id(ref)  # an unknown id's 404 before the plan's faults, as before the memo
         plan = plan_query(dataclasses.replace(query, limit=1), table, can_read=principal.can_read,
                           get_table=schema.tables.get)
         if len(memo) >= LIST_MEMO:
             memo.clear()
-        memo[key] = plan
+        embeddings = tuple(Embedding(e.column, e.table, e.fields) for e in plan.embeds)
+        found = memo[key] = (plan, embeddings, joined_steps(plan.fields, embeddings, plan.output))
+    plan, embeddings, steps = found
+    rid = record_id(ref)
     for embed in plan.embeds:  # the plan is shared: the read check on related tables is per caller
         if not principal.can_read(embed.table.id):
             raise Forbidden(f"no read permission on the table related by {embed.column.name!r}")
-    # the row, and each embedded one, through the coalescing reader a plain GET uses: the
-    # concurrent reads of a table share one query (one statement per request with the
-    # embeds as subqueries measured 43 % of the plain GET at 16 clients, this 66 %)
-    row = await state.reader.get(table, rid)
+    if not embeddings:
+        row = await state.reader.get(table, rid)
+        if row is None:
+            raise NotFound(f"record {ref} not found")
+        return rec.row_to_record(table, row, plan.fields)
+    # the row and its embedded ones in one statement (a LEFT JOIN per embed), coalesced
+    # with the concurrent reads of the same table and embeds as a plain GET's reads are,
+    # shaped by steps built once per plan (one statement per request with the embeds as
+    # subqueries measured 43 % of the plain GET at 16 clients; the row, then each related
+    # row through the reader, 51-62 %; this 85-94 %: bench/RESULTS-query.md)
+    row = await state.reader.get_joined(table, rid, embeddings)
     if row is None:
         raise NotFound(f"record {ref} not found")
-    record = rec.row_to_record(table, row, plan.fields)
-    if plan.embeds:
-        fields = record["fields"]
-        for embed in plan.embeds:
-            link = row.get(embed.column.physical)
-            related = None if link is None else await state.reader.get(embed.table, int(link))
-            fields[embed.column.name] = (None if related is None
-                                         else rec.row_to_record(embed.table, related, embed.fields))
-        record["fields"] = {c.name: fields[c.name] for c in plan.output}  # the list's field order
-    return record
+    return joined_record(steps, row)
 
 
 async def _files(state: AppState, principal: Principal, table: TableMeta, prepared: rec.PreparedRow) -> None:

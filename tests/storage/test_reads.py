@@ -18,7 +18,8 @@ from psycopg import sql
 from storage import ddl
 from storage.db import Database
 from storage.errors import Unavailable
-from storage.reads import RecordReader
+from storage.reads import Embedding, RecordReader, joined_record, joined_steps
+from storage.records import row_to_record
 from storage.schema import ColumnMeta, ColumnType, TableMeta
 
 DSN = os.environ.get("WDS_TEST_SCRATCH_DSN", "")
@@ -123,3 +124,55 @@ async def test_every_waiter_gets_the_error(setup: tuple[Database, TableMeta]) ->
     await db.close()
     with pytest.raises(Unavailable):
         await reader.get(table, 1)
+
+
+async def test_joined_reads_embed_the_related_rows_in_one_coalesced_statement(
+        setup: tuple[Database, TableMeta]) -> None:
+    """``get_joined``: the same row ``get`` reads and, per embed, the related row its cell
+    names (all null for an empty cell), read by one statement per batch of concurrent
+    reads; ``joined_record`` shapes it as ``row_to_record`` shapes each row."""
+    db, people = setup
+    ws = people.workspace_id
+    ref = ColumnMeta(3, 2, "Ref", ColumnType.RELATION, relation_table_id=people.id)
+    title = ColumnMeta(2, 2, "Title", ColumnType.TEXT)
+    items = TableMeta(id=2, workspace_id=ws, name="Items", icon=None, columns=(title, ref))
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as c:
+        await ddl.create_table(c, ws, 2)
+        for col in items.columns:
+            await ddl.add_column(c, ws, col)
+        # item i names person i; every 5th names nobody
+        await c.execute(sql.SQL(
+            "INSERT INTO {} (c_2, c_3) SELECT 't' || i, CASE WHEN i % 5 = 0 THEN NULL ELSE i END "
+            "FROM generate_series(1, 100) i").format(ddl.qualified(ws, 2)))
+        await c.execute(sql.SQL("UPDATE {} SET c_3 = 150 WHERE id = 7").format(ddl.qualified(ws, 2)))
+        await c.execute(sql.SQL("DELETE FROM {} WHERE id = 150").format(ddl.qualified(ws, 1)))
+    reader = CountingReader(db)
+    embeds = (Embedding(ref, people, people.columns),)
+    steps = joined_steps((title,), embeds, (ref, title))  # the embed first: output order
+    ids = [random.randint(1, 110) for _ in range(200)]  # ids above 100 do not exist
+    got = await asyncio.gather(*(reader.get_joined(items, rid, embeds) for rid in ids))
+    plain = RecordReader(db)
+    for rid, row in zip(ids, got):
+        if rid > 100:
+            assert row is None
+            continue
+        assert row is not None
+        alone = await plain.get(items, rid)
+        assert alone is not None
+        record = joined_record(steps, row)
+        expected = row_to_record(items, alone, (title,))
+        if rid % 5 == 0 or rid == 7:  # an empty cell (7: its person was deleted, the key cleared it)
+            assert alone["c_3"] is None
+            expected["fields"] = {"Ref": None, "Title": f"t{rid}"}
+        else:
+            person = await plain.get(people, rid)
+            assert person is not None
+            expected["fields"] = {"Ref": row_to_record(people, person), "Title": f"t{rid}"}
+        assert record == expected
+        assert list(record["fields"]) == ["Ref", "Title"]
+    assert len(reader.queries) < len(ids) // 10, reader.queries  # coalesced
+    # only the embed's fields are read of the related table
+    only = (Embedding(ref, people, ()),)
+    record = joined_record(joined_steps((title,), only, (title, ref)), await reader.get_joined(items, 1, only) or {})
+    assert record["fields"]["Ref"]["fields"] == {} and record["fields"]["Ref"]["id"] == 1
+    assert reader._tables == {}  # idle
