@@ -134,6 +134,11 @@ class Runner:
             old.close()
         return mr
 
+    def _drop(self, key: str, mr: MiniRacer) -> None:
+        if self.contexts.get(key) is mr:
+            del self.contexts[key]
+        mr.close()
+
     def _over_memory(self, mr: MiniRacer) -> bool:
         try:
             used = int(mr.heap_stats().get("used_heap_size", 0))
@@ -151,7 +156,11 @@ class Runner:
             if self._over_memory(mr):
                 # Both limits tripped together; the allocation is the real cause.
                 return {"error": "#MEMORY!", "message": "script exceeded the memory limit", "fatal": True}
-            return {"error": "#TIMEOUT!", "message": "script ran longer than the time limit", "fatal": True}
+            # V8 terminated the script: the isolate is dropped (never reused), the process
+            # stays — starting a new one costs several times the script's own time budget,
+            # which a formula that always times out would otherwise make every value pay
+            self._drop(key, mr)
+            return {"error": "#TIMEOUT!", "message": "script ran longer than the time limit"}
         except JSOOMException:
             return {"error": "#MEMORY!", "message": "script exceeded the memory limit", "fatal": True}
         except JSEvalException as exc:

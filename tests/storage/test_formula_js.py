@@ -89,6 +89,24 @@ def test_infinite_loop_times_out_within_the_limit() -> None:
     assert run("1 + 1") == 2
 
 
+def test_a_timeout_drops_the_isolate_but_keeps_the_worker_process() -> None:
+    """A formula that always times out must not make every value pay for a new process:
+    its isolate is thrown away, the worker stays, and the next run starts from a fresh
+    isolate (the same formula times out again, a counter in its globals starts over)."""
+    from storage.formula import js
+
+    assert run("1") == 1  # a warm worker
+    workers = set(js._pool._children._all)  # noqa: SLF001 - which processes are alive
+    looping = compile_formula("if (fields.loop) { while (true) {} } return 7", language="javascript")
+    for _ in range(3):
+        with pytest.raises(FormulaError) as info:
+            looping.evaluate({"loop": True}, now=NOW)
+        assert info.value.code == "#TIMEOUT!"
+        assert looping.evaluate({"loop": False}, now=NOW) == 7
+    assert set(js._pool._children._all) == workers  # noqa: SLF001
+    assert all(w.alive() for w in workers)
+
+
 def test_runaway_promise_chain_times_out() -> None:
     with pytest.raises(FormulaError) as info:
         run("Promise.resolve().then(function f() { return Promise.resolve().then(f) }); 1")
