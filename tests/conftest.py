@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -72,6 +73,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     pg = _SESSION.pop("pg", None)
     if pg is not None:
         pg.stop()
+    tmp = _SESSION.pop("tmp", None)
+    # a session's PostgreSQL, Temporal and API logs take 1-2 GB: keep them only when asked
+    if tmp is not None and not os.environ.get("WDS_TEST_KEEP_TMP"):
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
