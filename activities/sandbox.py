@@ -35,6 +35,7 @@ from activities.formula import Budget, over
 from activities.ledger import Ledger
 from activities.types import PipelineInput
 from storage.childpool import ChildPool, PoolClosed
+from storage.slots import KeyedSlots
 
 SIZE = max(1, min(2, os.cpu_count() or 1))
 MEMORY_BYTES = 256 * 1024 * 1024  # memory cap per value (on top of the child's baseline)
@@ -117,7 +118,7 @@ class Sandbox:
         self.size = size
         self._children: ChildPool[_Child] = ChildPool(_Child, "sandbox")
         self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="wds-sandbox")
-        self._tenants: dict[int, asyncio.Semaphore] = {}
+        self._tenants = KeyedSlots(PER_WORKSPACE)
 
     # ------------------------------------------------------------------ blocking side (threads)
     def _call(self, kind: str, args: tuple[Any, ...], deadline: float) -> Any:
@@ -151,17 +152,14 @@ class Sandbox:
             return await loop.run_in_executor(self._executor, self._call, kind, args, deadline)
         # one workspace's batches queue behind each other (on the loop, not in a thread), so
         # a tenant flooding the service with hostile rows holds at most PER_WORKSPACE children
-        slots = self._tenants.get(workspace)
-        if slots is None:
-            slots = self._tenants[workspace] = asyncio.Semaphore(PER_WORKSPACE)
         try:
-            await asyncio.wait_for(slots.acquire(), timeout=max(0.0, deadline - time.monotonic()))
+            release = await self._tenants.take(workspace, deadline - time.monotonic())
         except TimeoutError:
             raise SandboxLost("the batch ran out of its wall-clock budget waiting for the sandbox") from None
         try:
             return await loop.run_in_executor(self._executor, self._call, kind, args, deadline)
         finally:
-            slots.release()
+            release()
 
     async def formula(self, source: str, language: str, records: dict[str, dict[str, Any]], now: datetime,
                       budget: Budget, *, workspace: int | None = None) -> tuple[dict[str, Any], dict[str, str]]:

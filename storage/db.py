@@ -20,6 +20,7 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from storage.errors import LimitExceeded, QueryTimeout, Unavailable
+from storage.slots import KeyedSlots
 
 META = "wds"  # schema of our own metadata tables
 STATEMENT_TIMEOUT_MS = 5_000  # default deadline of every statement (the smallest plan's SQL timeout)
@@ -120,7 +121,7 @@ class Database:
         # at most this many connections per workspace (never all of the pool: 0 or more
         # than max_size - 1 means max_size - 1)
         self.per_workspace = min(per_workspace, max_size - 1) if per_workspace > 0 else max_size - 1
-        self._slots: dict[int, asyncio.Semaphore] = {}
+        self._slots = KeyedSlots(self.per_workspace)
         options = "-c timezone=UTC"
         if statement_timeout_ms > 0:
             options += f" -c statement_timeout={int(statement_timeout_ms)}"
@@ -167,11 +168,8 @@ class Database:
         if ws is None or _holding.get() or self.per_workspace <= 0:
             yield
             return
-        slots = self._slots.get(ws)
-        if slots is None:
-            slots = self._slots[ws] = asyncio.Semaphore(self.per_workspace)
         try:
-            await asyncio.wait_for(slots.acquire(), timeout=self.timeout_s)
+            release = await self._slots.take(ws, self.timeout_s)
         except TimeoutError:
             raise Unavailable(
                 f"this workspace already has {self.per_workspace} database queries running; retry shortly",
@@ -181,7 +179,7 @@ class Database:
             yield
         finally:
             _holding.reset(token)
-            slots.release()
+            release()
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:

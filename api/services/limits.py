@@ -68,6 +68,7 @@ from storage.errors import PlanLimit, RateLimited, Unavailable
 from storage.plans import TOKEN_REQUESTS_PER_MINUTE
 from storage.plans import plan as plan_of
 from storage.quotas import QuotaBook
+from storage.slots import KeyedSlots
 from storage.usage import UsageBuffer
 
 log = logging.getLogger("wds.limits")
@@ -297,7 +298,7 @@ class WorkspaceGate:
     def __init__(self, size: int, wait_s: float) -> None:
         self.size = size
         self.wait_s = wait_s
-        self._slots: dict[int, asyncio.Semaphore] = {}
+        self._slots = KeyedSlots(size)
 
     async def acquire(self, workspace_id: int) -> Callable[[], None]:
         """Take one of the workspace's slots; call what is returned to give it back.
@@ -307,21 +308,16 @@ class WorkspaceGate:
         """
         if self.size <= 0:
             return _nothing
-        slots = self._slots.get(workspace_id)
-        if slots is None:
-            slots = self._slots[workspace_id] = asyncio.Semaphore(self.size)
         try:
-            await asyncio.wait_for(slots.acquire(), timeout=self.wait_s)
+            return await self._slots.take(workspace_id, self.wait_s)
         except TimeoutError:
             raise Unavailable(
                 f"this workspace already has {self.size} requests running and more waiting; retry shortly",
                 code="WORKSPACE_BUSY", headers={"Retry-After": "1"}) from None
-        return slots.release
 
     def running(self, workspace_id: int) -> int:
         """How many of the workspace's requests hold a slot now (for tests and metrics)."""
-        slots = self._slots.get(workspace_id)
-        return 0 if slots is None else self.size - slots._value  # noqa: SLF001 - asyncio keeps no public count
+        return self._slots.held(workspace_id)
 
 
 @dataclass
