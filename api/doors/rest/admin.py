@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import psycopg
 from fastapi import APIRouter, Depends, Query
@@ -28,6 +28,7 @@ from storage.plans import PLANS
 from storage.usage import MAX_DAYS
 from storage.values import iso
 
+T = TypeVar("T")
 router = APIRouter(
     prefix="/functions/v1/admin",
     tags=["admin"],
@@ -278,7 +279,7 @@ async def put_grants(workspace_id: int, profile_id: int, body: list[GrantIn], st
     """Replace a profile's grants."""
     row = await _profile(state, workspace_id, profile_id)
     grants = await _check_tables(state, workspace_id, body)
-    await _replace_grants(state, partial(access.set_grants, profile_id=profile_id, grants=grants))
+    await _token_change(state, partial(access.set_grants, profile_id=profile_id, grants=grants))
     return JSON(await _profile_out(state, row))
 
 
@@ -289,7 +290,7 @@ async def put_bucket_grants(
     """Replace a profile's bucket grants (authenticated buckets answer only granted tokens)."""
     row = await _profile(state, workspace_id, profile_id)
     buckets = await _check_buckets(state, workspace_id, body)
-    await _replace_grants(state, partial(access.set_bucket_grants, profile_id=profile_id, grants=buckets))
+    await _token_change(state, partial(access.set_bucket_grants, profile_id=profile_id, grants=buckets))
     return JSON(await _profile_out(state, row))
 
 
@@ -301,12 +302,14 @@ async def _profile(state: AppState, workspace_id: int, profile_id: int) -> dict[
     return row
 
 
-async def _replace_grants(state: AppState, write: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]) -> None:
-    """Run a grant write in a transaction that tells every process's token cache to forget."""
+async def _token_change(state: AppState, write: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+    """Run a write to tokens or grants in a transaction that tells every process's token
+    cache to forget what it knew; its result."""
     async with state.db.transaction() as conn:
-        await write(conn)
+        result = await write(conn)
         await state.caches.notify(conn, tokens=True)
     state.caches.drop_tokens()
+    return result
 
 
 # --------------------------------------------------------------------------- tokens
@@ -354,10 +357,7 @@ async def list_tokens(workspace_id: int, state: StateDep) -> JSON:
 @router.post("/workspaces/{workspace_id}/tokens/{token_id}/rotate", response_model=TokenOut)
 async def rotate_token(workspace_id: int, token_id: int, state: StateDep) -> JSON:
     """New secret with the same rights; the old secret stops working at once."""
-    async with state.db.transaction() as conn:
-        result = await access.rotate_token(conn, workspace_id=workspace_id, token_id=token_id)
-        await state.caches.notify(conn, tokens=True)
-    state.caches.drop_tokens()
+    result = await _token_change(state, partial(access.rotate_token, workspace_id=workspace_id, token_id=token_id))
     if result is None:
         raise NotFound(f"active token {token_id} not found")
     return JSON(_token_out(*result))
@@ -365,10 +365,7 @@ async def rotate_token(workspace_id: int, token_id: int, state: StateDep) -> JSO
 
 @router.delete("/workspaces/{workspace_id}/tokens/{token_id}")
 async def revoke_token(workspace_id: int, token_id: int, state: StateDep) -> JSON:
-    async with state.db.transaction() as conn:
-        row = await access.revoke_token(conn, workspace_id=workspace_id, token_id=token_id)
-        await state.caches.notify(conn, tokens=True)
-    state.caches.drop_tokens()
+    row = await _token_change(state, partial(access.revoke_token, workspace_id=workspace_id, token_id=token_id))
     if row is None:
         raise NotFound(f"token {token_id} not found")
     return JSON({"id": token_id, "revoked": True, "deleted": True})
