@@ -28,7 +28,10 @@ class KeyedSlots:
         slots = self._slots.get(key)
         if slots is None:
             slots = self._slots[key] = asyncio.Semaphore(self.size)
-        await asyncio.wait_for(slots.acquire(), timeout=max(0.0, timeout))
+        if slots.locked():  # full, or others are waiting: queue behind them, for at most timeout
+            await asyncio.wait_for(slots.acquire(), timeout=max(0.0, timeout))
+        else:  # free: taken at once (wait_for would start a task on every call of a hot path)
+            await slots.acquire()
         return slots.release
 
     def held(self, key: Hashable) -> int:
