@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from contextlib import suppress
 from datetime import datetime
 from typing import Any
 
@@ -15,7 +13,7 @@ from activities.ledger import Ledger
 from activities.metrics import observe_step
 from activities.sandbox import SandboxLost, lost_message, sandbox
 from activities.snap import step_decoder, table_meta
-from activities.types import FusedInput, LoadInput, PipelineResult, RecordOutcome, TableSnap, WriteInput
+from activities.types import FusedInput, LoadInput, PipelineResult, TableSnap, WriteInput
 from storage import records as rec
 from storage.db import Database
 from storage.schema import TableMeta
@@ -40,7 +38,7 @@ class RecordIO:
         else:
             async with self.db.connection() as conn:
                 rows = await rec.get_record_rows(conn, table=table, record_ids=inp.record_ids)
-        return _decode(table, rows), {row["id"]: row for row in rows}
+        return decode_rows(table, rows), {row["id"]: row for row in rows}
 
     @activity.defn(name="load_records")
     async def load_records(self, inp: LoadInput) -> dict[str, dict[str, Any]]:
@@ -50,51 +48,14 @@ class RecordIO:
     @activity.defn(name="pure_pipeline")
     async def pure_pipeline(self, inp: FusedInput) -> PipelineResult:
         """Load the records, evaluate every level of formula/parser columns in order, and
-        write the results: a whole pipeline of pure steps in one local activity. For a
-        staged create (``precompute``) the values go back to the waiting write instead."""
+        write the results: a whole pipeline of pure steps in one local activity."""
         p = inp.pipeline
-        if p.precompute:
-            return await self._precomputed(inp)
         fields, loaded = await self._load(LoadInput(table=p.table, record_ids=p.record_ids), inp.run_id)
-        ledger = await _evaluate(inp, fields)
+        ledger = await evaluate_pure(inp, fields)
         result, updates = ledger.result(inp.run_id, json_keys=False)
         if p.write and updates:
             await self._write(p.table, [(u["id"], u["values"], u["outcome"]) for u in updates], loaded,
                               bulk_run_id=p.bulk_run_id)
-        return result
-
-    async def _precomputed(self, inp: FusedInput) -> PipelineResult:
-        """A staged create (:class:`activities.written.Staged`): compute from the staged
-        rows, hand the values to the write, and report the records it stored. The input
-        carries no record ids (the staged rows do)."""
-        p = inp.pipeline
-        staged = written.take_staged(inp.run_id)
-        rows: list[dict[str, Any]] | None = None
-        if staged is not None:
-            try:
-                rows = await asyncio.wait_for(asyncio.shield(staged.rows), timeout=STORE_WAIT_S)
-            except asyncio.CancelledError:
-                if not staged.rows.cancelled():
-                    raise  # this activity is being cancelled
-        if staged is None or rows is None:
-            # the write is not waiting here (another process took the task, or it gave up
-            # and inserts its records itself, to run them after): nothing to do
-            return PipelineResult(run_id=inp.run_id, status="error", records={
-                ALL_RECORDS: RecordOutcome(status="error", errors={"_pipeline": NOT_STAGED})})
-        fields = _decode(table_meta(p.table), rows)
-        result, updates = (await _evaluate(inp, fields)).result(inp.run_id, json_keys=False)
-        staged.hand(result, updates)
-        try:
-            stored = await asyncio.wait_for(asyncio.shield(staged.stored), timeout=STORE_WAIT_S)
-        except TimeoutError:
-            stored = set()
-        for row in rows:
-            if row["id"] not in stored:
-                rid = str(row["id"])
-                result.records[rid] = RecordOutcome(status="error", errors={"_record": NOT_STORED})
-                with suppress(ValueError):
-                    result.ok.remove(rid)
-                result.status = "error"
         return result
 
     @activity.defn(name="write_results")
@@ -119,13 +80,7 @@ class RecordIO:
         return count
 
 
-ALL_RECORDS = "*"  # a result's key for "every record of the run"
-NOT_STAGED = "not run here: the write stored its records and ran their columns itself"
-NOT_STORED = "the write did not store this record"
-STORE_WAIT_S = 10.0  # how long a staged run waits for its write to report what it stored
-
-
-def _decode(table: TableMeta, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def decode_rows(table: TableMeta, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """record id → fields by column name (selects as labels), as the steps read them."""
     decoders = [(c.name, c.physical, step_decoder(c)) for c in table.columns]
     out: dict[str, dict[str, Any]] = {}
@@ -136,9 +91,11 @@ def _decode(table: TableMeta, rows: list[dict[str, Any]]) -> dict[str, dict[str,
     return out
 
 
-async def _evaluate(inp: FusedInput, fields: dict[str, dict[str, Any]]) -> Ledger:
+async def evaluate_pure(inp: FusedInput, fields: dict[str, dict[str, Any]]) -> Ledger:
     """Every level of formula/parser columns over ``fields``, in order, under the batch's
-    budgets (activities/formula.py); formulas run off the event loop unless cheap.
+    budgets (activities/formula.py); formulas run off the event loop unless cheap. Used
+    by the fused local activity and by a create that computes its columns before its
+    INSERT (api/services/pipelines.py ``create_computed``).
 
     When a column would go to the sandbox whole (:func:`formula.sandbox_bound`), the
     whole run goes there in ONE round trip (:meth:`Sandbox.pipeline`) instead of one per

@@ -51,29 +51,6 @@ class Caller:
 
 
 @dataclass
-class PipelineInput:
-    table: TableSnap
-    record_ids: list[int]
-    mode: str  # "create" | "edit"
-    levels: list[list[int]]  # computed column ids, level by level
-    caller: Caller
-    time_budget_s: float
-    step_budget: int
-    depth: int = 0
-    write: bool = True
-    # column id → ids of the computed columns that read it, transitively (skipped on failure)
-    dependants: dict[str, list[int]] = field(default_factory=dict)
-    outbox_id: int | None = None  # the outbox row this run was committed with
-    # a create staged in the API process (activities/written.py): the run computes the
-    # staged rows' columns and hands the values back for the write's one INSERT; it writes
-    # nothing itself (and does nothing when the rows are not staged in its process)
-    precompute: bool = False
-    # the bulk run (run-actions, schedule, backfill) this chunk belongs to: its writes stop
-    # once that run is superseded by a newer backfill (storage.records.write_computed)
-    bulk_run_id: str | None = None
-
-
-@dataclass
 class RecordOutcome:
     status: str  # "ok" | "error"
     errors: dict[str, str] = field(default_factory=dict)
@@ -89,6 +66,28 @@ class PipelineResult:
     status: str  # "ok" | "error"
     records: dict[str, RecordOutcome] = field(default_factory=dict)  # failed records only
     ok: list[str] = field(default_factory=list)  # ids of records whose every step succeeded
+
+
+@dataclass
+class PipelineInput:
+    table: TableSnap
+    record_ids: list[int]
+    mode: str  # "create" | "edit"
+    levels: list[list[int]]  # computed column ids, level by level
+    caller: Caller
+    time_budget_s: float
+    step_budget: int
+    depth: int = 0
+    write: bool = True
+    # column id → ids of the computed columns that read it, transitively (skipped on failure)
+    dependants: dict[str, list[int]] = field(default_factory=dict)
+    outbox_id: int | None = None  # the outbox row this run was committed with
+    # the bulk run (run-actions, schedule, backfill) this chunk belongs to: its writes stop
+    # once that run is superseded by a newer backfill (storage.records.write_computed)
+    bulk_run_id: str | None = None
+    # a create that computed its columns before its INSERT (api/services/pipelines.py
+    # ``create_computed``): the run's result as stored; the workflow records it and ends
+    recorded: PipelineResult | None = None
 
 
 @dataclass

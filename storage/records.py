@@ -279,18 +279,19 @@ async def allocate_ids(conn: Conn, *, table: TableMeta, n: int) -> list[int]:
 
 
 async def stage_records(conn: Conn, *, table: TableMeta, rows: Sequence[PreparedRow],
-                        ids: Sequence[int]) -> list[dict[str, Any]]:
+                        ids: Sequence[int] = ()) -> list[dict[str, Any]]:
     """The rows :func:`insert_records` would store, without storing them: row ``i`` as
     record ``ids[i]`` (:func:`allocate_ids`) with every column the insert would write,
     typed by PostgreSQL exactly as the insert types it (the same ``jsonb_to_recordset``
     expression) and read back as a stored row reads. Columns no row sets are absent
     (NULL when inserted). For computing a create's columns before its one INSERT
-    (:func:`insert_computed_json`)."""
+    (:func:`insert_computed_json`). Without ``ids`` (allocated at the same time) the rows
+    come without ``id``: the caller sets it."""
     if not rows:
         return []
     col_ids = sorted({cid for r in rows for cid in r.values})
     if not col_ids:
-        return [{"id": rid} for rid in ids]
+        return [{"id": rid} for rid in ids] if ids else [{} for _ in rows]
     _, params = _insert_statement(table, rows)
     columns = _data_columns(table, col_ids)
     key = ("stage", table.workspace_id, table.id, columns)

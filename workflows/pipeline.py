@@ -9,7 +9,6 @@ steps, from the plan) end a row with ``budget_exceeded`` on the columns left.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -55,15 +54,16 @@ class PipelineWorkflow:
         self.start = workflow.now()
         self.cols = {c.id: c for c in inp.table.columns}
         self.by_name = {c.name: c for c in inp.table.columns}
+        if inp.recorded is not None:
+            # a create computed its columns before its INSERT and stored them with their
+            # outcomes (api/services/pipelines.py create_computed): the run is that result
+            return inp.recorded
         if inp.write and _all_pure(inp, self.cols):
             # the common case, formulas and parsers only: load, evaluate every level and
             # write in ONE local activity (same rules, see activities/ledger.py)
-            # a staged create's run reads its records from the staged rows (record ids
-            # included): its activity input goes without the ids (~1 ms of converting 500)
-            fused = replace(inp, record_ids=[]) if inp.precompute else inp
             return await workflow.execute_local_activity(
                 "pure_pipeline",
-                FusedInput(pipeline=fused, run_id=workflow.info().workflow_id, now=self.start.isoformat()),
+                FusedInput(pipeline=inp, run_id=workflow.info().workflow_id, now=self.start.isoformat()),
                 start_to_close_timeout=timedelta(seconds=max(1.0, min(30.0, inp.time_budget_s))),
                 retry_policy=LOCAL_RETRY,
                 result_type=PipelineResult,

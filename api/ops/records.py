@@ -11,6 +11,7 @@ record is decoded in Python on the way.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
@@ -235,14 +236,12 @@ async def _write(
     changed: list[str] | None,
     enabled: bool,
     charged: bool = False,
-    start: bool = True,
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """Run ``write`` and then the table's pipeline for the rows it wrote.
 
     Without computed columns to run, the write is one autocommit statement. With them,
     the write and its outbox row commit together, so a Temporal outage loses nothing.
-    ``charged``: the automation runs are paid already (a staged create that fell back);
-    ``start=False``: Temporal just refused to start its run, so it is only queued.
+    ``charged``: the automation runs are paid already (a computed create that fell back).
     """
     levels = will_run(table, mode=mode, changed=changed, enabled=enabled)
     if not levels:
@@ -253,7 +252,7 @@ async def _write(
         rows = await write(conn)
         pending = await queue_pipeline(state, principal, table, conn, rows, mode=mode, levels=levels,
                                        charged=charged)
-    final, outcome = await await_pipeline(state, table, rows, pending, start=start)
+    final, outcome = await await_pipeline(state, table, rows, pending)
     return await refresh_embeddings(state, table, final, outcome, mode=mode, changed=changed)
 
 
@@ -294,11 +293,25 @@ async def create_record(state: AppState, principal: Principal, table_ref: int | 
     table = await table_for(state, principal, table_ref, Action.CREATE)
     prepared = rec.prepare_fields(table, _fields(fields, row_data), creating=True)
     await _files(state, principal, table, prepared)
+    fallback = InsertFirst(charged=False)
+    if run_pipeline:
+        levels = will_run(table, mode="create", changed=None, enabled=True)
+        if can_precompute(state, table, levels, 1):
+            # computed first, stored once with its values (as a batch create)
+            done = await create_computed(state, principal, table, [prepared], levels)
+            if isinstance(done, Computed):
+                stored = done.records[0]
+                if isinstance(stored, ServiceError):
+                    raise stored
+                # with its `pipeline`; the standard parser keeps integers beyond 64 bits exact
+                return json.loads(stored)  # type: ignore[no-any-return]
+            fallback = done
 
     async def write(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
         return [await rec.insert_record(conn, table=table, row=prepared)]
 
-    rows, outcome = await _write(state, principal, table, write, mode="create", changed=None, enabled=run_pipeline)
+    rows, outcome = await _write(state, principal, table, write, mode="create", changed=None, enabled=run_pipeline,
+                                 charged=fallback.charged)
     return _with_pipeline(rec.row_to_record(table, rows[0]), outcome)
 
 
@@ -421,8 +434,7 @@ async def create_records(state: AppState, principal: Principal, table_ref: int |
     outcome: dict[str, Any] | None = None
     if valid:
         rows_after, outcome = await _write(state, principal, table, write, mode="create", changed=None,
-                                           enabled=run_pipeline, charged=fallback.charged,
-                                           start=fallback.start)
+                                           enabled=run_pipeline, charged=fallback.charged)
     per_row = (outcome or {}).get("per_record", {})
     for (i, _), row in zip(inserted, rows_after):
         record = rec.row_to_record(table, row)

@@ -18,6 +18,7 @@ import time
 import uuid
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import Histogram
@@ -25,8 +26,9 @@ from psycopg import AsyncConnection
 
 from activities import written
 from activities.bulkplan import dependants_map
+from activities.records_io import decode_rows, evaluate_pure
 from activities.snap import caller_of, table_snap
-from activities.types import PipelineInput, PipelineResult, RecordOutcome
+from activities.types import FusedInput, PipelineInput, PipelineResult, RecordOutcome
 from api.services.embeddings import refresh_after_write
 from api.services.limits import charge_automation_runs
 from api.state import AppState
@@ -193,8 +195,7 @@ def _result_from_rows(run: _Committed, by_id: dict[int, dict[str, Any]]) -> Pipe
 
 
 async def await_pipeline(
-    state: AppState, table: TableMeta, rows: list[dict[str, Any]], pending: Pending | None, *,
-    start: bool = True,
+    state: AppState, table: TableMeta, rows: list[dict[str, Any]], pending: Pending | None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """After the commit: start the queued runs and wait for them.
 
@@ -213,7 +214,7 @@ async def await_pipeline(
     if pending.outcome is not None:
         return rows, _single_or_batch(pending.outcome, len(rows))
     run_ids = [wid for wid, _, _ in pending.runs]
-    if state.temporal is None or not start:  # the outbox relay starts them
+    if state.temporal is None:  # the outbox relay starts them
         queued = {"status": "queued", "run_id": run_ids[0], "errors": {}}
         return rows, _single_or_batch({**queued, "run_ids": run_ids} if len(rows) > 1 else queued, len(rows))
     started: list[int] = []
@@ -383,7 +384,6 @@ class InsertFirst:
     """:func:`create_computed`'s answer when the write must insert first and run after."""
 
     charged: bool  # the automation runs are paid already
-    start: bool = True  # False: Temporal just failed to start a run; queue it for the relay only
 
 
 @dataclass
@@ -395,72 +395,66 @@ class Computed:
     outcome: dict[str, Any] | None  # None when no record was stored (as on the usual path)
 
 
+NOT_STORED = "the write did not store this record"
+RECORDING_IN_FLIGHT = 64  # runs being recorded in Temporal after their answers, per process
+
+
 async def create_computed(
     state: AppState, principal: Principal, table: TableMeta, rows: list[rec.PreparedRow],
     levels: list[list[ColumnMeta]],
 ) -> Computed | InsertFirst:
-    """Create ``rows`` with their computed columns in ONE statement.
+    """Create ``rows`` with their computed columns in ONE statement, computed first.
 
-    The rows are staged first (new ids, values typed as stored: one SELECT); the run starts
-    (eager, on this process's worker), computes every level from the staged rows and hands
-    the values back (:class:`activities.written.Staged`); the records go in with their
-    values and outcomes in one INSERT, and the run reports which it stored. Against
-    insert-then-run this saves the second write of every row (an UPDATE, its realtime
-    event and its dead tuples) and the run's reading of the rows; subscribers see each
-    record once, complete.
+    The rows are staged (new ids, values typed as stored: one SELECT), every level of
+    formula/parser columns is evaluated from them here — by the same code and under the
+    same budgets as the fused local activity (``activities.records_io.evaluate_pure``;
+    formulas off the event loop unless cheap) — and the records go in with their values
+    and outcomes in one INSERT, in one transaction with the outbox row of their run. The
+    run is then recorded in Temporal after the answer (:func:`_record_run`): a
+    ``PipelineWorkflow`` given the stored result, which it returns at once, so an operator
+    finds every run in the Temporal UI as before; if this process dies first, the outbox
+    relay starts it. Against insert-then-run this saves the second write of every row,
+    and against running the workflow first the Temporal round trips on the answer's path
+    (decisions.md, "Computed creates: compute, store, then record").
 
-    Nothing is stored before the values arrive. Returns :class:`InsertFirst` when the
-    caller must insert and run as usual instead: quota refused, Temporal unreachable
-    (then the caller only queues the run, without a second start attempt), or the run
-    did not take the staged rows in time (another worker took the task, or Temporal is
-    slow).
+    Returns :class:`InsertFirst` when the caller must insert and run as usual instead:
+    quota refused, or the evaluation itself failed (not a formula's error: those are the
+    row's outcome).
     """
     try:
         await charge_automation_runs(state, principal, len(rows))
     except PlanLimit:
         return InsertFirst(charged=False)  # the usual path answers it (the write happens, the runs do not)
-    async with state.db.connection() as conn:
-        ids = await rec.allocate_ids(conn, table=table, n=len(rows))
-    inp = pipeline_input(principal, table, ids, "create", levels)
-    inp.precompute = True
-    wid = workflow_id(table, "create", ids)
-    staged = written.stage(wid)
     clock = time.perf_counter()
-    result: asyncio.Future[PipelineResult] | None = None
 
-    async def stage_rows() -> None:
-        # typed while the run starts: the run waits for them (Staged.rows)
-        try:
-            async with state.db.connection() as conn:
-                staged.fill(await rec.stage_records(conn, table=table, rows=rows, ids=ids))
-        finally:
-            staged.fill(None)  # no-op once filled
+    async def allocate() -> list[int]:
+        async with state.db.connection() as conn:
+            return await rec.allocate_ids(conn, table=table, n=len(rows))
 
-    staging = asyncio.ensure_future(stage_rows())
+    async def stage() -> list[dict[str, Any]]:
+        async with state.db.connection() as conn:
+            return await rec.stage_records(conn, table=table, rows=rows)
+
+    ids, staged = await asyncio.gather(allocate(), stage())  # two pooled connections, one round trip
+    for row, rid in zip(staged, ids):
+        row["id"] = rid
+    inp = pipeline_input(principal, table, ids, "create", levels)
+    wid = workflow_id(table, "create", ids)
+    fused = FusedInput(pipeline=inp, run_id=wid, now=datetime.now(UTC).isoformat())
     try:
-        assert state.temporal is not None
+        ledger = await asyncio.wait_for(evaluate_pure(fused, decode_rows(table, staged)),
+                                        timeout=inp.time_budget_s + GRACE_S)
+    except (Exception, TimeoutError) as exc:  # not a formula's error (those are outcomes): run it as usual
+        log.warning("pipeline %s not computed before its insert (%s); inserting first", wid, type(exc).__name__)
+        return InsertFirst(charged=True)
+    result, updates = ledger.result(wid, json_keys=False)
+    by_id = {u["id"]: u for u in updates}  # one per staged row
+    computed = [by_id[rid]["values"] for rid in ids]
+    outcomes = [by_id[rid]["outcome"] for rid in ids]
+    records: list[str | ServiceError] = []
+    async with state.db.transaction() as conn:
         try:
-            handle = await start_pipeline(
-                state.temporal, workflow_id=wid, inp=inp, task_queue=state.settings.task_queue, eager=True,
-                search_attributes=state.settings.temporal_search_attributes, encoded=encode_input(inp),
-            )
-        except Exception as exc:  # Temporal unreachable: insert now, the outbox runs it later
-            log.warning("pipeline %s not started: %s", wid, type(exc).__name__)
-            return InsertFirst(charged=True, start=False)
-        result = asyncio.ensure_future(handle.result())
-        await asyncio.wait({staged.computed, result}, timeout=inp.time_budget_s + GRACE_S,
-                           return_when=asyncio.FIRST_COMPLETED)
-        if not staged.computed.done():
-            log.warning("pipeline %s did not take its staged rows; inserting first", wid)
-            return InsertFirst(charged=True)
-        await staging  # done: the run computed from its rows
-        _, updates = staged.computed.result()
-        by_id = {u["id"]: u for u in updates}  # one per staged row (activities/ledger.py)
-        computed = [by_id[rid]["values"] for rid in ids]
-        outcomes = [by_id[rid]["outcome"] for rid in ids]
-        records: list[str | ServiceError] = []
-        try:
-            async with state.db.connection() as conn:  # one autocommit statement
+            async with conn.transaction():  # a savepoint: one statement for every row
                 records.extend(await rec.insert_computed_json(conn, table=table, rows=rows, ids=ids,
                                                               computed=computed, outcomes=outcomes))
         except ServiceError:
@@ -468,27 +462,57 @@ async def create_computed(
             records.clear()
             for i, row in enumerate(rows):
                 try:
-                    async with state.db.connection() as conn:
+                    async with conn.transaction():
                         records.extend(await rec.insert_computed_json(
                             conn, table=table, rows=[row], ids=[ids[i]], computed=[computed[i]],
                             outcomes=[outcomes[i]]))
                 except ServiceError as exc:
                     records.append(exc)
         stored = {rid for rid, r in zip(ids, records) if not isinstance(r, ServiceError)}
-        staged.settle(stored)
-        failed = any(o["status"] != "ok" for rid, o in zip(ids, outcomes) if rid in stored)
-        status = "error" if failed else "ok"
-        observe_pipeline("create", status, time.perf_counter() - clock, len(rows))
-        return Computed(records, {"status": status, "run_id": wid, "run_ids": [wid], "errors": {}} if stored else None)
-    finally:
-        staged.settle(set())  # no-op once settled; else the run stops waiting
-        written.unstage(wid)
-        # a short query: let it finish rather than cancel it on a pooled connection
-        await asyncio.wait({staging})
-        if not staging.cancelled():
-            staging.exception()  # retrieved (a failed staging means the usual path ran)
-        if result is not None:
-            if not result.done():
-                result.cancel()  # the workflow completes on its own; its answer is ours already
-            elif not result.cancelled():
-                result.exception()  # retrieved: no "exception never retrieved" noise
+        for rid in ids:
+            if rid not in stored:  # the run's result says so, as Temporal records it
+                key = str(rid)
+                result.records[key] = RecordOutcome(status="error", errors={"_record": NOT_STORED})
+                with suppress(ValueError):
+                    result.ok.remove(key)
+                result.status = "error"
+        if stored:
+            inp.recorded = result
+            encoded = encode_input(inp)
+            inp.outbox_id = await outbox.add(conn, workspace_id=table.workspace_id, table_id=table.id,
+                                             payload={"workflow_id": wid, "input": encoded})
+            encoded["outbox_id"] = inp.outbox_id
+    if not stored:
+        return Computed(records, None)
+    failed = any(o["status"] != "ok" for rid, o in zip(ids, outcomes) if rid in stored)
+    status = "error" if failed else "ok"
+    observe_pipeline("create", status, time.perf_counter() - clock, len(rows))
+    await _record_run(state, wid, inp, encoded)
+    return Computed(records, {"status": status, "run_id": wid, "run_ids": [wid], "errors": {}})
+
+
+async def _record_run(state: AppState, wid: str, inp: PipelineInput, encoded: dict[str, Any]) -> None:
+    """Record a computed create's run in Temporal after its answer (a background task),
+    then drop its outbox row. At most :data:`RECORDING_IN_FLIGHT` at once per process:
+    beyond that the write waits for its own recording (back-pressure on Temporal, never
+    an unbounded backlog). A failed start leaves the outbox row to the relay."""
+    recording: set[asyncio.Task[None]] = state.extras.setdefault("recording", set())
+
+    async def record() -> None:
+        assert state.temporal is not None
+        try:
+            await start_pipeline(state.temporal, workflow_id=wid, inp=inp, task_queue=state.settings.task_queue,
+                                 eager=True, search_attributes=state.settings.temporal_search_attributes,
+                                 encoded=encoded)
+        except Exception as exc:  # Temporal unreachable: the relay starts it from the outbox
+            log.warning("pipeline %s not recorded yet: %s", wid, type(exc).__name__)
+            return
+        assert inp.outbox_id is not None
+        await _forget(state, [inp.outbox_id])
+
+    if len(recording) >= RECORDING_IN_FLIGHT:
+        await record()
+        return
+    task = asyncio.create_task(record())
+    recording.add(task)  # the loop keeps only weak references to tasks
+    task.add_done_callback(recording.discard)

@@ -10,13 +10,13 @@ complete, and no second write.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
-from activities import written
 from tests.conftest import api_process
 
 COLUMNS = [
@@ -120,24 +120,93 @@ def test_a_staged_batch_counts_its_automation_runs_once(ws, services):
         assert counter(db, ws.id, "automation_runs") == before + 15
 
 
-async def test_staged_rows_go_to_one_run_attempt_only():
-    """activities/written.py: the staged rows are taken once (a retried attempt finds none
-    and writes nothing); the write settles what it stored; giving up settles nothing."""
-    staged = written.stage("run-s")
-    try:
-        assert written.take_staged("run-s") is staged
-        assert written.take_staged("run-s") is None  # a retry: not staged any more
-        staged.fill([{"id": 1}])
-        staged.fill(None)  # too late: filled once
-        assert await staged.rows == [{"id": 1}]
-        staged.hand({"r": 1}, [{"id": 1}])
-        assert await asyncio.wait_for(staged.computed, 1) == ({"r": 1}, [{"id": 1}])
-        staged.settle({1})
-        staged.settle(set())
-        assert staged.stored.result() == {1}
-    finally:
-        written.unstage("run-s")
-    gave_up = written.stage("run-t")
-    written.unstage("run-t")  # the write gave up before the run came
-    assert gave_up.stored.result() == set() and gave_up.rows.cancelled()
-    assert written.take_staged("run-t") is None
+def _run_result(services: Any, run_id: str) -> Any:
+    """The run's workflow result from Temporal (it is recorded after the answer)."""
+    from temporalio.client import Client
+    from temporalio.service import RPCError
+
+    from activities.types import PipelineResult
+
+    async def fetch() -> Any:
+        client = await Client.connect(services.temporal.address)
+        for _ in range(300):
+            try:
+                return await client.get_workflow_handle(run_id, result_type=PipelineResult).result()
+            except RPCError:  # not recorded yet
+                await asyncio.sleep(0.1)
+        raise AssertionError(f"run {run_id} never recorded in Temporal")
+
+    return asyncio.run(fetch())
+
+
+def test_a_computed_create_is_recorded_as_its_temporal_run(ws, services):
+    """The run is a PipelineWorkflow whose result is what the write stored: the failed
+    records with their errors, the others ok; its outbox row is gone once recorded."""
+    from tests.limits.conftest import wait_for
+
+    other = ws.create_table("Other2", [{"name": "N", "type": "text"}])
+    t = ws.create_table("Recorded", [*COLUMNS, {"name": "Link", "type": "relation", "relation_table_id": other["id"]}])
+    rows = rows_for(6)
+    rows[4]["fields"]["Link"] = 987654  # refused by the database: not stored
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    run_id = body["pipeline"]["run_id"]
+    ids = [x["record"]["id"] if "record" in x else None for x in body["results"]]
+    assert ids[4] is None and body["results"][4]["code"] == "INVALID_VALUE"
+    result = _run_result(services, run_id)
+    assert result.run_id == run_id and result.status == "error"
+    assert set(result.records[str(ids[0])].errors) == {"Inv", "After"}  # 1 / 0: an outcome, stored
+    assert sorted(result.ok) == sorted(str(i) for i in ids[1:4] + ids[5:])
+    missing = [k for k, o in result.records.items() if o.errors.get("_record")]
+    assert len(missing) == 1  # the record the database refused, under the id it would have had
+    with psycopg.connect(services.pg.dsn) as conn:
+        assert wait_for(lambda: conn.execute(
+            "SELECT count(*) FROM wds.outbox WHERE payload->>'workflow_id' = %s", (run_id,)).fetchone()[0] == 0)
+
+
+def test_the_relay_records_a_computed_run_the_api_did_not(ws, services):
+    """A computed create's outbox row (the API died before recording its run) is started
+    by the relay as the same recorded run."""
+    from temporalio.client import Client
+
+    from activities.types import PipelineInput, PipelineResult, RecordOutcome
+    from service.relay import decode_input, encode_input, relay_once
+    from storage.db import Database
+
+    t = ws.create_table("Relayed", COLUMNS[:5])
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows_for(2)})
+    assert r.status_code == 200, r.text
+    run_id = r.json()["pipeline"]["run_id"]
+    recorded = _run_result(services, run_id)
+    # the same run's input, as the write committed it, under a new id: the relay's copy
+    again = f"{run_id}-relayed"
+
+    async def relay() -> Any:
+        client = await Client.connect(services.temporal.address)
+        handle = client.get_workflow_handle(run_id)
+        history = await handle.fetch_history()
+        first = history.events[0].workflow_execution_started_event_attributes.input.payloads[0]
+        inp: PipelineInput = decode_input(json.loads(first.data))
+        assert inp.recorded is not None
+        inp.recorded = PipelineResult(run_id=again, status="error",
+                                      records={"1": RecordOutcome(status="error", errors={"_record": "x"})})
+        db = Database(services.pg.dsn)
+        await db.open()
+        try:
+            async with db.connection() as conn:
+                await conn.execute(
+                    "INSERT INTO wds.outbox (workspace_id, table_id, payload, created_at)"
+                    " VALUES (%s, %s, %s, now() - interval '1 minute')",
+                    (ws.id, t["id"], psycopg.types.json.Jsonb({"workflow_id": again, "input": encode_input(inp)})))
+            assert await relay_once(client, db, task_queue=inp_queue(history), search_attributes=False) >= 1
+        finally:
+            await db.close()
+        return await client.get_workflow_handle(again, result_type=PipelineResult).result()
+
+    def inp_queue(history: Any) -> str:
+        return history.events[0].workflow_execution_started_event_attributes.task_queue.name
+
+    assert recorded.status == "ok"
+    res = asyncio.run(relay())
+    assert res.run_id == again and res.records["1"].errors == {"_record": "x"}

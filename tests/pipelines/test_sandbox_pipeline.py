@@ -1,5 +1,5 @@
 """A pure pipeline whose formulas go to the sandbox runs there in one round trip
-(``activities.records_io._evaluate`` → ``Sandbox.pipeline``), with the same answers as
+(``activities.records_io.evaluate_pure`` → ``Sandbox.pipeline``), with the same answers as
 column by column: values flow down the chain, a failed value skips what reads it, the
 plan's step budget charges each column, json_parser columns compute alongside, and a
 batch out of its wall-clock budget fails its formula values with ``BUDGET_EXCEEDED``
@@ -14,7 +14,7 @@ from typing import Any
 from activities import formula
 from activities.ledger import BUDGET_EXCEEDED as STEP_BUDGET_EXCEEDED
 from activities.ledger import SKIPPED, Ledger
-from activities.records_io import _evaluate
+from activities.records_io import evaluate_pure
 from activities.types import Caller, ColumnSnap, FusedInput, PipelineInput, TableSnap
 
 A, JSON, B, C, D, P = 1, 2, 3, 4, 5, 6
@@ -44,7 +44,7 @@ def _fields() -> dict[str, dict[str, Any]]:
 
 def _run(inp: FusedInput) -> tuple[Ledger, dict[str, dict[str, Any]]]:
     fields = _fields()
-    return asyncio.run(_evaluate(inp, fields)), fields
+    return asyncio.run(evaluate_pure(inp, fields)), fields
 
 
 def test_the_pipeline_runs_in_the_sandbox_and_answers_as_column_by_column():
