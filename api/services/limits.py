@@ -405,8 +405,8 @@ class RateLimiter:
             cached[3] += 1
         return self._format(item, cached[1] - cached[3], cached[2])
 
-    async def _refuse(self, item: RateLimitItem, ident: tuple[str, int], answer: Answer | None, message: str,
-                      code: str, upgrade: bool) -> RateLimited:
+    async def _refuse(self, item: RateLimitItem, ident: tuple[str, int], message: str, code: str, *,
+                      answer: Answer | None, upgrade: bool) -> RateLimited:
         headers = await self._headers(item, *ident, answer, fresh=True)
         headers["Retry-After"] = str(max(1, int(headers["X-RateLimit-Reset"])))
         headers["X-RateLimit-Remaining"] = "0"
@@ -432,15 +432,16 @@ class RateLimiter:
                 ok, ws_answer = await self._count(ws_item, *ws_id)
                 if not ok:
                     raise await self._refuse(
-                        ws_item, ws_id, ws_answer, f"the {principal.plan} plan allows {per_ws:,} requests per "
-                        "minute for the workspace; retry after the Retry-After seconds or upgrade the plan",
-                        "PLAN_RATE_LIMIT_API", upgrade=True,
+                        ws_item, ws_id, f"the {principal.plan} plan allows {per_ws:,} requests per minute "
+                        "for the workspace; retry after the Retry-After seconds or upgrade the plan",
+                        "PLAN_RATE_LIMIT_API", answer=ws_answer, upgrade=True,
                     )
             ok, tok_answer = await self._count(tok_item, *tok_id)
             if not ok:
                 raise await self._refuse(
-                    tok_item, tok_id, tok_answer, f"a token may make at most {TOKEN_REQUESTS_PER_MINUTE:,} "
-                    "requests per minute; retry after the Retry-After seconds", "TOKEN_RATE_LIMIT", upgrade=False,
+                    tok_item, tok_id, f"a token may make at most {TOKEN_REQUESTS_PER_MINUTE:,} requests "
+                    "per minute; retry after the Retry-After seconds", "TOKEN_RATE_LIMIT", answer=tok_answer,
+                    upgrade=False,
                 )
             if ws_item is not None and ws_item.amount <= tok_item.amount:
                 return await self._headers(ws_item, *ws_id, ws_answer)
