@@ -130,6 +130,10 @@ class Settings(BaseSettings):
     pipeline_precompute: bool = True
     # rate limiting on/off (bench compares both); quotas are always on
     rate_limits: bool = True
+    # with WDS_REDIS_URL: quota leasing, a process takes up to 32 hits of a window from Redis
+    # in one round trip when it has headroom and serves them from memory for at most 1 s;
+    # off = exact mode, one round trip per request and window (docs/operations.md)
+    rate_limit_leases: bool = True
     log_level: str = "info"
     # tests only, honoured in dev mode: pretend today is this ISO date (quota months)
     clock_override: str | None = None

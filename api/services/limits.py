@@ -13,9 +13,13 @@ It runs after the caller's token is resolved, and in this order:
    ``TOKEN_RATE_LIMIT``. Both answer ``Retry-After``: the seconds until the oldest request
    of the full window leaves it, i.e. until a request would be accepted. With
    ``WDS_REDIS_URL`` the windows live in Redis and every API process shares them; without
-   it they are in this process's memory (correct for a single API process only).
-   ``WDS_RATE_LIMITS=false`` turns rate limits off (quotas stay on). If Redis fails,
-   requests are let through (logged): the data stays available.
+   it they are in this process's memory (correct for a single API process only). With
+   Redis, a busy key is served by *quota leasing* (``WDS_RATE_LIMIT_LEASES``, on by
+   default): one round trip takes up to 32 hits of the shared window, which this process
+   then hands out from memory for at most a second; near the limit every request is one
+   exact round trip (:class:`RateLimiter`). ``WDS_RATE_LIMITS=false`` turns rate limits off
+   (quotas stay on). If Redis fails, requests are let through (logged): the data stays
+   available.
 2. **The monthly API-request quota** (:mod:`storage.quotas`) → 402
    ``PLAN_LIMIT_API_REQUESTS`` with ``upgrade: true``; counted in memory, written once a
    second, no database round trip per request.
@@ -59,6 +63,7 @@ from limits import RateLimitItem, RateLimitItemPerMinute
 from limits.aio.storage import MemoryStorage as AsyncMemoryStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
+from redis.exceptions import NoScriptError
 
 from api.state import AppState
 from service.config import Settings
@@ -142,14 +147,56 @@ def _storage_uri(redis_url: str | None) -> str:
     return "async+" + redis_url
 
 
-STATS_TTL_S = 1.0  # how long window stats for the headers are reused
+STATS_TTL_S = 1.0  # how long window stats for the headers are reused (memory store)
+
+# Quota leasing (Redis store, docs/decisions.md): a process takes up to LEASE_MAX hits of a
+# window at once and serves them from memory for at most LEASE_S seconds.
+LEASE_S = 1.0  # a lease's lifetime: its hits are served at most this long after Redis recorded them
+LEASE_MAX = 32  # hits per lease at most
+LEASE_HEADROOM = 64  # a lease takes at most 1/64 of the window's remaining headroom
+LEASE_TARGET_S = 1.0  # a lease is sized for this many seconds of the key's recent rate
+RATE_HALF_LIFE_S = 1.0  # a key's rate estimate halves every second it is idle
+RATE_MIN_S = 0.25  # the shortest interval a rate is measured over
+
+Answer = tuple[int, float]  # (X-RateLimit-Remaining, reset as epoch seconds) from the shared store
+
+
+class _Lease:
+    """This process's lease on one window key in Redis: hits already recorded there (they
+    count against the limit for every process), served to this process's requests from
+    memory until they run out or ``until`` passes (then the rest is wasted)."""
+
+    __slots__ = ("demand", "fetched", "fetching", "left", "rate", "remaining", "reset", "rkey", "until", "waiting")
+
+    def __init__(self, rkey: str) -> None:
+        self.rkey = rkey  # the key in Redis (limits' key with the storage's prefix)
+        self.left = 0  # leased hits not yet served
+        self.until = 0.0  # monotonic time the lease expires
+        self.remaining = 0  # the window's remaining in Redis after the last round trip
+        self.reset = 0.0  # the window's reset (epoch) from the last round trip
+        self.fetched: float | None = None  # monotonic time of the last lease fetch
+        self.demand = 0  # requests for the key since the last fetch
+        self.rate = 0.0  # the key's recent request rate (per second), decaying while it is idle
+        self.waiting = 0  # requests waiting for a round trip of the key
+        # the round trip under way: its (accepted, remaining, reset), its error, or None if cancelled
+        self.fetching: asyncio.Future[tuple[bool, int, float] | Exception | None] | None = None
 
 
 class RateLimiter:
-    """Moving-window per-minute limits per workspace (by plan) and per token."""
+    """Moving-window per-minute limits per workspace (by plan) and per token.
 
-    def __init__(self, *, redis_url: str | None, enabled: bool = True) -> None:
+    In process memory every request is one exact ``acquire_entry`` (a few µs). With Redis
+    (``shared``) every round trip sends limits' moving-window acquire script and its
+    window-stats script together in one pipeline, so the answer carries the exact
+    remaining; with ``leases`` on, a key with headroom and steady demand takes several hits
+    in that one call (:meth:`_lease_size`) and the next requests are served from the lease
+    without a round trip. The sum across processes never exceeds the limit (leased hits
+    are real entries of the shared window); near the limit every request is one exact hit.
+    """
+
+    def __init__(self, *, redis_url: str | None, enabled: bool = True, leases: bool = True) -> None:
         self.enabled = enabled
+        self.leasing = leases
         self.shared = bool(redis_url)
         # short timeouts: a hung Redis must not hang requests (they fail open instead)
         options: dict[str, Any] = (
@@ -162,9 +209,14 @@ class RateLimiter:
             log.error("WDS_REDIS_URL unusable (%s); rate limits are per process", exc)
             storage, self.shared = _MemoryStorage(), False
         self.strategy = MovingWindowRateLimiter(storage)
+        # limits' redis-py bridge (its client and registered scripts), for the one-round-trip
+        # pipeline; None on another backend, which gets the library's two calls instead
+        bridge = getattr(storage, "bridge", None) if self.shared else None
+        self._bridge = bridge if hasattr(bridge, "lua_acquire_moving_window") else None
         self._items: dict[int, RateLimitItem] = {}
         self._keys: dict[tuple[int, str, int], str] = {}  # (amount, kind, id) → the library's key
         self._stats: dict[tuple[Any, ...], list[Any]] = {}  # key → [read at, remaining, reset, hits since]
+        self._leases: dict[str, _Lease] = {}  # the library's key → this process's lease (shared store)
         self._warned = 0.0
 
     def _item(self, amount: int) -> RateLimitItem:
@@ -173,28 +225,177 @@ class RateLimiter:
             item = self._items[amount] = RateLimitItemPerMinute(amount)
         return item
 
-    async def _hit(self, item: RateLimitItem, kind: str, ident: int) -> bool:
-        """``strategy.hit(item, kind, str(ident))``, with the library's key for it built
-        once (``key_for`` joins and escapes the identifiers on every call otherwise)."""
+    def _key(self, item: RateLimitItem, kind: str, ident: int) -> str:
+        """The library's key for ``(item, kind, ident)``, built once (``key_for`` joins and
+        escapes the identifiers on every call otherwise)."""
         cache = (item.amount, kind, ident)
         key = self._keys.get(cache)
         if key is None:
             if len(self._keys) > 100_000:
                 self._keys.clear()
             key = self._keys[cache] = item.key_for(kind, str(ident))
-        # exactly MovingWindowRateLimiter.hit, given the key
-        return await self.strategy.storage.acquire_entry(key, item.amount, item.get_expiry())  # type: ignore[attr-defined, no-any-return]
+        return key
 
-    async def _headers(self, item: RateLimitItem, kind: str, ident: int, fresh: bool = False) -> dict[str, str]:
-        """The X-RateLimit-* headers. In process memory the window's stats cost a scan of
-        every request in the window, so they are read at most once a second per key and
-        this process's hits are counted down in between, which is exact since no other
-        process shares that store. With Redis (shared) they are read every time.
-        Enforcement itself (``hit``) is always exact."""
+    async def _count(self, item: RateLimitItem, kind: str, ident: int) -> tuple[bool, Answer | None]:
+        """Count one request against ``item`` for ``(kind, ident)``: (accepted, the shared
+        store's answer for the headers, or None in process memory)."""
+        key = self._key(item, kind, ident)
+        if not self.shared:
+            # exactly MovingWindowRateLimiter.hit, given the key
+            return await self.strategy.storage.acquire_entry(key, item.amount, item.get_expiry()), None  # type: ignore[attr-defined]
+        ok, remaining, reset = await self._take(item, key)
+        return ok, (remaining, reset)
+
+    # ----------------------------------------------------------------- shared store (Redis)
+
+    async def _take(self, item: RateLimitItem, key: str) -> tuple[bool, int, float]:
+        """One request from the key's lease, or from Redis when it has none left.
+
+        One coroutine at a time makes a key's round trip; a request arriving meanwhile
+        waits for it, then takes from the new lease, or is refused with it if it found the
+        window full (it was read after the request arrived, so that answer is as exact as
+        the request's own round trip would be), or waits for the next one. A failed round
+        trip fails its waiters alike (they fail open, as it does). With leasing off every
+        request makes its own round trip of one hit."""
+        st = self._leases.get(key)
+        if st is None:
+            if len(self._leases) > 100_000:
+                self._leases.clear()  # unused leased hits are wasted, never over-admitted
+            st = self._leases[key] = _Lease(self._rkey(key))
+        if not self.leasing:
+            return await self._acquire(item, st.rkey, 1)
+        st.demand += 1
+        while True:
+            if st.left > 0:
+                if time.monotonic() < st.until:
+                    st.left -= 1
+                    return True, st.remaining + st.left, st.reset
+                st.left = 0  # expired: the rest of the lease is wasted
+            fetch = st.fetching
+            if fetch is None:
+                return await self._fetch(item, st)
+            st.waiting += 1
+            try:
+                outcome = await asyncio.shield(fetch)  # shielded: a waiter's cancellation must not cancel it
+            finally:
+                st.waiting -= 1
+            if isinstance(outcome, Exception):
+                raise outcome
+            if outcome is not None and not outcome[0]:
+                return outcome
+
+    def _lease_size(self, item: RateLimitItem, st: _Lease, now: float) -> int:
+        """How many hits the next round trip for ``st`` takes: the smallest of
+
+        * :data:`LEASE_MAX` (32);
+        * the window's remaining headroom // :data:`LEASE_HEADROOM` (64), so a lease is
+          never more than 1/64 of what is left and, below 128 remaining, every request is
+          one exact hit (the free plan's 60 always are);
+        * the key's demand: its recent rate times :data:`LEASE_TARGET_S` (a lease's
+          lifetime), or the requests already waiting for this round trip plus one if more.
+          The rate is the requests since the last fetch over the time since (at least
+          :data:`RATE_MIN_S`, so two requests close together do not read as a flood),
+          or the previous estimate halved for every idle :data:`RATE_HALF_LIFE_S` if
+          higher. A key with a few requests a second takes one or two hits at a time; a
+          busy one grows its leases about fourfold a round trip up to 32.
+
+        1 (exact) for a key's first request or with leasing off.
+        """
+        if not self.leasing or st.fetched is None:
+            return 1
+        elapsed = now - st.fetched
+        st.rate = max(st.demand / max(elapsed, RATE_MIN_S), st.rate * 0.5 ** (elapsed / RATE_HALF_LIFE_S))
+        want = max(st.waiting + 1, math.ceil(st.rate * LEASE_TARGET_S))
+        return max(1, min(LEASE_MAX, st.remaining // LEASE_HEADROOM, want))
+
+    async def _fetch(self, item: RateLimitItem, st: _Lease) -> tuple[bool, int, float]:
+        """Take a lease for ``st`` (the caller's request uses its first hit)."""
+        started = time.monotonic()
+        size = self._lease_size(item, st, started)
+        st.demand, st.fetched = 0, started
+        fetch = st.fetching = asyncio.get_running_loop().create_future()
+        try:
+            ok, remaining, reset = await self._acquire(item, st.rkey, size)
+            if not ok and size > 1 and remaining > 0:  # the lease did not fit, one hit may
+                size = 1
+                ok, remaining, reset = await self._acquire(item, st.rkey, 1)
+        except BaseException as exc:
+            st.fetching = None
+            # waiters fail open with the same error; after a cancellation they try themselves
+            fetch.set_result(exc if isinstance(exc, Exception) else None)
+            raise
+        st.remaining, st.reset = remaining, reset
+        if ok:
+            # counted from before the round trip: no leased hit is served later than
+            # LEASE_S after the timestamp Redis recorded for it
+            st.left, st.until = size - 1, started + LEASE_S
+        st.fetching = None
+        fetch.set_result((ok, remaining, reset))
+        return ok, remaining + st.left, reset
+
+    def _rkey(self, key: str) -> str:
+        return self._bridge.prefixed_key(key) if self._bridge is not None else key
+
+    async def _acquire(self, item: RateLimitItem, rkey: str, amount: int, *,
+                       retry: bool = True) -> tuple[bool, int, float]:
+        """Record ``amount`` hits in the shared window if they all fit, and read the window:
+        (acquired, remaining, reset). One round trip: limits' own moving-window acquire
+        script (``acquire_entry(key, limit, expiry, amount)``) and window-stats script
+        (``get_moving_window``) with the library's arguments, pipelined."""
+        limit, expiry = item.amount, item.get_expiry()
+        bridge = self._bridge
+        if bridge is None:  # not limits' redis-py bridge: the library's two calls
+            storage: Any = self.strategy.storage
+            acquired = await storage.acquire_entry(rkey, limit, expiry, amount)
+            start, count = await storage.get_moving_window(rkey, limit, expiry)
+            return bool(acquired), limit - count, start + expiry
+        acquire, window_script = bridge.lua_acquire_moving_window, bridge.lua_moving_window
+        now = time.time()
+        pipe = bridge.get_connection().pipeline(transaction=False)
+        pipe.evalsha(acquire.sha, 1, rkey, now, limit, expiry, amount)
+        pipe.evalsha(window_script.sha, 1, rkey, now - expiry, limit)
+        acquired, window = await pipe.execute(raise_on_error=False)
+        if isinstance(acquired, NoScriptError) and retry:  # a fresh or flushed Redis: load, once
+            await self._load_scripts()
+            return await self._acquire(item, rkey, amount, retry=False)
+        if isinstance(acquired, Exception):
+            raise acquired
+        if isinstance(window, Exception):  # the hit is recorded; read the window on its own
+            if not isinstance(window, NoScriptError):
+                raise window
+            window = await window_script([rkey], [time.time() - expiry, limit])  # loads it
+        if window:
+            return bool(acquired), limit - int(window[1]), float(window[0]) + expiry
+        return bool(acquired), limit, now + expiry
+
+    async def _load_scripts(self) -> None:
+        bridge: Any = self._bridge
+        conn = bridge.get_connection()
+        for script in (bridge.lua_acquire_moving_window, bridge.lua_moving_window):
+            script.sha = await conn.script_load(script.script)
+
+    # ----------------------------------------------------------------- headers
+
+    @staticmethod
+    def _format(item: RateLimitItem, remaining: int, reset: float) -> dict[str, str]:
+        wait = math.ceil(reset - time.time())
+        return {"X-RateLimit-Limit": str(item.amount), "X-RateLimit-Remaining": str(remaining) if remaining > 0 else "0",
+                "X-RateLimit-Reset": str(wait) if wait > 0 else "0"}
+
+    async def _headers(self, item: RateLimitItem, kind: str, ident: int, answer: Answer | None,
+                       fresh: bool = False) -> dict[str, str]:
+        """The X-RateLimit-* headers. With Redis, from the answer of the request's own round
+        trip or lease (Redis's remaining after it, plus this process's unused leased hits).
+        In process memory the window's stats cost a scan of every request in the window, so
+        they are read at most once a second per key and this process's hits are counted
+        down in between, which is exact since no other process shares that store.
+        Enforcement itself is always exact."""
+        if answer is not None:
+            return self._format(item, *answer)
         key = (item.amount, kind, ident)
         now = time.monotonic()
         cached = self._stats.get(key)
-        if fresh or self.shared or cached is None or now - cached[0] >= STATS_TTL_S:
+        if fresh or cached is None or now - cached[0] >= STATS_TTL_S:
             stats = await self.strategy.get_window_stats(item, kind, str(ident))
             cached = [now, max(0, stats.remaining), stats.reset_time, 0]
             if len(self._stats) > 100_000:
@@ -202,14 +403,11 @@ class RateLimiter:
             self._stats[key] = cached
         else:
             cached[3] += 1
-        remaining = cached[1] - cached[3]
-        wait = math.ceil(cached[2] - time.time())
-        return {"X-RateLimit-Limit": str(item.amount), "X-RateLimit-Remaining": str(remaining) if remaining > 0 else "0",
-                "X-RateLimit-Reset": str(wait) if wait > 0 else "0"}
+        return self._format(item, cached[1] - cached[3], cached[2])
 
-    async def _refuse(self, item: RateLimitItem, ident: tuple[str, int], message: str, code: str,
-                      upgrade: bool) -> RateLimited:
-        headers = await self._headers(item, *ident, fresh=True)
+    async def _refuse(self, item: RateLimitItem, ident: tuple[str, int], message: str, code: str, *,
+                      answer: Answer | None, upgrade: bool) -> RateLimited:
+        headers = await self._headers(item, *ident, answer, fresh=True)
         headers["Retry-After"] = str(max(1, int(headers["X-RateLimit-Reset"])))
         headers["X-RateLimit-Remaining"] = "0"
         return RateLimited(message, code=code, headers=headers, extra={"upgrade": True} if upgrade else None)
@@ -229,20 +427,25 @@ class RateLimiter:
         tok_id = ("tok", principal.token_id)
         try:
             # the workspace first: a request it refuses does not use the token's budget
-            if ws_item is not None and not await self._hit(ws_item, "ws", principal.workspace_id):
-                raise await self._refuse(
-                    ws_item, ws_id, f"the {principal.plan} plan allows {per_ws:,} requests per minute "
-                    "for the workspace; retry after the Retry-After seconds or upgrade the plan",
-                    "PLAN_RATE_LIMIT_API", upgrade=True,
-                )
-            if not await self._hit(tok_item, "tok", principal.token_id):
+            ws_answer: Answer | None = None
+            if ws_item is not None:
+                ok, ws_answer = await self._count(ws_item, *ws_id)
+                if not ok:
+                    raise await self._refuse(
+                        ws_item, ws_id, f"the {principal.plan} plan allows {per_ws:,} requests per minute "
+                        "for the workspace; retry after the Retry-After seconds or upgrade the plan",
+                        "PLAN_RATE_LIMIT_API", answer=ws_answer, upgrade=True,
+                    )
+            ok, tok_answer = await self._count(tok_item, *tok_id)
+            if not ok:
                 raise await self._refuse(
                     tok_item, tok_id, f"a token may make at most {TOKEN_REQUESTS_PER_MINUTE:,} requests "
-                    "per minute; retry after the Retry-After seconds", "TOKEN_RATE_LIMIT", upgrade=False,
+                    "per minute; retry after the Retry-After seconds", "TOKEN_RATE_LIMIT", answer=tok_answer,
+                    upgrade=False,
                 )
             if ws_item is not None and ws_item.amount <= tok_item.amount:
-                return await self._headers(ws_item, *ws_id)
-            return await self._headers(tok_item, *tok_id)
+                return await self._headers(ws_item, *ws_id, ws_answer)
+            return await self._headers(tok_item, *tok_id, tok_answer)
         except RateLimited:
             raise
         except Exception as exc:  # the shared store is down: keep serving, say so in the log
@@ -335,7 +538,7 @@ def runtime(state: AppState) -> Runtime:
     if rt is None:
         s = state.settings
         rt = Runtime(
-            limiter=RateLimiter(redis_url=s.redis_url, enabled=s.rate_limits),
+            limiter=RateLimiter(redis_url=s.redis_url, enabled=s.rate_limits, leases=s.rate_limit_leases),
             quotas=QuotaBook(state.db, clock=clock_of(s)),
             usage=UsageBuffer(),
             gate=WorkspaceGate(s.requests_in_flight_per_workspace, s.request_queue_timeout_s),

@@ -1,0 +1,141 @@
+"""Quota leasing with the shared (Redis) store: a process takes several hits of a window in
+one round trip and serves them from memory, never admitting more than the limit across
+processes; near the limit, and with leasing off, every request is one exact round trip.
+Real redis-server (the ``redis_url`` fixture), real API processes."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import redis
+
+from api.services.limits import LEASE_MAX, LEASE_S, RateLimiter
+from storage.access import Principal, TokenType
+from storage.errors import RateLimited
+from tests.limits.conftest import rest_client
+
+
+def _scripts_run(r: redis.Redis) -> int:
+    """Lua scripts Redis ran since the last CONFIG RESETSTAT (every limiter round trip
+    sends limits' scripts: EVALSHA, or EVAL)."""
+    stats = r.info("commandstats")
+    return sum(int(stats.get(name, {}).get("calls", 0)) for name in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+def _principal(plan: str) -> Principal:
+    ident = 10**9 + secrets.randbelow(10**9)  # windows are keyed by id: a fresh one is a fresh window
+    return Principal(token_id=ident, workspace_id=ident, type=TokenType.VIBE_MCP, profile_id=None, plan=plan,
+                     read_only=False, expires_at=None)
+
+
+def _window_entries(r: redis.Redis, kind: str, ident: int) -> int:
+    """Hits recorded in Redis for one window (limits' moving window is a list)."""
+    return sum(int(r.llen(key)) for key in r.scan_iter(f"LIMITS:LIMITER/{kind}/{ident}/*"))
+
+
+def test_leasing_serves_most_requests_without_a_redis_round_trip(make_workspace, extra_api, redis_url):
+    r = redis.Redis.from_url(redis_url)
+    leased = extra_api(WDS_REDIS_URL=redis_url)
+    exact = extra_api(WDS_REDIS_URL=redis_url, WDS_RATE_LIMIT_LEASES="false")
+    n = 300
+    ws = make_workspace(plan="enterprise")  # no workspace window: the token's 3,000/minute only
+    with rest_client(leased.base_url, ws.builder_token) as c:
+        c.get("/tables")  # the token is resolved and cached before counting
+        r.config_resetstat()
+        remaining = [int(c.get("/tables").headers["X-RateLimit-Remaining"]) for _ in range(n)]
+    round_trips = _scripts_run(r)
+    # today's code made two round trips a request (2n scripts); a lease serves up to 32
+    assert round_trips < n / 4, round_trips
+    # the headers count down locally between round trips, and never claim more than is left
+    assert remaining == sorted(remaining, reverse=True)
+    assert remaining[0] == 3000 - 2 and remaining[-1] <= 3000 - 1 - n
+
+    other = make_workspace(plan="enterprise")
+    with rest_client(exact.base_url, other.builder_token) as c:
+        c.get("/tables")
+        r.config_resetstat()
+        remaining = [int(c.get("/tables").headers["X-RateLimit-Remaining"]) for _ in range(50)]
+    # exact mode: one round trip a request (limits' acquire and window scripts, pipelined)
+    assert _scripts_run(r) == 2 * 50
+    assert remaining == [3000 - 2 - i for i in range(50)]
+
+
+def test_two_processes_leasing_never_admit_more_than_the_limit(make_workspace, extra_api, redis_url):
+    """Starter: 600 a minute per workspace, leases of up to 9 hits (600 // 64) while the
+    window has room. 16 clients spread over two API processes send 720 requests as fast
+    as they can: at most 600 are admitted, and as many hits are in the shared window."""
+    r = redis.Redis.from_url(redis_url)
+    a = extra_api(WDS_REDIS_URL=redis_url)
+    b = extra_api(WDS_REDIS_URL=redis_url)
+    ws = make_workspace(plan="starter")
+    clients = [rest_client(p.base_url, ws.builder_token) for p in (a, b)]
+    try:
+        r.config_resetstat()
+        with ThreadPoolExecutor(16) as pool:
+            statuses = list(pool.map(lambda i: clients[i % 2].get("/tables").status_code, range(720)))
+        round_trips = _scripts_run(r)
+    finally:
+        for c in clients:
+            c.close()
+    admitted = statuses.count(200)
+    assert set(statuses) == {200, 429}
+    assert admitted <= 600, admitted
+    # under-admission: leases unused when they expired, at most one per process and window
+    assert admitted >= 600 - 2 * LEASE_MAX, admitted
+    assert _window_entries(r, "ws", ws.id) == 600
+    # leases were taken: fewer round trips than the 2 windows × 720 requests without them
+    assert round_trips < 2 * 2 * 720, round_trips
+
+
+async def test_concurrent_requests_share_one_round_trip_and_never_double_spend(redis_url):
+    """700 requests of one starter workspace at once in one process: one round trip at a
+    time per window, the others wait for it and take from its lease (or are refused with
+    its answer when the window is full). Exactly 600 pass, each backed by a hit in Redis."""
+    r = redis.Redis.from_url(redis_url)
+    limiter = RateLimiter(redis_url=redis_url)
+    p = _principal("starter")
+    r.config_resetstat()
+    results = await asyncio.gather(*(limiter.check(p) for _ in range(700)), return_exceptions=True)
+    passed = [x for x in results if isinstance(x, dict)]
+    refused = [x for x in results if isinstance(x, RateLimited)]
+    assert len(passed) == 600 and len(refused) == 100, {type(x) for x in results}
+    assert all(h for h in passed)  # never failed open (a herd of connections would have)
+    assert _window_entries(r, "ws", p.workspace_id) == 600
+    assert refused[0].code == "PLAN_RATE_LIMIT_API" and 1 <= int(refused[0].headers["Retry-After"]) <= 60
+    # the workspace window: 600 hits, at most one lease (≤ 9) a round trip while remaining
+    # >= 128, then one hit each; refusals each wait for (and share) a round trip
+    assert _scripts_run(r) < 2 * 2 * 700
+
+
+async def test_a_lease_expires_and_near_the_limit_every_request_is_exact(redis_url):
+    r = redis.Redis.from_url(redis_url)
+    limiter = RateLimiter(redis_url=redis_url)
+    p = _principal("enterprise")
+    for _ in range(40):  # the token's lease grows with the demand
+        await limiter.check(p)
+    r.config_resetstat()
+    await limiter.check(p)
+    assert _scripts_run(r) == 0  # served from the lease
+    await asyncio.sleep(LEASE_S + 0.1)
+    await limiter.check(p)
+    assert _scripts_run(r) == 2  # the lease expired: a round trip (unused hits wasted)
+
+    free = _principal("free")  # 60 a minute: 60 // 64 = 0, every request one exact hit
+    r.config_resetstat()
+    remaining = []
+    for _ in range(60):
+        headers = await limiter.check(free)
+        remaining.append(int(headers["X-RateLimit-Remaining"]))
+    assert remaining == list(range(59, -1, -1))
+    # each request: the workspace window exactly; the token window is leased
+    assert 2 * 60 <= _scripts_run(r) < 2 * 2 * 60
+    start = time.monotonic()
+    try:
+        await limiter.check(free)
+        raise AssertionError("the 61st request passed")
+    except RateLimited as exc:
+        assert exc.code == "PLAN_RATE_LIMIT_API"
+    assert time.monotonic() - start < 1
