@@ -444,7 +444,7 @@ async def create_computed(
     try:
         ledger = await asyncio.wait_for(evaluate_pure(fused, decode_rows(table, staged)),
                                         timeout=inp.time_budget_s + GRACE_S)
-    except (Exception, TimeoutError) as exc:  # not a formula's error (those are outcomes): run it as usual
+    except Exception as exc:  # a timeout, a lost sandbox (a formula's own error is an outcome): run as usual
         log.warning("pipeline %s not computed before its insert (%s); inserting first", wid, type(exc).__name__)
         return InsertFirst(charged=True)
     result, updates = ledger.result(wid, json_keys=False)

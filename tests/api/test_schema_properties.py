@@ -64,6 +64,13 @@ class Model:
             a: dict(zip(self.ids, [1, None, -4, 7])), b: dict(zip(self.ids, [2, 5, None, 0])),
             tcol: dict(zip(self.ids, ["12", "x", None, " 3.5 "]))}
 
+    def fresh(self, prefix: str) -> str:
+        """A column name no column has (counting columns would repeat one after a delete)."""
+        n = len(self.names)
+        while f"{prefix}{n}" in self.names.values():
+            n += 1
+        return f"{prefix}{n}"
+
     def columns(self) -> list[int]:
         return sorted(self.names)
 
@@ -96,7 +103,7 @@ class Model:
     def apply(self, step: tuple[Any, ...]) -> None:
         kind = step[0]
         if kind == "add_number":
-            name = f"N{len(self.names)}"
+            name = self.fresh("N")
             r = self.api.post(f"/tables/{self.tid}/columns", json={"name": name, "type": "number"})
             assert r.status_code == 201, r.text
             cid = r.json()["id"]
@@ -110,7 +117,7 @@ class Model:
             terms = [(c, k) for i, k in step[1] if (c := self.pick(i, nums)) is not None]
             if not terms:
                 return
-            name = f"F{len(self.names)}"
+            name = self.fresh("F")
             r = self.api.post(f"/tables/{self.tid}/columns", json={
                 "name": name, "type": "formula", "formula": self.formula_text(terms, step[2])})
             assert r.status_code == 201, r.text

@@ -166,19 +166,25 @@ def test_slow_consumer_is_disconnected_with_a_reason(ws, tuned_api):
     assert "slow consumer" in info.value.rcvd.reason
 
 
-def test_computed_values_written_by_the_pipeline_arrive_as_updates(ws, services):
+def test_computed_values_arrive_with_the_insert_and_as_updates_after_an_edit(ws, services):
+    """A create computes its formulas before its INSERT: one event, complete. An edit's
+    recomputed values are written by its run: an UPDATE of the edit, then one of the run."""
     t = ws.create_table("P", [{"name": "A", "type": "number"}, {"name": "B", "type": "formula", "formula": "{A} * 3"}])
     with open_ws(ws.base_url, ws.builder_token) as conn:
         subscribe(conn, t["id"])
         r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": 4}})
         assert r.json()["fields"]["B"] == 12
-        ins, upd = changes(conn, 2)
-    assert ins["event"] == "INSERT" and ins["record"]["fields"]["B"] is None
-    assert upd["event"] == "UPDATE" and upd["record"]["fields"]["B"] == 12 and upd["old_record"]["fields"]["B"] is None
+        (ins,) = changes(conn, 1)
+        assert ins["event"] == "INSERT" and ins["record"]["fields"]["B"] == 12
+        r = ws.api.patch(f"/tables/{t['id']}/records/{ins['record']['id']}", json={"fields": {"A": 5}})
+        assert r.json()["fields"]["B"] == 15
+        edit, upd = changes(conn, 2)
+    assert edit["event"] == "UPDATE" and edit["record"]["fields"] == {"A": 5, "B": 12}
+    assert upd["event"] == "UPDATE" and upd["record"]["fields"]["B"] == 15 and upd["old_record"]["fields"]["B"] == 12
     with psycopg.connect(services.pg.dsn) as conn:  # internal columns never reach events
-        stored = conn.execute("SELECT record FROM wds.events WHERE workspace_id = %s AND seq = %s",
-                              (ws.id, upd["seq"])).fetchone()[0]
-    assert "_pipeline" not in stored and stored["id"] == upd["record"]["id"]
+        stored = [conn.execute("SELECT record FROM wds.events WHERE workspace_id = %s AND seq = %s",
+                               (ws.id, e["seq"])).fetchone()[0] for e in (ins, upd)]
+    assert all("_pipeline" not in s and s["id"] == ins["record"]["id"] for s in stored)
 
 
 def test_subscribed_carries_the_current_seq_so_a_quiet_client_can_resume(ws):
