@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -108,6 +109,20 @@ def _settle_gc() -> None:
     gc.set_threshold(20_000, 50, 100)
 
 
+def _fastapi_telemetry(settings: Settings) -> dict[str, Any] | None:
+    """FastAPI's own OpenTelemetry bridge: off when nothing can configure a provider.
+
+    On every request FastAPI asks the three global OpenTelemetry providers (traces, metrics,
+    logs) whether they are configured (environment reads, ~5 µs). Only our tracing set-up
+    (:func:`service.tracing.setup_tracing`, when tracing is wanted) or FastAPI's own
+    ``FASTAPI_OTEL_AUTO_CONFIGURE`` configures one; without either the answer is always no,
+    so the bridge is switched off instead of asked. ``None``: FastAPI's defaults.
+    """
+    if tracing.wanted(settings.otel) or os.environ.get("FASTAPI_OTEL_AUTO_CONFIGURE", "").lower() == "true":
+        return None
+    return {"tracing": False, "metrics": False, "logs": False}
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     db = Database(
@@ -154,6 +169,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=VERSION,
         description="Typed tables over REST and MCP with durable computed-column pipelines.",
         lifespan=lifespan,
+        telemetry=_fastapi_telemetry(settings),
     )
     app.state.wds = state
     mcp_door = mcp_server.install(app, state, version=VERSION)  # {base_url}/functions/v1/mcp-server

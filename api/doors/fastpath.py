@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import unquote
 
 import orjson
 import psycopg
@@ -119,7 +119,7 @@ class FastReads:
         if record is None and listing is None:
             await self.app(scope, receive, send)
             return
-        params = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        params = parse_query(scope.get("query_string", b"").decode("latin-1"))
         headers = _headers(scope)
         secret = _bearer(headers.get(b"authorization"))
         if secret is None or appusers.is_app_token(secret):
@@ -211,6 +211,29 @@ async def _principal(state: Any, st: dict[str, Any], secret: str) -> Principal:
     if resolved is not None and resolved[0] == secret:
         return resolved[1]  # type: ignore[no-any-return]
     return await resolve_principal(state, secret)
+
+
+def parse_query(query: str) -> list[tuple[str, str]]:
+    """``urllib.parse.parse_qsl(query, keep_blank_values=True)``, with ``unquote`` called
+    only on the names and values that hold a ``%`` or a ``+`` (parse_qsl calls it, and
+    ``str.replace``, on every one: a quarter of the fast path's own time on a list query).
+
+    >>> parse_query("Score=gt.500&a+b=%C3%A9&flag&&x=")
+    [('Score', 'gt.500'), ('a b', 'é'), ('flag', ''), ('x', '')]
+    """
+    out: list[tuple[str, str]] = []
+    if not query:
+        return out
+    for piece in query.split("&"):
+        if not piece:
+            continue
+        name, _, value = piece.partition("=")
+        if "%" in name or "+" in name:
+            name = unquote(name.replace("+", " "))
+        if "%" in value or "+" in value:
+            value = unquote(value.replace("+", " "))
+        out.append((name, value))
+    return out
 
 
 def _run_pipeline(query: bytes) -> bool | None:
