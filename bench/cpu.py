@@ -76,7 +76,7 @@ def start_api(stack: EmbeddedStack, name: str, tree: Path, env: dict[str, str], 
     """One single-process uvicorn serving ``tree``'s ``api.app`` on the stack's database."""
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    full = stack.stack.env(WDS_PUBLIC_BASE_URL=base_url, WDS_RATE_LIMITS="false", **env)
+    full = stack.stack.env(**{"WDS_PUBLIC_BASE_URL": base_url, "WDS_RATE_LIMITS": "false", **env})
     full["PYTHONPATH"] = str(tree)
     log = stack.tmp / f"cpu-{name}-{port}.log"
     args = [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory", "--host", "127.0.0.1",
