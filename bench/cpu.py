@@ -8,7 +8,8 @@ does), then one single-process API (uvicorn, no ``--workers``) per source tree g
 For every round, tree and operation it sends ``N`` warm-up requests, then ``N`` measured
 requests at ``--clients`` concurrent clients, and reports the API process's CPU time
 (``utime + stime`` from ``/proc/<pid>/stat``) divided by the requests: microseconds of API
-CPU per request. The load generator runs in this process; its CPU is not counted, and the
+CPU per request (beside it, PostgreSQL's CPU per request, all its processes, and this
+load generator's). The load generator runs in this process; its CPU is not counted, and the
 other tenants of the machine only change the wall time, not the API's own CPU. Trees
 alternate within each round, so a slow period hits every tree alike.
 
@@ -18,7 +19,10 @@ Operations (the ``records.*`` scenarios' requests):
 * ``list``: the filtered list of ``records.list`` (``Score>500 AND Status=a``, page 100);
 * ``get``: ``GET {rest}/tables/{id}/records/{record_id}`` of a random seeded row.
 
-``--env K=V`` sets API environment variables (e.g. ``WDS_FAST_READS=false``);
+``--psycopg`` also runs each operation's psycopg baseline (the ``records.*`` scenarios'
+SQL, same tables, same concurrency) and reports PostgreSQL's and the client's CPU per
+operation for it: the API's request costs its own CPU *and* PostgreSQL's, on the same
+cores. ``--env K=V`` sets API environment variables (e.g. ``WDS_FAST_READS=false``);
 ``--origin`` sends an ``Origin`` header (the CORS path); ``--profile DIR`` records every
 measured phase with py-spy (``--format raw``, ``--nonblocking``) into ``DIR``;
 ``--cprofile DIR`` runs the APIs under :mod:`bench.cprof_server` and writes a cProfile of
@@ -42,11 +46,15 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import psycopg
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
 
-from bench.context import BENCH_COLUMNS, batch_payload, make_rows
-from bench.scenarios.records import LIST_QUERY
+from bench.context import BENCH_COLUMNS, BenchTable, batch_payload, make_rows
+from bench.scenarios.records import LIST_QUERY, PAGE, _list_sql
 from bench.stack import EmbeddedStack, create_workspace_token
 from wds.runtime import free_port, stop_process, wait_healthy
 from wds.server import uvicorn_args_for
@@ -70,6 +78,29 @@ def cpu_times(pid: int) -> tuple[float, float]:
         fields = fh.read().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def postgres_cpu(data_dir: Path) -> float:
+    """User + system CPU seconds of the stack's PostgreSQL: the postmaster (its pid is the
+    first line of ``postmaster.pid``) and every backend it forked. Backends that exited
+    since the last call are not counted (the API's and the baseline's pools keep theirs)."""
+    try:
+        master = int((data_dir / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry.name) == master or int(fields[1]) == master:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def start_api(stack: EmbeddedStack, name: str, tree: Path, env: dict[str, str], cprofile: str | None = None) -> Api:
@@ -103,12 +134,15 @@ async def _send(session: aiohttp.ClientSession, method: str, url: str, headers: 
         return raw
 
 
-async def _seed(session: aiohttp.ClientSession, rest: str, headers: dict[str, str], rows: int) -> tuple[int, int, list[int]]:
-    """A read table of ``rows`` bench rows and an empty create table: (read id, create id, ids)."""
+async def _seed(session: aiohttp.ClientSession, rest: str, headers: dict[str, str], rows: int,
+                made: list[dict[str, Any]]) -> tuple[int, int, list[int]]:
+    """A read table of ``rows`` bench rows and an empty create table: (read id, create id,
+    ids); the tables as the API answered their creation are appended to ``made``."""
     tables = []
     for purpose in ("read", "create"):
         body = json.dumps({"name": f"cpu-{purpose}-{random.randrange(1 << 30)}", "columns": BENCH_COLUMNS}).encode()
-        tables.append(int(json.loads(await _send(session, "POST", f"{rest}/tables", headers, body, (200, 201)))["id"]))
+        made.append(json.loads(await _send(session, "POST", f"{rest}/tables", headers, body, (200, 201))))
+        tables.append(int(made[-1]["id"]))
     data = make_rows(rows)
     ids: list[int] = []
     for start in range(0, rows, 500):
@@ -130,6 +164,47 @@ def _operation(op: str, session: aiohttp.ClientSession, rest: str, headers: dict
         return lambda: _send(session, "GET", url, headers, None, 200)  # type: ignore[return-value]
     base = f"{rest}/tables/{read_id}/records/"
     return lambda: _send(session, "GET", base + str(rnd.choice(ids)), headers, None, 200)  # type: ignore[return-value]
+
+
+async def _bench_table(pool: AsyncConnectionPool, made: dict[str, Any]) -> BenchTable:
+    """The API's table as the psycopg baselines of ``records.*`` address it."""
+    cols = {c["name"]: c for c in made["columns"]}
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE c.relname = %s AND n.nspname LIKE 'ws\\_%%' AND c.relkind = 'r'", (f"t_{made['id']}",))
+        schema = (await cur.fetchone())[0]  # type: ignore[index]
+    return BenchTable(int(made["id"]), schema, {n: f"c_{c['id']}" for n, c in cols.items()},
+                      {o["label"]: o["id"] for o in cols["Status"]["options"]})
+
+
+def _pg_operation(op: str, pool: AsyncConnectionPool, read: BenchTable, create: BenchTable,
+                  ids: list[int]) -> Callable[[], Awaitable[None]]:
+    """The ``records.*`` scenarios' psycopg baseline of ``op`` (same SQL, same tables)."""
+    rnd = random.Random(1)
+    if op == "create":
+        query = sql.SQL("INSERT INTO {} ({}, {}, {}) VALUES (%s, %s, %s) RETURNING *").format(
+            create.qualified, create.col("Name"), create.col("Score"), create.col("Status"))
+        values = itertools.cycle([create.encode(r) for r in make_rows(1000)])
+
+        async def insert() -> None:
+            async with pool.connection() as conn:
+                await (await conn.execute(query, next(values))).fetchone()
+        return insert
+    if op == "list":
+        page, _ = _list_sql(read)
+        params = (500.0, read.options["a"], PAGE, 0)
+
+        async def listing() -> None:
+            async with pool.connection() as conn:
+                await (await conn.execute(page, params)).fetchall()
+        return listing
+    query = sql.SQL("SELECT * FROM {} WHERE id = %s").format(read.qualified)
+
+    async def get() -> None:
+        async with pool.connection() as conn:
+            await (await conn.execute(query, (rnd.choice(ids),))).fetchone()
+    return get
 
 
 async def _drive(operation: Callable[[], Awaitable[None]], requests: int, clients: int) -> None:
@@ -169,12 +244,30 @@ async def measure(args: argparse.Namespace) -> int:
             headers["Origin"] = args.origin
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
+            made: list[dict[str, Any]] = []
             read_id, create_id, ids = await _seed(
-                session, f"{apis[0].base_url}/functions/v1/rest-api", headers, args.rows)
+                session, f"{apis[0].base_url}/functions/v1/rest-api", headers, args.rows, made)
+            async with await psycopg.AsyncConnection.connect(stack.pg.dsn, autocommit=True) as conn:
+                await conn.execute("ANALYZE")  # fresh statistics, as records.* has them (BenchContext.seeded_table)
+            if args.psycopg:  # the scenarios' baseline beside the APIs: PostgreSQL's own share
+                pool = AsyncConnectionPool(stack.pg.dsn, min_size=args.clients, max_size=args.clients, open=False,
+                                           kwargs={"autocommit": True})
+                await pool.open(wait=True, timeout=30)
+                baseline = (pool, await _bench_table(pool, made[0]), await _bench_table(pool, made[1]))
             print(f"# trees: {', '.join(f'{a.name}={a.tree}' for a in apis)}; env {env or '-'}; "
                   f"{args.requests} requests x {args.clients} clients; load {os.getloadavg()[0]:.2f}", flush=True)
             for rnd in range(args.rounds):
                 for op in ops:
+                    if args.psycopg:
+                        operation = _pg_operation(op, baseline[0], baseline[1], baseline[2], ids)
+                        await _drive(operation, args.requests, args.clients)  # warm-up
+                        pg0, me0, wall0 = postgres_cpu(stack.pg.data_dir / "data"), time.process_time(), time.perf_counter()
+                        await _drive(operation, args.requests, args.clients)
+                        pg_us = (postgres_cpu(stack.pg.data_dir / "data") - pg0) / args.requests * 1e6
+                        client_us = (time.process_time() - me0) / args.requests * 1e6
+                        print(f"round {rnd} psycopg {op:6s} {'':43s}"
+                              f"{args.requests / (time.perf_counter() - wall0):7.0f} req/s  PostgreSQL {pg_us:4.0f} us  "
+                              f"client {client_us:4.0f} us  load {os.getloadavg()[0]:.2f}", flush=True)
                     for api in apis:
                         rest = f"{api.base_url}/functions/v1/rest-api"
                         operation = _operation(op, session, rest, headers, read_id, create_id, ids)
@@ -186,9 +279,12 @@ async def measure(args: argparse.Namespace) -> int:
                             await asyncio.sleep(0.5)
                         if args.cprofile:
                             api.proc.send_signal(signal.SIGUSR1)
+                        pg0, me0 = postgres_cpu(stack.pg.data_dir / "data"), time.process_time()
                         cpu0, wall0 = cpu_times(api.proc.pid), time.perf_counter()
                         await _drive(operation, args.requests, args.clients)
                         cpu1, wall1 = cpu_times(api.proc.pid), time.perf_counter()
+                        pg_us = (postgres_cpu(stack.pg.data_dir / "data") - pg0) / args.requests * 1e6
+                        client_us = (time.process_time() - me0) / args.requests * 1e6
                         if args.cprofile:
                             api.proc.send_signal(signal.SIGUSR2)
                             print(f"# cProfile: {args.cprofile}/{api.name}-<n>.prof, phase {op} round {rnd}")
@@ -200,8 +296,11 @@ async def measure(args: argparse.Namespace) -> int:
                         results.setdefault((api.name, op), []).append(us)
                         print(f"round {rnd} {api.name} {op:6s} {us:7.0f} us CPU/request "
                               f"(user {user:4.0f}, sys {system:4.0f})  "
-                              f"{args.requests / (wall1 - wall0):7.0f} req/s  load {os.getloadavg()[0]:.2f}",
+                              f"{args.requests / (wall1 - wall0):7.0f} req/s  PostgreSQL {pg_us:4.0f} us  "
+                              f"client {client_us:4.0f} us  load {os.getloadavg()[0]:.2f}",
                               flush=True)
+            if args.psycopg:
+                await baseline[0].close()
         print("# median us of API CPU per request (rounds):")
         for (name, op), values in results.items():
             print(f"{name} {op:6s} median {statistics.median(values):6.0f}  "
@@ -222,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--rows", type=int, default=10_000, help="rows in the read table")
     p.add_argument("--env", action="append", metavar="K=V", help="API environment variable (repeatable)")
+    p.add_argument("--psycopg", action="store_true",
+                   help="also run the scenarios' psycopg baseline of each operation (PostgreSQL and client CPU)")
     p.add_argument("--origin", help="send this Origin header (CORS) with every request")
     p.add_argument("--profile", metavar="DIR", help="py-spy raw profiles of the measured phases")
     p.add_argument("--cprofile", metavar="DIR",
