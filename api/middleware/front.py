@@ -173,7 +173,7 @@ class Front:
                 # past the limit, a step that let the refusal through (or turned it into
                 # another error) answers nothing: the client gets the refusal below
             if call.over is not None and not call.started:
-                await refusal(call.over)(scope, receive, send)
+                await refusal(call.over)(scope, call.raw_receive or receive, send)
                 call.status = call.over.status
         finally:
             route = call.route if call.route is not None else usage.route_template(scope)
