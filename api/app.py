@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from temporalio.client import Client
 
 from api import errors
@@ -40,10 +40,7 @@ from api.doors.rest import (
 )
 from api.doors.rest import storage as storage_routes
 from api.middleware import metrics
-from api.middleware.bodylimit import BodyLimit
-from api.middleware.idempotency import IdempotencyMiddleware
-from api.middleware.textguard import TextGuard
-from api.middleware.usage import ApiMiddleware
+from api.middleware.front import Front
 from api.services import limits
 from api.state import AppState
 from service import tracing
@@ -112,6 +109,20 @@ def _settle_gc() -> None:
     gc.set_threshold(20_000, 50, 100)
 
 
+def _fastapi_telemetry(settings: Settings) -> dict[str, Any] | None:
+    """FastAPI's own OpenTelemetry bridge: off when nothing can configure a provider.
+
+    On every request FastAPI asks the three global OpenTelemetry providers (traces, metrics,
+    logs) whether they are configured (environment reads, ~5 µs). Only our tracing set-up
+    (:func:`service.tracing.setup_tracing`, when tracing is wanted) or FastAPI's own
+    ``FASTAPI_OTEL_AUTO_CONFIGURE`` configures one; without either the answer is always no,
+    so the bridge is switched off instead of asked. ``None``: FastAPI's defaults.
+    """
+    if tracing.wanted(settings.otel) or os.environ.get("FASTAPI_OTEL_AUTO_CONFIGURE", "").lower() == "true":
+        return None
+    return {"tracing": False, "metrics": False, "logs": False}
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     db = Database(
@@ -158,33 +169,31 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=VERSION,
         description="Typed tables over REST and MCP with durable computed-column pipelines.",
         lifespan=lifespan,
+        telemetry=_fastapi_telemetry(settings),
     )
     app.state.wds = state
     mcp_door = mcp_server.install(app, state, version=VERSION)  # {base_url}/functions/v1/mcp-server
     errors.install(app)
-    # ASGI order, outermost first (add_middleware wraps what was added before it):
-    # Metrics → BodyLimit → CORS → ApiMiddleware (auth, rate limits) → TextGuard →
-    # Idempotency → FastReads → FastAPI's router. No layer outside BodyLimit reads a body.
-    if settings.fast_reads:
-        app.add_middleware(FastReads)  # innermost: GET record / list answered without FastAPI's router
-    app.add_middleware(IdempotencyMiddleware)  # inner: runs after limits resolved the principal
-    app.add_middleware(TextGuard)  # JSON bodies with lone surrogates: 400 before any route
-    app.add_middleware(ApiMiddleware)  # rate limits + quotas on REST/SQL, usage log of every door
-    # browsers on other origins may call the API with bearer tokens (no cookies are used)
+    # One ASGI layer in front of FastAPI's router (api/middleware/front.py), which does in this
+    # order: metrics → body limit → CORS (requests with an Origin header) → limits and usage →
+    # text guard → idempotency (requests with an Idempotency-Key) → the fast path (FastReads:
+    # GET record / list, POST one record and POST /sql without FastAPI's router) → the router.
+    # No step before the body limit reads a body.
     app.add_middleware(
-        CORSMiddleware,
-        allow_origins=["*"],
-        allow_methods=["GET", "POST", "PATCH", "PUT", "DELETE", "OPTIONS"],
-        allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Prefer", "Accept", "x-upsert"],
-        expose_headers=["X-Total-Count", "Content-Range", "Retry-After", "X-RateLimit-Limit",
-                        "X-RateLimit-Remaining", "X-RateLimit-Reset", "Idempotent-Replayed"],
-        max_age=600,
+        Front,
+        max_body=settings.max_body_bytes, max_upload=settings.storage_max_object_bytes,
+        timeout_s=settings.body_timeout_s,
+        # browsers on other origins may call the API with bearer tokens (no cookies are used)
+        cors={
+            "allow_origins": ["*"],
+            "allow_methods": ["GET", "POST", "PATCH", "PUT", "DELETE", "OPTIONS"],
+            "allow_headers": ["Authorization", "Content-Type", "Idempotency-Key", "Prefer", "Accept", "x-upsert"],
+            "expose_headers": ["X-Total-Count", "Content-Range", "Retry-After", "X-RateLimit-Limit",
+                               "X-RateLimit-Remaining", "X-RateLimit-Reset", "Idempotent-Replayed"],
+            "max_age": 600,
+        },
+        fast=FastReads if settings.fast_reads else None,
     )
-    # every body-reading layer above sits inside this one: a body over the limit is refused
-    # with 413 as it streams, before auth, the text guard, idempotency or the fast paths buffer it
-    app.add_middleware(BodyLimit, max_body=settings.max_body_bytes,
-                       max_upload=settings.storage_max_object_bytes, timeout_s=settings.body_timeout_s)
-    app.add_middleware(metrics.MetricsMiddleware)  # outermost: Prometheus request histograms (GET /metrics)
     if tracing.setup_tracing("wds-api", enabled=settings.otel):  # OpenTelemetry: off unless WDS_OTEL / OTEL_EXPORTER_OTLP_ENDPOINT
         tracing.instrument_app(app)
     for module in (health, admin, tables, columns, records, runs, sql, schema, views, agents, usage, publish,

@@ -65,8 +65,8 @@ def test_only_worker_py_registers_workflows_and_activities():
 #
 #   api/app.py                      the composition root: wires middleware, doors, services
 #   api/doors/{rest,mcp,chat}       the doors (REST routes with their fast path, MCP, chat)
-#   api/middleware/                 pure ASGI layers (body limits, text guard, idempotency,
-#                                   metrics, limits and usage)
+#   api/middleware/                 the front ASGI layer and its steps (body limits, text
+#                                   guard, idempotency, metrics, limits and usage)
 #   api/ops/                        the operations layer every door calls (issue #23 item 9)
 #   api/services/                   what operations and doors share (pipelines, backfills,
 #                                   schedules, realtime, limits, caches, embeddings, ...)

@@ -14,6 +14,9 @@ uvicorn's httptools protocol with three bounds added, each answered with a JSON
 * the head complete within ``WDS_HEADER_TIMEOUT_S`` (10 s) of the connection opening or
   of the request's first byte → 408 ``REQUEST_TIMEOUT`` (a slowloris holds nothing).
 
+It also sends a response's head and body in one ``send(2)`` (:class:`_Coalescing`) where
+uvicorn made two.
+
 :func:`uvicorn_options` gives every way the API is started (``wds serve``, ``wds dev``,
 the tests' API processes) the same settings: this protocol, ``ws_max_size`` (WebSocket
 messages over ``WDS_WS_MAX_MESSAGE_BYTES`` are refused by the websockets library while
@@ -34,6 +37,57 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from service.config import Settings, get_settings
 
 PROTOCOL = "wds.server:BoundedHttpToolsProtocol"
+
+
+class _Coalescing:
+    """The connection's transport with the writes of one event-loop step sent as one.
+
+    uvicorn writes a response's head when the app sends ``http.response.start`` and its
+    body when the app sends the body: two ``send(2)`` calls and two TCP segments for
+    every answer, though the app sends both in the same step. Here writes are gathered
+    and handed to the real transport once, at the end of the step (``call_soon``), or at
+    once past ``FLUSH_AT`` bytes (so flow control still pauses a large stream as before),
+    and before a close. All of the connection's writes go through it, in order.
+    """
+
+    FLUSH_AT = 64 * 1024
+    __slots__ = ("_loop", "_pending", "_size", "transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self._loop = loop
+        self._pending: list[bytes] | None = None
+        self._size = 0
+
+    def write(self, data: bytes) -> None:
+        if self._pending is None:
+            self._pending = [data]
+            self._size = len(data)
+            self._loop.call_soon(self.flush)
+        else:
+            self._pending.append(data)
+            self._size += len(data)
+        if self._size > self.FLUSH_AT:
+            self.flush()
+
+    def flush(self) -> None:
+        pending = self._pending
+        if pending is None:
+            return
+        self._pending = None
+        if not self.transport.is_closing():
+            self.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def abort(self) -> None:
+        self._pending = None
+        self.transport.abort()
+
+    def __getattr__(self, name: str) -> Any:  # is_closing, get_extra_info, set_protocol, ...
+        return getattr(self.transport, name)
 
 
 class _HeadRefused(Exception):
@@ -59,6 +113,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # ------------------------------------------------------------------ connection
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.transport = _Coalescing(transport, self.loop)  # type: ignore[assignment]
         # one timer per connection, not per request: it looks at the open head when it
         # fires and re-arms itself (a request only notes the time its head began)
         self._head_since = self.loop.time()
@@ -95,6 +150,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_open = False
         super().on_headers_complete()
+
+    def handle_websocket_upgrade(self) -> None:
+        coalescing = self.transport
+        if isinstance(coalescing, _Coalescing):  # the WebSocket protocol gets the real transport
+            coalescing.flush()
+            self.transport = coalescing.transport
+        super().handle_websocket_upgrade()
 
     def send_400_response(self, msg: str) -> None:
         if self._refusal is not None:  # a callback above refused the head: say why

@@ -1,9 +1,9 @@
 """Refuse request bodies over the limit while they stream, before auth or any parsing.
 
-The outermost body-reading layer (see the ASGI order in :mod:`api.app`): every layer and
-route inside it (the text guard, idempotency, the REST and MCP fast paths, FastAPI's
-body parsing, object uploads) reads through the ``receive`` this layer hands on, so none
-of them can buffer more than the limit:
+The first check of the API's front layer (:mod:`api.middleware.front`), before CORS,
+auth and limits: every step and route after it (the text guard, idempotency, the REST
+and MCP fast paths, FastAPI's body parsing, object uploads) reads through the ``receive``
+that layer hands on, so none of them can buffer more than the limit:
 
 * a ``Content-Length`` over the limit is answered 413 ``PAYLOAD_TOO_LARGE`` at once,
   without reading a byte of the body (nor resolving the token: an unauthenticated client
@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive
 
 from api.errors import error_response
 from storage.errors import PayloadTooLarge, ServiceError
@@ -39,18 +39,15 @@ _NOT_UPLOADS = ("/storage/v1/object/sign/", "/storage/v1/object/list/", "/storag
 _CLOSE = {"Connection": "close"}
 
 
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            return int(value) if value.isdigit() else None
-    return None
+class BodyLimits:
+    """The limits of :mod:`api.middleware.front`'s body checks, and the stalled-read timeout.
 
+    ``BodyLimits(max_body=..., max_upload=..., timeout_s=...)``; the front layer asks
+    :meth:`limit_of` for a request's limit, refuses a declared length over it with
+    :func:`refusal` and counts the rest through :meth:`receive`.
+    """
 
-class BodyLimit:
-    """See the module docstring. ``app.add_middleware(BodyLimit, max_body=..., max_upload=...)``."""
-
-    def __init__(self, app: ASGIApp, *, max_body: int, max_upload: int, timeout_s: float = 30.0) -> None:
-        self.app = app
+    def __init__(self, *, max_body: int, max_upload: int, timeout_s: float = 30.0) -> None:
         self.max_body = max_body
         self.max_upload = max_upload
         self.timeout_s = timeout_s
@@ -68,8 +65,12 @@ class BodyLimit:
                     self._stalled.add(task)
                     task.cancel()
 
-    async def _receive(self, receive: Receive) -> Message:
-        """``receive()``, or 408 ``REQUEST_TIMEOUT`` when it waits longer than the timeout."""
+    async def receive(self, receive: Receive) -> Message:
+        """``receive()``, or 408 ``REQUEST_TIMEOUT`` when it waits longer than the timeout.
+
+        Raises:
+            ServiceError: 408 ``REQUEST_TIMEOUT``.
+        """
         task = asyncio.current_task()
         if task is None:
             return await receive()
@@ -88,71 +89,27 @@ class BodyLimit:
         finally:
             self._waiting.pop(task, None)
 
-    def limit_of(self, scope: Scope) -> int:
-        path: str = scope["path"]
+    def limit_of(self, path: str, method: str) -> int:
+        """The body limit of a ``method`` call to ``path`` (object uploads have their own)."""
         upload = path.startswith(_UPLOADS) and not path.startswith(_NOT_UPLOADS)
-        if upload and scope["method"] in ("POST", "PUT"):
+        if upload and method in ("POST", "PUT"):
             return self.max_upload
         return self.max_body
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
-            # nobody reads a GET's body: uvicorn holds at most ~64 KiB of an unread body
-            # (it pauses reading) and drops the rest once the response is sent
-            await self.app(scope, receive, send)
-            return
-        limit = self.limit_of(scope)
-        declared = _content_length(scope)
-        if declared is not None and declared > limit:
-            await _refuse(PayloadTooLarge(_message(limit)))(scope, receive, send)
-            return
-        size = 0
-        over: ServiceError | None = None
-        started = False
-        done = False
+    def too_large(self, limit: int) -> PayloadTooLarge:
+        return PayloadTooLarge(_message(limit))
 
-        async def counted() -> Message:
-            nonlocal size, over, done
-            if over is not None:  # asked again after the refusal: nothing more comes
-                return {"type": "http.disconnect"}
-            if done:  # the body is in; what comes now is the disconnect, however late (SSE, streams)
-                return await receive()
-            try:
-                message = await self._receive(receive)
-            except ServiceError as exc:
-                over = exc
-                raise
-            if message["type"] == "http.request":
-                size += len(message.get("body", b""))
-                if size > limit:
-                    over = PayloadTooLarge(_message(limit))
-                    raise over
-                done = not message.get("more_body", False)
-            return message
 
-        async def guarded_send(message: Message) -> None:
-            nonlocal started
-            if over is not None:  # whatever the app answers once the limit is crossed, the client gets 413
-                return
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, counted, guarded_send)
-        except Exception:
-            if over is None:
-                raise
-            # past the limit, a layer that let the refusal through (or turned it into
-            # another error) answers nothing: the client gets the refusal below
-        if over is not None and not started:
-            await _refuse(over)(scope, receive, send)
+def content_length(value: bytes | None) -> int | None:
+    """A ``Content-Length`` header's value (``None``: absent or not a number)."""
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def _message(limit: int) -> str:
     return f"the request body is larger than {limit:,} bytes"
 
 
-def _refuse(exc: ServiceError) -> ASGIApp:
+def refusal(exc: ServiceError) -> ASGIApp:
+    """The answer to a body over the limit (413) or stalled (408), closing the connection."""
     # Connection: close — the unread rest of the body must not be parsed as a next request
     return error_response(exc.status, exc.message, exc.code, _CLOSE)

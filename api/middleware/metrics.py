@@ -1,10 +1,10 @@
 """Prometheus metrics of the API process: ``GET /metrics``, request and pipeline histograms.
 
 * ``wds_http_request_duration_seconds{door, route, method, status}`` — every HTTP request,
-  observed by :class:`MetricsMiddleware` (the outermost middleware, so refusals by the
-  rate limiter count too). ``route`` is the matched path *template*
-  (``/functions/v1/rest-api/tables/{table_id}/records``), never the raw path, so the
-  label set stays bounded; ``door`` is ``rest``, ``sql``, ``mcp``, ``chat``, ``storage``
+  observed by the front layer (:mod:`api.middleware.front`) around everything else it
+  does, so refusals by the body limit and the rate limiter count too. ``route`` is the
+  matched path *template* (``/functions/v1/rest-api/tables/{table_id}/records``), never
+  the raw path, so the label set stays bounded; ``door`` is ``rest``, ``sql``, ``mcp``, ``chat``, ``storage``
   or ``other`` (admin, health, publishing, the SDK...).
 * ``wds_pipeline_duration_seconds{mode, status}`` and ``wds_pipeline_records{mode}`` —
   the wait for a write's pipeline workflows (:func:`api.services.pipelines.observe_pipeline`).
@@ -41,11 +41,8 @@ from prometheus_client import (
     multiprocess,
 )
 from starlette.responses import Response
-from starlette.types import Scope
 
 import activities.metrics  # noqa: F401  (registers the step histograms in this process)
-from api.middleware.asgi import ObservingMiddleware
-from api.middleware.usage import door_of, route_template
 from storage.errors import Unauthorized
 
 router = APIRouter(tags=["operations"])
@@ -56,12 +53,9 @@ REQUEST_SECONDS = Histogram(
     ("door", "route", "method", "status"),
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
-class MetricsMiddleware(ObservingMiddleware):
-    """Observe every HTTP request's duration (pure ASGI: no body buffering)."""
-
-    def observe(self, scope: Scope, status: int, seconds: float) -> None:
-        _request_child(door_of(scope["path"]) or "other", route_template(scope), scope["method"],
-                       status).observe(seconds)
+def observe_request(door: str | None, route: str, method: str, status: int, seconds: float) -> None:
+    """Observe one HTTP request's duration (the front layer calls it for every request)."""
+    _request_child(door or "other", route, method, status).observe(seconds)
 
 
 _CHILDREN: dict[tuple[str, str, str, int], Any] = {}

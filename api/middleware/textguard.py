@@ -4,8 +4,9 @@ JSON may write any UTF-16 code unit as an escape, so ``"\\ud800"`` is valid JSON
 Python's ``json`` (which FastAPI parses bodies with) turns it into a ``str`` that holds an
 unpaired surrogate. No UTF-8 text can hold one: PostgreSQL, hashing, and every encoder
 along the way would fail on it, deep inside a route (a 500, or a half-done request). This
-layer answers such a body with 400 ``INVALID_VALUE`` before any route sees it, so the
-request changes nothing.
+check (a step of the front layer, :mod:`api.middleware.front`, after auth and limits)
+answers such a body with 400 ``INVALID_VALUE`` before any route sees it, so the request
+changes nothing.
 
 Object uploads (``/storage/v1/object/…``) are file bytes streamed to the store under its
 size limit, whatever their content type: they pass untouched and unbuffered.
@@ -24,10 +25,9 @@ import re
 from typing import Any
 
 import orjson
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
 
 from api.errors import error_response
-from api.middleware.bodies import read_body, replay
 
 _METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # object uploads are file bytes, streamed to the store under a size limit: never buffered here
@@ -36,40 +36,32 @@ _SIGN = "/storage/v1/object/sign/"
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-class TextGuard:
-    """See the module docstring."""
+def applies(method: str, path: str, content_type: bytes | None) -> bool:
+    """Whether the body of this call is checked: a JSON body (or one without a media type)
+    of a POST, PUT, PATCH or DELETE that is not an object upload."""
+    return method in _METHODS and not _upload(path) and _json_media(content_type)
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in _METHODS or _upload(scope["path"]) or not _json_body(scope):
-            await self.app(scope, receive, send)
-            return
-        read = await read_body(receive)
-        if read is None:  # the client left
-            return
-        body, _ = read
-        if b"\\u" in body and _SURROGATE_ESCAPE.search(body) and _lone_surrogate(body):
-            await error_response(
-                400, "a value cannot be stored: a string holds an unpaired UTF-16 surrogate escape"
-                " (\\ud800–\\udfff without its pair), which is not text", "INVALID_VALUE",
-            )(scope, receive, send)
-            return
-        await self.app(scope, replay(body, False, receive), send)
+def refusal(body: bytes) -> Response | None:
+    """The 400 ``INVALID_VALUE`` answer when ``body`` holds a lone surrogate escape, else ``None``."""
+    if b"\\u" in body and _SURROGATE_ESCAPE.search(body) and _lone_surrogate(body):
+        return error_response(
+            400, "a value cannot be stored: a string holds an unpaired UTF-16 surrogate escape"
+            " (\\ud800–\\udfff without its pair), which is not text", "INVALID_VALUE",
+        )
+    return None
 
 
 def _upload(path: str) -> bool:
     return path.startswith(_UPLOADS) and not path.startswith(_SIGN)
 
 
-def _json_body(scope: Scope) -> bool:
+def _json_media(content_type: bytes | None) -> bool:
     """Whether FastAPI would read the body as JSON: a JSON media type, or none at all."""
-    for name, value in scope.get("headers", ()):
-        if name == b"content-type":
-            media = value.partition(b";")[0].strip().lower()
-            return media == b"application/json" or media.endswith(b"+json")
-    return True
+    if content_type is None:
+        return True
+    media = content_type.partition(b";")[0].strip().lower()
+    return media == b"application/json" or media.endswith(b"+json")
 
 
 def _lone_surrogate(body: bytes) -> bool:

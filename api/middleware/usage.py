@@ -1,37 +1,39 @@
-"""The API middleware: limits on the REST/SQL door and the usage log of every door.
+"""Limits on the REST/SQL door and the usage log of every door.
 
-A pure ASGI middleware (no per-request task or body buffering, unlike Starlette's
-``BaseHTTPMiddleware``) that, for calls to an API door:
+Steps of the API's front layer (:mod:`api.middleware.front`) that, for calls to an API
+door:
 
-* on ``/functions/v1/rest-api`` (doors ``rest`` and ``sql``) resolves the bearer token
-  (:func:`api.deps.resolve_principal`, or an app-user session through
-  :func:`api.services.appusers.app_user_principal`; both cached) and applies :func:`api.services.limits.enforce_limits`
-  before routing; a refusal (429/402) is answered here. A token that does not resolve is
-  left to the route, which answers 401;
-* adds the ``X-RateLimit-*`` headers stashed by ``enforce_limits`` (any door) to the
-  response;
-* logs the call — workspace, token, door, method, route template (never the raw path, so
-  ids do not leak and the cardinality stays bounded), status and duration — into the
-  in-memory usage queue (:class:`storage.usage.UsageBuffer`), written once a second.
+* on ``/functions/v1/rest-api`` (doors ``rest`` and ``sql``) and bearer-token storage
+  calls resolve the bearer token (:func:`api.deps.resolve_principal`, or an app-user
+  session through :func:`api.services.appusers.app_user_principal`; both cached) and
+  apply :func:`api.services.limits.enforce_limits` before routing (:func:`admit`); a
+  refusal (429/402) is answered there. A token that does not resolve is left to the
+  route, which answers 401. REST and SQL calls then take a slot of their workspace's
+  share of the process (:func:`take_slot`);
+* add the ``X-RateLimit-*`` headers stashed by ``enforce_limits`` (any door) to the
+  response (:func:`add_limit_headers`);
+* log the call (:func:`record`) — workspace, token, door, method, route template (never
+  the raw path, so ids do not leak and the cardinality stays bounded), status and
+  duration — into the in-memory usage queue (:class:`storage.usage.UsageBuffer`), written once a second.
   App-user sessions are logged under ``token_id = -<user id>`` (they have no token row).
 
 The MCP (``/functions/v1/mcp-server``) and chat (``/functions/v1/agent-webhook``) doors
 resolve their principals inside their handlers and call ``enforce_limits(...,
-scope=request.scope)``; this middleware then logs them under that principal.
+scope=request.scope)``; the front layer then logs them under that principal.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from starlette.responses import Response
 from starlette.routing import compile_path
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Message, Scope
 
 from api.deps import resolve_principal
 from api.errors import error_response
-from api.middleware.asgi import ObservingMiddleware
 from api.services import appusers, limits
 from storage.errors import ServiceError
 
@@ -63,13 +65,13 @@ def door_of(path: str) -> str | None:
     return None
 
 
-def _bearer(scope: Scope) -> str | None:
-    for name, value in scope.get("headers", ()):
-        if name == b"authorization":
-            scheme, _, secret = value.decode("latin-1").partition(" ")
-            secret = secret.strip()
-            return secret if scheme.lower() == "bearer" and secret else None
-    return None
+def bearer(value: bytes | None) -> str | None:
+    """The secret of an ``Authorization: Bearer <secret>`` header value (``None``: none)."""
+    if value is None:
+        return None
+    scheme, _, secret = value.decode("latin-1").partition(" ")
+    secret = secret.strip()
+    return secret if scheme.lower() == "bearer" and secret else None
 
 
 def _flatten(routes: Any, prefix: str = "") -> Iterator[str]:
@@ -115,65 +117,67 @@ def _header_name(name: str) -> bytes:
     return raw
 
 
-class ApiMiddleware(ObservingMiddleware):
-    """See the module docstring. Install with ``app.add_middleware(ApiMiddleware)``."""
+def add_limit_headers(st: dict[str, Any], message: Message) -> None:
+    """Append the ``X-RateLimit-*`` headers ``enforce_limits`` stashed (if any) to a
+    response's ``http.response.start`` message."""
+    extra = st.get(limits.HEADERS_KEY)
+    if extra:
+        message["headers"] = [*message.get("headers", ()),
+                              *((_header_name(k), v.encode()) for k, v in extra.items())]
 
-    def observes(self, scope: Scope) -> bool:
-        return door_of(scope["path"]) is not None
 
-    def starting(self, scope: Scope, message: Message) -> None:
-        extra = scope.setdefault("state", {}).get(limits.HEADERS_KEY)
-        if extra:
-            message["headers"] = [*message.get("headers", ()),
-                                  *((_header_name(k), v.encode()) for k, v in extra.items())]
+async def admit(scope: Scope, st: dict[str, Any], door: str, authorization: bytes | None) -> Response | None:
+    """Resolve the caller of a REST/SQL/storage call and apply the limits; the refusal
+    (429/402) to answer, or ``None`` to go on. A token that does not resolve is left to
+    the route (401)."""
+    if door not in ENFORCED_HERE or st.get(limits.DONE_KEY):
+        return None
+    secret = bearer(authorization)
+    if not secret:
+        return None
+    state = scope["app"].state.wds
+    try:
+        if appusers.is_app_token(secret):  # an app-user session (JWT)
+            principal = await appusers.app_user_principal(state, secret)
+        else:
+            principal = await resolve_principal(state, secret)
+            st[RESOLVED_KEY] = (secret, principal)  # the fast paths need not resolve it again
+    except ServiceError:
+        return None  # the route answers 401 / 503 itself
+    try:
+        await limits.enforce_limits(state, principal, door, scope=scope)
+    except ServiceError as exc:
+        return error_response(exc.status, exc.message, exc.code, exc.headers or None, **exc.extra)
+    return None
 
-    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        door = door_of(scope["path"])
-        st: dict[str, Any] = scope.setdefault("state", {})
-        if door in ENFORCED_HERE and not st.get(limits.DONE_KEY):
-            state = scope["app"].state.wds
-            secret = _bearer(scope)
-            principal = None
-            if secret:
-                try:
-                    if appusers.is_app_token(secret):  # an app-user session (JWT)
-                        principal = await appusers.app_user_principal(state, secret)
-                    else:
-                        principal = await resolve_principal(state, secret)
-                        st[RESOLVED_KEY] = (secret, principal)  # the fast paths need not resolve it again
-                except ServiceError:
-                    principal = None  # the route answers 401 / 503 itself
-            if principal is not None:
-                try:
-                    await limits.enforce_limits(state, principal, door, scope=scope)
-                except ServiceError as exc:
-                    response = error_response(exc.status, exc.message, exc.code, exc.headers or None,
-                                              **exc.extra)
-                    await response(scope, receive, send)
-                    return
-        principal = st.get(limits.PRINCIPAL_KEY)
-        if principal is None or door not in GATED:
-            await self.app(scope, receive, send)
-            return
-        try:
-            release = await limits.runtime(scope["app"].state.wds).gate.acquire(principal.workspace_id)
-        except ServiceError as exc:
-            await error_response(exc.status, exc.message, exc.code, exc.headers or None)(scope, receive, send)
-            return
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            release()
 
-    def observe(self, scope: Scope, status: int, seconds: float) -> None:
-        st = scope.setdefault("state", {})
-        principal = st.get(limits.PRINCIPAL_KEY)
-        limits.runtime(scope["app"].state.wds).usage.record(
-            workspace_id=getattr(principal, "workspace_id", None),
-            token_id=getattr(principal, "token_id", None),
-            door=st.get("wds_door") or door_of(scope["path"]),
-            method=scope["method"],
-            route=route_template(scope),
-            status=status,
-            duration_ms=seconds * 1000.0,
-        )
+async def take_slot(scope: Scope, st: dict[str, Any], door: str) -> Callable[[], None]:
+    """A slot of the caller's workspace share of the process (REST and SQL calls of a
+    resolved principal); call what is returned to give it back.
+
+    Raises:
+        Unavailable: 503 ``WORKSPACE_BUSY`` (:meth:`api.services.limits.WorkspaceGate.acquire`).
+    """
+    principal = st.get(limits.PRINCIPAL_KEY)
+    if principal is None or door not in GATED:
+        return _nothing
+    return await limits.runtime(scope["app"].state.wds).gate.acquire(principal.workspace_id)
+
+
+def _nothing() -> None:
+    pass
+
+
+def record(scope: Scope, st: dict[str, Any], door: str, route: str, status: int, seconds: float) -> None:
+    """Log a finished call of an API door (``door``, unless a handler named another) into
+    the usage queue."""
+    principal = st.get(limits.PRINCIPAL_KEY)
+    limits.runtime(scope["app"].state.wds).usage.record(
+        workspace_id=getattr(principal, "workspace_id", None),
+        token_id=getattr(principal, "token_id", None),
+        door=st.get("wds_door") or door,
+        method=scope["method"],
+        route=route,
+        status=status,
+        duration_ms=seconds * 1000.0,
+    )
