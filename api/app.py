@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -151,6 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 lambda: state.temporal, db, task_queue=settings.task_queue,
                 search_attributes=settings.temporal_search_attributes), name="wds-outbox-relay"))
         _settle_gc()
+        sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
         try:
             async with mcp_door.run():  # the MCP SDK's (stateless) session manager
                 yield

@@ -47,6 +47,10 @@ class Settings(BaseSettings):
     # request_queue_timeout_s); 0 turns it off. docs/security.md
     requests_in_flight_per_workspace: int = Field(default=8, ge=0)
     request_queue_timeout_s: float = Field(default=30.0, gt=0)
+    # how long another thread of the API process (Temporal's workflow threads, thread-pool
+    # work) may hold the GIL before the event loop gets it back: CPython's 5 ms default is
+    # a 5 ms stall for every request queued behind it (docs/security.md)
+    gil_switch_interval_ms: float = Field(default=1.0, gt=0, le=100)
     # run a Temporal worker inside each API process (lowest pipeline latency; eager start)
     inprocess_worker: bool = True
     # typed search attributes on pipeline workflows (WdsWorkspace, WdsTable, WdsMode,

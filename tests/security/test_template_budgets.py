@@ -98,3 +98,22 @@ def test_rendering_past_the_cpu_budget_fails_that_value_only(sandbox):
 def test_a_refused_template_in_the_sandbox_is_a_plain_template_error(sandbox):
     out = _render(sandbox, [HUGE])
     assert out[0][0] is False and "refused by the sandbox" in out[0][1]
+
+
+@pytest.mark.parametrize("text", [HUGE, "{{ 'a'|center(10**8) }}", "{{ [1]*10**8 }}", "{{ ('b'*10**9)|length }}",
+                                  "{% if 'x'*10**9 %}{{ Y }}{% endif %}"])
+def test_finding_the_columns_a_template_reads_evaluates_nothing(text):
+    """Dependency tracking (storage.refs.template_names) walks Jinja2's code generator,
+    whose optimizer folded ``'a'*10**9`` into a 1 GB string on the event loop at every
+    table or column creation (3 s each; RSS came back, so the test above missed it)."""
+    from storage.refs import template_names
+
+    template_names.cache_clear()
+    tracemalloc.start()
+    try:
+        names = template_names(text)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 5 * 1024 * 1024, peak
+    assert names <= {"Y"}
