@@ -49,7 +49,7 @@ from api.doors.rest_reads import list_response, record_response
 from api.errors import data_error_response, service_error_response
 from api.middleware.bodies import read_body, replay
 from api.middleware.front import HEADERS_KEY
-from api.middleware.usage import RESOLVED_KEY
+from api.middleware.usage import RESOLVED_KEY, bearer  # None leaves the 401 to FastAPI
 from api.ops import records as record_ops
 from api.ops.sql import execute_sql
 from api.responses import JSON
@@ -121,7 +121,7 @@ class FastReads:
             return
         params = parse_query(scope.get("query_string", b"").decode("latin-1"))
         headers = _headers(scope)
-        secret = _bearer(headers.get(b"authorization"))
+        secret = bearer(headers.get(b"authorization"))
         if secret is None or appusers.is_app_token(secret):
             await self.app(scope, receive, send)  # FastAPI answers 401 / handles app users
             return
@@ -168,7 +168,7 @@ class FastReads:
             return
         body, more = read
         headers = _headers(scope)
-        secret = _bearer(headers.get(b"authorization"))
+        secret = bearer(headers.get(b"authorization"))
         args = None if more or secret is None or appusers.is_app_token(secret) else _sql_args(headers, body)
         if args is None:
             await self.app(scope, replay(body, more, receive), send)  # FastAPI answers as it would
@@ -190,7 +190,7 @@ class FastReads:
             return
         body, more = read
         headers = _headers(scope)
-        secret = _bearer(headers.get(b"authorization"))
+        secret = bearer(headers.get(b"authorization"))
         run_pipeline = _run_pipeline(scope.get("query_string", b""))
         fields = (None if more or run_pipeline is None or secret is None or appusers.is_app_token(secret)
                   else _create_fields(headers, body))
@@ -290,11 +290,4 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
     return out
 
 
-def _bearer(value: bytes | None) -> str | None:
-    """The secret of a well-formed ``Bearer`` header; ``None`` leaves the 401 to FastAPI."""
-    if value is None:
-        return None
-    scheme, _, secret = value.decode("latin-1").partition(" ")
-    secret = secret.strip()
-    return secret if scheme.lower() == "bearer" and secret else None
 
