@@ -24,9 +24,7 @@ from api.ops.access import table_for
 from api.ops.views import view_query
 from api.services.pipelines import (
     Computed,
-    InsertFirst,
     await_pipeline,
-    can_precompute,
     create_computed,
     queue_pipeline,
     refresh_embeddings,
@@ -293,25 +291,20 @@ async def create_record(state: AppState, principal: Principal, table_ref: int | 
     table = await table_for(state, principal, table_ref, Action.CREATE)
     prepared = rec.prepare_fields(table, _fields(fields, row_data), creating=True)
     await _files(state, principal, table, prepared)
-    fallback = InsertFirst(charged=False)
-    if run_pipeline:
-        levels = will_run(table, mode="create", changed=None, enabled=True)
-        if can_precompute(state, table, levels, 1):
-            # computed first, stored once with its values (as a batch create)
-            done = await create_computed(state, principal, table, [prepared], levels)
-            if isinstance(done, Computed):
-                stored = done.records[0]
-                if isinstance(stored, ServiceError):
-                    raise stored
-                # with its `pipeline`; the standard parser keeps integers beyond 64 bits exact
-                return json.loads(stored)  # type: ignore[no-any-return]
-            fallback = done
+    # formulas computed first, stored once with their values (as a batch create)
+    done = await create_computed(state, principal, table, [prepared], enabled=run_pipeline)
+    if isinstance(done, Computed):
+        stored = done.records[0]
+        if isinstance(stored, ServiceError):
+            raise stored
+        # with its `pipeline`; the standard parser keeps integers beyond 64 bits exact
+        return json.loads(stored)  # type: ignore[no-any-return]
 
     async def write(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
         return [await rec.insert_record(conn, table=table, row=prepared)]
 
     rows, outcome = await _write(state, principal, table, write, mode="create", changed=None, enabled=run_pipeline,
-                                 charged=fallback.charged)
+                                 charged=done.charged)
     return _with_pipeline(rec.row_to_record(table, rows[0]), outcome)
 
 
@@ -380,21 +373,16 @@ async def create_records(state: AppState, principal: Principal, table_ref: int |
             valid.append((i, prepared))
         except ServiceError as exc:
             results[i] = {"index": i, "error": exc.message, "code": exc.code}
-    fallback = InsertFirst(charged=False)
-    if valid and run_pipeline:
-        levels = will_run(table, mode="create", changed=None, enabled=True)
-        if can_precompute(state, table, levels, len(valid)):
-            # the run computes the columns first; the records go in once, with their values
-            done = await create_computed(state, principal, table, [p for _, p in valid], levels)
-            if isinstance(done, Computed):
-                for (i, _), stored in zip(valid, done.records):
-                    results[i] = ({"index": i, "error": stored.message, "code": stored.code}
-                                  if isinstance(stored, ServiceError) else {"index": i, "record": RawJson(stored)})
-                out: dict[str, Any] = {"results": results}
-                if done.outcome is not None:
-                    out["pipeline"] = done.outcome
-                return out
-            fallback = done
+    # the columns computed first; the records go in once, with their values
+    fallback = await create_computed(state, principal, table, [p for _, p in valid], enabled=run_pipeline)
+    if isinstance(fallback, Computed):
+        for (i, _), stored in zip(valid, fallback.records):
+            results[i] = ({"index": i, "error": stored.message, "code": stored.code}
+                          if isinstance(stored, ServiceError) else {"index": i, "record": RawJson(stored)})
+        out: dict[str, Any] = {"results": results}
+        if fallback.outcome is not None:
+            out["pipeline"] = fallback.outcome
+        return out
     if valid and _plain(table, enabled=run_pipeline):
         # nothing runs after the insert: PostgreSQL renders the new records (one statement,
         # no row decoded in Python); a failing row falls to the isolating path below

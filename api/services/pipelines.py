@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Coroutine
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -155,6 +156,15 @@ async def queue_pipeline(
 
 def _single_or_batch(outcome: dict[str, Any], n: int) -> dict[str, Any]:
     return outcome if n == 1 else {**outcome, "per_record": {}}
+
+
+def _in_background(state: AppState, key: str, work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` after the answer, held in ``state.extras[key]`` until it ends (the loop
+    keeps only weak references to tasks)."""
+    tasks: set[asyncio.Task[None]] = state.extras.setdefault(key, set())
+    task = asyncio.create_task(work)
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
 
 
 async def _forget(state: AppState, outbox_ids: list[int]) -> None:
@@ -301,10 +311,7 @@ async def await_pipeline(
         observe_pipeline(pending.runs[0][1].mode, measured, time.perf_counter() - clock, len(rows))
         # started runs no longer need their outbox rows (in the background: not on the answer's path)
         if started:
-            task = asyncio.create_task(_forget(state, started))
-            background: set[asyncio.Task[None]] = state.extras.setdefault("background", set())
-            background.add(task)  # the loop keeps only weak references to tasks
-            task.add_done_callback(background.discard)
+            _in_background(state, "background", _forget(state, started))
     done = [r for r in results if r is not None]
     if len(done) < len(results):
         status = "queued" if len(started) < len(results) else "running"
@@ -369,7 +376,7 @@ async def refresh_embeddings(
 PRECOMPUTE_KINDS = frozenset({ColumnType.FORMULA, ColumnType.JSON_PARSER})
 
 
-def can_precompute(state: AppState, table: TableMeta, levels: list[list[ColumnMeta]], n: int) -> bool:
+def _can_precompute(state: AppState, table: TableMeta, levels: list[list[ColumnMeta]], n: int) -> bool:
     """Whether a create of ``n`` records may have its columns computed before its INSERT
     (:func:`create_computed`): formulas and parsers only (one fused local activity, no
     outside call, nothing written by the run), an in-process worker to compute them, a
@@ -400,10 +407,10 @@ RECORDING_IN_FLIGHT = 64  # runs being recorded in Temporal after their answers,
 
 
 async def create_computed(
-    state: AppState, principal: Principal, table: TableMeta, rows: list[rec.PreparedRow],
-    levels: list[list[ColumnMeta]],
+    state: AppState, principal: Principal, table: TableMeta, rows: list[rec.PreparedRow], *, enabled: bool,
 ) -> Computed | InsertFirst:
-    """Create ``rows`` with their computed columns in ONE statement, computed first.
+    """Create ``rows`` with their computed columns in ONE statement, computed first, when
+    the columns a create runs (none unless ``enabled``) allow it (:func:`_can_precompute`).
 
     The rows are staged (new ids, values typed as stored: one SELECT), every level of
     formula/parser columns is evaluated from them here — by the same code and under the
@@ -418,9 +425,12 @@ async def create_computed(
     (decisions.md, "Computed creates: compute, store, then record").
 
     Returns :class:`InsertFirst` when the caller must insert and run as usual instead:
-    quota refused, or the evaluation itself failed (not a formula's error: those are the
-    row's outcome).
+    nothing to compute this way, quota refused, or the evaluation itself failed (not a
+    formula's error: those are the row's outcome).
     """
+    levels = will_run(table, mode="create", changed=None, enabled=enabled)
+    if not _can_precompute(state, table, levels, len(rows)):
+        return InsertFirst(charged=False)
     try:
         await charge_automation_runs(state, principal, len(rows))
     except PlanLimit:
@@ -496,8 +506,6 @@ async def _record_run(state: AppState, wid: str, inp: PipelineInput, encoded: di
     then drop its outbox row. At most :data:`RECORDING_IN_FLIGHT` at once per process:
     beyond that the write waits for its own recording (back-pressure on Temporal, never
     an unbounded backlog). A failed start leaves the outbox row to the relay."""
-    recording: set[asyncio.Task[None]] = state.extras.setdefault("recording", set())
-
     async def record() -> None:
         assert state.temporal is not None
         try:
@@ -510,9 +518,7 @@ async def _record_run(state: AppState, wid: str, inp: PipelineInput, encoded: di
         assert inp.outbox_id is not None
         await _forget(state, [inp.outbox_id])
 
-    if len(recording) >= RECORDING_IN_FLIGHT:
+    if len(state.extras.get("recording", ())) >= RECORDING_IN_FLIGHT:
         await record()
-        return
-    task = asyncio.create_task(record())
-    recording.add(task)  # the loop keeps only weak references to tasks
-    task.add_done_callback(recording.discard)
+    else:
+        _in_background(state, "recording", record())

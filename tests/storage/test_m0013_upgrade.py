@@ -8,11 +8,10 @@ import os
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine
 
 from storage import ddl
 from storage.migrations import m0013_trigrams_row_counts as m0013
-from storage.migrations import sqlalchemy_url
+from tests.utils.migrations import run_upgrade
 
 DSN = os.environ.get("WDS_TEST_SCRATCH_DSN", "")
 pytestmark = pytest.mark.skipif(not DSN, reason="WDS_TEST_SCRATCH_DSN is not set")
@@ -31,12 +30,7 @@ def _state(ws_id: int, table_id: int, column_id: int) -> tuple[bool, list[str], 
 
 
 def _upgrade() -> None:
-    engine = create_engine(sqlalchemy_url(DSN))
-    try:
-        with engine.begin() as conn:
-            m0013.upgrade(conn)
-    finally:
-        engine.dispose()
+    run_upgrade(DSN, m0013)
 
 
 def test_upgrade_indexes_and_counts_tables_made_before_it(ws):

@@ -9,23 +9,17 @@ import os
 import psycopg
 import pytest
 from psycopg import sql
-from sqlalchemy import create_engine
 
 from storage import ddl
 from storage.migrations import m0016_computed_value_types as m0016
-from storage.migrations import sqlalchemy_url
+from tests.utils.migrations import run_upgrade
 
 DSN = os.environ.get("WDS_TEST_SCRATCH_DSN", "")
 pytestmark = pytest.mark.skipif(not DSN, reason="WDS_TEST_SCRATCH_DSN is not set")
 
 
 def _upgrade() -> None:
-    engine = create_engine(sqlalchemy_url(DSN))
-    try:
-        with engine.begin() as conn:
-            m0016.upgrade(conn)
-    finally:
-        engine.dispose()
+    run_upgrade(DSN, m0016)
 
 
 def _state(ws_id: int, table_id: int) -> tuple[dict[str, str | None], dict[str, str], list[tuple]]:

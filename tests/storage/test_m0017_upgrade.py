@@ -10,22 +10,16 @@ import secrets
 import psycopg
 import pytest
 from psycopg import sql
-from sqlalchemy import create_engine
 
 from storage.migrations import m0017_text_prefix_indexes as m0017
-from storage.migrations import sqlalchemy_url
+from tests.utils.migrations import run_upgrade
 
 DSN = os.environ.get("WDS_TEST_SCRATCH_DSN", "")
 pytestmark = pytest.mark.skipif(not DSN, reason="WDS_TEST_SCRATCH_DSN is not set")
 
 
 def _upgrade() -> None:
-    engine = create_engine(sqlalchemy_url(DSN))
-    try:
-        with engine.begin() as conn:
-            m0017.upgrade(conn)
-    finally:
-        engine.dispose()
+    run_upgrade(DSN, m0017)
 
 
 def _state(ws_id: int, table_id: int) -> tuple[dict[str, str], list[tuple]]:
