@@ -142,12 +142,14 @@ def change_trigger_sql(workspace_id: int, table_id: int) -> list[str]:
 
 # --------------------------------------------------------------------------- row counts
 # An unfiltered exact count reads a maintained counter instead of every row. Statement-
-# level triggers with transition tables call ``wds.count_rows()`` (migration m0013) once
-# per INSERT or DELETE statement: it appends the statement's delta as a row of
-# ``wds.row_counts`` (no row is updated in place, so concurrent writers never wait on
-# each other) and now and then folds a table's deltas into one row. The count is the
-# sum of the table's rows, seen under the reader's snapshot like the rows themselves; a
-# table without any counter row (a scratch database) is counted with count(*).
+# level triggers with transition tables call ``wds.count_rows()`` (migrations m0013,
+# m0018) once per INSERT or DELETE statement: it appends the statement's delta as rows
+# of ``wds.row_counts``, one per block of ids it touched at two granularities (no row is
+# updated in place, so concurrent writers never wait on each other) and now and then
+# folds a block's deltas into one row. The count is the sum of the table's superblock
+# (``shift`` 16) rows, seen under the reader's snapshot like the rows themselves; the
+# blocks place deep offsets (storage.query.build.rank_start). A table without any
+# counter row (a scratch database) is counted with count(*).
 
 COUNT_FUNCTION = "wds.count_rows"
 _COUNT_TRIGGERS = (

@@ -111,7 +111,7 @@ def build_list(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     params.extend(source_params)
     order, order_params = _order_by(plan.order)
     params.extend(order_params)
-    params.extend([plan.limit + 1, plan.offset])
+    params.extend([plan.limit + 1, page_offset(plan)])
     query = sql.SQL("SELECT {} FROM {} ORDER BY {} LIMIT %s OFFSET %s").format(
         sql.SQL(", ").join(columns),
         source,
@@ -132,6 +132,11 @@ def page_source(plan: QueryPlan) -> Fragment:
     table = _table(plan.table.workspace_id, plan.table.id)
     alias = sql.Identifier(TABLE_ALIAS)
     where, params = build_where(plan.filters)
+    if ranked(plan):
+        start, start_params = rank_start(plan)
+        return sql.SQL("{} AS {} WHERE {} {} ({})").format(
+            table, alias, sql.Identifier(TABLE_ALIAS, "id"), sql.SQL("<=" if plan.order[0].desc else ">="),
+            start), start_params
     if plan.after is None:
         return sql.SQL("{} AS {} WHERE {}").format(table, alias, where), params
     parts = _after(plan.order, plan.after, table)
@@ -146,6 +151,61 @@ def page_source(plan: QueryPlan) -> Fragment:
             table, alias, where, cond, order))
         out.extend([*params, *p, *order_params, plan.offset + plan.limit + 1])
     return sql.SQL("({}) AS {}").format(sql.SQL(" UNION ALL ").join(branches), alias), out
+
+
+# ---------------------------------------------------------------------------- deep offsets
+# An unfiltered page ordered by id alone, deeper than RANK_MIN_OFFSET, starts at the row
+# the row counter's blocks place at that offset (migration m0018): the same rows as
+# OFFSET, without reading the rows before them. Shallower pages skip their rows as usual.
+RANK_MIN_OFFSET = 2048
+_SUPER, _BLOCK = 16, 10  # the counter's two granularities: id >> 16 and id >> 10
+_RANK_SQL = """(WITH sup AS (
+  SELECT block, sum(n) AS n FROM wds.row_counts
+  WHERE table_id = %s AND workspace_id = %s AND shift = {super} AND block IS NOT NULL GROUP BY block),
+s1 AS (
+  SELECT block, (%s - (upto - n))::bigint AS skip
+  FROM (SELECT block, n, sum(n) OVER (ORDER BY block {dir}) AS upto FROM sup) AS w
+  WHERE upto > %s ORDER BY block {dir} LIMIT 1),
+blk AS (
+  SELECT block, sum(n) AS n FROM wds.row_counts
+  WHERE table_id = %s AND workspace_id = %s AND shift = {block}
+    AND block >= (SELECT block << {fan} FROM s1) AND block < (SELECT (block + 1) << {fan} FROM s1)
+  GROUP BY block),
+s2 AS (
+  SELECT block, ((SELECT skip FROM s1) - (upto - n))::bigint AS skip
+  FROM (SELECT block, n, sum(n) OVER (ORDER BY block {dir}) AS upto FROM blk) AS w
+  WHERE upto > (SELECT skip FROM s1) ORDER BY block {dir} LIMIT 1)
+SELECT r.id FROM {table} AS r WHERE r.id {cmp} (SELECT {edge} FROM s2)
+ORDER BY r.id {dir} OFFSET (SELECT skip FROM s2) LIMIT 1)"""
+
+
+def ranked(plan: QueryPlan) -> bool:
+    """Whether the page starts at a row the row counter places (:func:`rank_start`): no
+    filter, no cursor, an order on id alone and an offset of at least RANK_MIN_OFFSET."""
+    return (plan.offset >= RANK_MIN_OFFSET and not plan.filters and plan.after is None
+            and len(plan.order) == 1 and plan.order[0].target.physical == "id" and plan.order[0].nulls is None)
+
+
+def page_offset(plan: QueryPlan) -> int:
+    """The OFFSET of the page's statement: 0 when :func:`rank_start` found its first row."""
+    return 0 if ranked(plan) else plan.offset
+
+
+def rank_start(plan: QueryPlan) -> Fragment:
+    """A scalar subquery: the id of the row at ``plan.offset`` in id order (descending
+    with ``order=id.desc``), NULL past the last row. The superblocks' running sum names
+    the superblock holding it, that superblock's blocks' running sum the block, and at
+    most 1,023 ids of the block are skipped, all under the statement's snapshot: the
+    counter rows a write adds commit with its rows."""
+    desc = plan.order[0].desc
+    text = _RANK_SQL.format(
+        super=_SUPER, block=_BLOCK, fan=_SUPER - _BLOCK, dir="DESC" if desc else "ASC",
+        cmp="<=" if desc else ">=", table="{table}",
+        # the block's first id in the page's direction
+        edge=f"((block + 1) << {_BLOCK}) - 1" if desc else f"block << {_BLOCK}")
+    query = sql.SQL(text).format(table=_table(plan.table.workspace_id, plan.table.id))
+    t, w, o = plan.table.id, plan.table.workspace_id, plan.offset
+    return query, [t, w, o, o, t, w]
 
 
 def order_keys(plan: QueryPlan, alias: str = TABLE_ALIAS) -> Fragment:
@@ -282,12 +342,13 @@ def build_count(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
 
 def build_counter(plan: QueryPlan) -> tuple[sql.Composed, list[Any]] | None:
     """For an unfiltered plan, the exact count read from the table's row counter
-    (``wds.row_counts``, migration m0013; ``count(*)`` when the table has no counter row),
+    (``wds.row_counts``, migrations m0013 and m0018: the sum of its superblocks;
+    ``count(*)`` when the table has no counter row),
     else ``None``. Needs ``wds.row_counts`` to exist (:func:`storage.query.listing.has_row_counter`)."""
     if plan.filters:
         return None
     query = sql.SQL(
-        "SELECT coalesce((SELECT sum(n) FROM wds.row_counts WHERE table_id = %s AND workspace_id = %s),"
+        "SELECT coalesce((SELECT sum(n) FROM wds.row_counts WHERE table_id = %s AND workspace_id = %s AND shift = 16),"
         " (SELECT count(*) FROM {}))::bigint"
     ).format(_table(plan.table.workspace_id, plan.table.id))
     return query, [plan.table.id, plan.table.workspace_id]

@@ -28,6 +28,7 @@ from storage.query.build import (
     build_estimate,
     computed_keys,
     order_keys,
+    page_offset,
     page_source,
 )
 from storage.query.listing import CountMode, CountQueries, count_mode, fetch_page, next_cursor, page_and_total
@@ -121,7 +122,7 @@ def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     inner_order, inner_params = _order_by(plan.order)
     params.extend(source_params)
     params.extend(inner_params)
-    params.extend([plan.limit + 1, plan.offset])
+    params.extend([plan.limit + 1, page_offset(plan)])
     query = sql.SQL(
         "SELECT '[' || coalesce(array_to_string((array_agg({obj} ORDER BY {outer_order}))[1:%s::int], ','), '') || ']',"
         " count(*), ((array_agg({keys} ORDER BY {key_order}))[%s::int])::text"

@@ -43,7 +43,8 @@ async def list_(
     and `Content-Range`; `Prefer: count=planned` gives the planner's estimate instead (reads
     no rows) and `count=estimated` is exact below 100,000 estimated matches, planned above.
     Every page carries `next`, a cursor to pass as `after` for the page after it (null on
-    the last page); a deep page by cursor costs what the first page does."""
+    the last page); a deep page by cursor costs what the first page does, and so does a
+    deep page by `offset` of an unfiltered list ordered by id (the default order)."""
     return await list_response(state, principal, table_id, list(request.query_params.multi_items()),
                                prefer=request.headers.get("prefer", ""), view=view)
 
