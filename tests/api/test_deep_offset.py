@@ -26,6 +26,7 @@ from storage.query.build import RANK_MIN_OFFSET
 from storage.query.parse import parse_params
 from storage.query.plan import plan_query
 from storage.query.render import build_list_json
+from tests.api.test_counts import Loaded
 from tests.mcp.conftest import call_tool_sync
 
 DSN = os.environ.get("WDS_TEST_SCRATCH_DSN", "")
@@ -34,18 +35,8 @@ pytestmark = pytest.mark.skipif(not DSN, reason="WDS_TEST_SCRATCH_DSN is not set
 ROWS = 150_000
 
 
-class Table:
-    def __init__(self, ws: Any, table: dict[str, Any]) -> None:
-        self.ws, self.table = ws, table
-        self.cols = {c["name"]: f"c_{c['id']}" for c in table["columns"]}
-        self.target = sql.Identifier(f"ws_{ws.id}", f"t_{table['id']}")
-        self.url = f"/tables/{table['id']}/records"
-
-    def sql(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        text = sql.SQL(query).format(t=self.target, **{k: sql.Identifier(v) for k, v in self.cols.items()})
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            cur = conn.execute(text, params)
-            return cur.fetchall() if cur.description else []
+class Table(Loaded):
+    """The deep table: :class:`Loaded`'s SQL helpers, pages by offset, the counter's blocks."""
 
     def ids_at(self, offset: int, limit: int, desc: bool = False) -> list[int]:
         order = "DESC" if desc else "ASC"
