@@ -26,6 +26,7 @@ from api.services.pipelines import (
     Computed,
     await_pipeline,
     create_computed,
+    fair_turn,
     queue_pipeline,
     refresh_embeddings,
     run_after_write,
@@ -246,6 +247,8 @@ async def _write(
         async with state.db.connection() as conn:
             rows = await write(conn)
         return await refresh_embeddings(state, table, rows, None, mode=mode, changed=changed)
+    if not charged:  # a computed create that fell back took its turn already
+        await fair_turn(state, table.workspace_id)
     async with state.db.transaction() as conn:
         rows = await write(conn)
         pending = await queue_pipeline(state, principal, table, conn, rows, mode=mode, levels=levels,

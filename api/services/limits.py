@@ -65,6 +65,7 @@ from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
 from redis.exceptions import NoScriptError
 
+from api.services.fairness import RunFairness
 from api.state import AppState
 from service.config import Settings
 from storage import quotas as q
@@ -498,10 +499,11 @@ class WorkspaceGate:
     with ``Retry-After`` and has changed nothing.
     """
 
-    def __init__(self, size: int, wait_s: float) -> None:
+    def __init__(self, size: int, wait_s: float, fairness: RunFairness | None = None) -> None:
         self.size = size
         self.wait_s = wait_s
         self._slots = KeyedSlots(size)
+        self._fairness = fairness  # told of every gated request: who else is active
 
     async def acquire(self, workspace_id: int) -> Callable[[], None]:
         """Take one of the workspace's slots; call what is returned to give it back.
@@ -509,6 +511,8 @@ class WorkspaceGate:
         Raises:
             Unavailable: 503 ``WORKSPACE_BUSY`` when no slot came free in time.
         """
+        if self._fairness is not None:
+            self._fairness.note(workspace_id)
         if self.size <= 0:
             return _nothing
         try:
@@ -529,6 +533,7 @@ class Runtime:
     quotas: QuotaBook
     usage: UsageBuffer
     gate: WorkspaceGate
+    fairness: RunFairness
     task: asyncio.Task[None] | None = None
 
 
@@ -537,11 +542,13 @@ def runtime(state: AppState) -> Runtime:
     rt: Runtime | None = state.extras.get("limits")
     if rt is None:
         s = state.settings
+        fairness = RunFairness(s.fair_pipeline_runs_per_s, s.fair_cpu_pressure, _MemoryStorage())
         rt = Runtime(
             limiter=RateLimiter(redis_url=s.redis_url, enabled=s.rate_limits, leases=s.rate_limit_leases),
             quotas=QuotaBook(state.db, clock=clock_of(s)),
             usage=UsageBuffer(),
-            gate=WorkspaceGate(s.requests_in_flight_per_workspace, s.request_queue_timeout_s),
+            gate=WorkspaceGate(s.requests_in_flight_per_workspace, s.request_queue_timeout_s, fairness),
+            fairness=fairness,
         )
         state.extras["limits"] = rt
     if rt.task is None:
@@ -574,6 +581,7 @@ async def stop(state: AppState) -> None:
         with suppress(asyncio.CancelledError, Exception):
             await rt.task
         rt.task = None
+    await rt.fairness.close()
     with suppress(Exception):
         await asyncio.wait_for(flush(state, rt), timeout=5)
 

@@ -31,7 +31,7 @@ from activities.records_io import decode_rows, evaluate_pure
 from activities.snap import caller_of, table_snap
 from activities.types import FusedInput, PipelineInput, PipelineResult, RecordOutcome
 from api.services.embeddings import refresh_after_write
-from api.services.limits import charge_automation_runs
+from api.services.limits import charge_automation_runs, runtime
 from api.state import AppState
 from service.relay import GRACE_S, encode_input, start_pipeline
 from storage import outbox
@@ -152,6 +152,13 @@ async def queue_pipeline(
                                          payload={"workflow_id": wid, "input": encoded})
         runs.append((wid, inp, {**encoded, "outbox_id": inp.outbox_id}))
     return Pending(runs)
+
+
+async def fair_turn(state: AppState, workspace_id: int) -> None:
+    """Before a write that starts a pipeline run: wait for the workspace's share of runs
+    while this process is short of CPU and another workspace is active
+    (:mod:`api.services.fairness`; no wait otherwise)."""
+    await runtime(state).fairness.admit(workspace_id)
 
 
 def _single_or_batch(outcome: dict[str, Any], n: int) -> dict[str, Any]:
@@ -347,6 +354,7 @@ async def run_after_write(
     levels = will_run(table, mode=mode, changed=changed, enabled=enabled, only=only)
     if not levels or not rows:
         return rows, None
+    await fair_turn(state, table.workspace_id)
     async with state.db.transaction() as conn:
         pending = await queue_pipeline(state, principal, table, conn, rows, mode=mode, levels=levels)
     final, outcome = await await_pipeline(state, table, rows, pending)
@@ -431,6 +439,7 @@ async def create_computed(
     levels = will_run(table, mode="create", changed=None, enabled=enabled)
     if not _can_precompute(state, table, levels, len(rows)):
         return InsertFirst(charged=False)
+    await fair_turn(state, table.workspace_id)
     try:
         await charge_automation_runs(state, principal, len(rows))
     except PlanLimit:

@@ -1,0 +1,99 @@
+"""Pipeline runs are shared fairly between workspaces under CPU pressure (issue #22 item 2,
+api/services/fairness.py): a workspace past its share of runs a second waits before its
+next pipeline write while another workspace is active, and never when it is alone; the
+writes that waited still succeed, and nothing waits with the share turned off.
+
+The API processes here take ``WDS_FAIR_CPU_PRESSURE=0`` (keep to the share whenever
+another workspace is active, whatever the CPU: the test does not depend on how busy the
+machine is) and a share of 2 runs a second. ``wds_fair_wait_seconds_total`` tells the
+waits apart from a slow machine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import api_process
+from tests.observability.test_metrics import count
+
+SHARE = 2
+WRITES = 8
+
+
+@pytest.fixture(scope="module")
+def fair_url(services: Any) -> Iterator[str]:
+    with api_process(services, name="api-fair", WDS_FAIR_CPU_PRESSURE="0",
+                     WDS_FAIR_PIPELINE_RUNS_PER_S=str(SHARE)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def unfair_url(services: Any) -> Iterator[str]:
+    with api_process(services, name="api-unfair", WDS_FAIR_CPU_PRESSURE="0",
+                     WDS_FAIR_PIPELINE_RUNS_PER_S="0") as url:
+        yield url
+
+
+def _client(url: str, token: str) -> httpx.Client:
+    return httpx.Client(base_url=f"{url}/functions/v1/rest-api", headers={"Authorization": f"Bearer {token}"},
+                        timeout=60)
+
+
+def _waited(url: str) -> float:
+    return count(httpx.get(f"{url}/metrics").text, "wds_fair_wait_seconds_total")
+
+
+def _flood(url: str, ws: Any, table_id: int, other: Any | None) -> float:
+    """WRITES formula writes of ``ws`` back to back (``other`` reading between them, so
+    it is active); returns the seconds they took, all answered 201 with B = 2A."""
+    started = time.monotonic()
+    with _client(url, ws.builder_token) as api, _client(url, other.builder_token if other else ws.builder_token) as peer:
+        for i in range(WRITES):
+            if other is not None:
+                assert peer.get("/tables").status_code == 200
+            r = api.post(f"/tables/{table_id}/records", json={"fields": {"A": i}})
+            assert r.status_code == 201, r.text
+            assert r.json()["fields"]["B"] == 2 * i
+    return time.monotonic() - started
+
+
+def _table(ws: Any) -> int:
+    return ws.create_table("Fair", [{"name": "A", "type": "number"},
+                                    {"name": "B", "type": "formula", "formula": "{A} * 2"}])["id"]
+
+
+def test_a_workspace_alone_never_waits(fair_url: str, make_workspace: Any) -> None:
+    ws = make_workspace()
+    table_id = _table(ws)
+    time.sleep(2.5)  # no other test's workspace is active any more
+    before = _waited(fair_url)
+    _flood(fair_url, ws, table_id, None)
+    assert _waited(fair_url) == before
+
+
+def test_past_its_share_a_workspace_waits_while_another_is_active(fair_url: str, make_workspace: Any) -> None:
+    ws, other = make_workspace(), make_workspace()
+    table_id = _table(ws)
+    before = _waited(fair_url)
+    took = _flood(fair_url, ws, table_id, other)
+    waited = _waited(fair_url) - before
+    # 8 runs at 2 a second: the first 2 go at once, the other 6 wait for the window
+    assert waited >= 1.5, waited
+    assert took >= 2.0, took
+    # the reader was never held back: only pipeline writes take a turn
+    with _client(fair_url, other.builder_token) as peer:
+        started = time.monotonic()
+        assert peer.get("/tables").status_code == 200
+        assert time.monotonic() - started < 1.0
+
+
+def test_with_the_share_off_nothing_waits(unfair_url: str, make_workspace: Any) -> None:
+    ws, other = make_workspace(), make_workspace()
+    before = _waited(unfair_url)
+    _flood(unfair_url, ws, _table(ws), other)
+    assert _waited(unfair_url) == before
