@@ -7,7 +7,8 @@ still hold the GIL and stall the event loop (and with it every tenant's requests
 round trip (every formula and parser column of a fused pure pipeline over a batch, one
 column over every record of a batch, or every template of a step), so the inter-process
 cost is paid per batch, not per value or column. A child runs at a lower CPU
-priority, without the service's environment (no database URL, no secrets), and is killed
+priority (``NICE``; and at ``SCHED_IDLE`` for the rest of a batch that passed its demotion
+threshold, :mod:`activities.sandbox_jobs`), without the service's environment (no database URL, no secrets), and is killed
 when a batch outlives its wall-clock deadline (plus ``KILL_GRACE_S``), or retired after a
 batch that left it holding more than ``RETIRE_RSS`` resident memory; a replacement is
 started on the next call, in a thread.
@@ -75,6 +76,7 @@ class _Child:
         self.send_conn = Connection(to_child_w, readable=False)
         self.recv_conn = Connection(from_child_r, writable=False)
         self.rss = 0
+        self.stuck = False  # left at SCHED_IDLE by a demoted batch (see activities.sandbox_jobs)
         reply = self._receive(time.monotonic() + START_TIMEOUT_S)
         if reply is None or reply[0] != "ready":
             self.kill()
@@ -87,7 +89,8 @@ class _Child:
             reply = self.recv_conn.recv()
         except (EOFError, OSError):
             return None
-        self.rss = int(reply[-1] or 0)
+        self.rss = int(reply[2] or 0)
+        self.stuck = bool(reply[3])
         return reply  # type: ignore[no-any-return]
 
     def call(self, kind: str, args: tuple[Any, ...], deadline: float) -> tuple[Any, ...] | None:
@@ -131,11 +134,19 @@ class Sandbox:
             self._children.discard(child)
             if reply is None:
                 raise SandboxLost("the evaluation ran past its deadline and was stopped")
+        elif child.stuck:
+            # it could not return from SCHED_IDLE (no privilege): a fresh one starts at our priority
+            self._children.discard(child)
+            self._children.start_in_background()
         else:
             self._children.give_back(child)
         if reply[0] == "error":
             raise SandboxLost(f"the evaluation failed: {reply[1]}")
         return reply[1]
+
+    def pids(self) -> list[int]:
+        """The process ids of the live children (for operators and tests)."""
+        return self._children.pids()
 
     def warm(self) -> None:
         """Start the children in the background (so the first heavy batch need not wait)."""
