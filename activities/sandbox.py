@@ -77,6 +77,7 @@ class _Child:
         self.recv_conn = Connection(from_child_r, writable=False)
         self.rss = 0
         self.stuck = False  # left at SCHED_IDLE by a demoted batch (see activities.sandbox_jobs)
+        self.over = False  # the last batch passed its demotion threshold
         reply = self._receive(time.monotonic() + START_TIMEOUT_S)
         if reply is None or reply[0] != "ready":
             self.kill()
@@ -91,11 +92,12 @@ class _Child:
             return None
         self.rss = int(reply[2] or 0)
         self.stuck = bool(reply[3])
+        self.over = bool(reply[4])
         return reply  # type: ignore[no-any-return]
 
-    def call(self, kind: str, args: tuple[Any, ...], deadline: float) -> tuple[Any, ...] | None:
+    def call(self, kind: str, args: tuple[Any, ...], deadline: float, idle: bool = False) -> tuple[Any, ...] | None:
         try:
-            self.send_conn.send((kind, args))
+            self.send_conn.send((kind, args, idle))
         except (OSError, ValueError):
             return None
         return self._receive(deadline)
@@ -122,14 +124,23 @@ class Sandbox:
         self._children: ChildPool[_Child] = ChildPool(_Child, "sandbox")
         self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="wds-sandbox")
         self._tenants = KeyedSlots(PER_WORKSPACE)
+        # workspaces whose last batch passed its demotion threshold (one entry per such
+        # workspace, dropped at its next batch that stays below: bounded by the tenants)
+        self._heavy: set[int] = set()
 
     # ------------------------------------------------------------------ blocking side (threads)
-    def _call(self, kind: str, args: tuple[Any, ...], deadline: float) -> Any:
+    def _call(self, kind: str, args: tuple[Any, ...], deadline: float, workspace: int | None = None) -> Any:
         try:
             child = self._children.take()
         except PoolClosed:
             raise SandboxDown("the evaluation sandbox is closed") from None
-        reply = child.call(kind, args, deadline + KILL_GRACE_S)
+        # a workspace whose last batch passed its demotion threshold starts this one idle
+        reply = child.call(kind, args, deadline + KILL_GRACE_S, workspace in self._heavy)
+        if workspace is not None and reply is not None:
+            if child.over:
+                self._heavy.add(workspace)
+            else:
+                self._heavy.discard(workspace)
         if reply is None or reply[0] not in ("ok", "error") or child.rss > RETIRE_RSS:
             self._children.discard(child)
             if reply is None:
@@ -168,7 +179,7 @@ class Sandbox:
         except TimeoutError:
             raise SandboxLost("the batch ran out of its wall-clock budget waiting for the sandbox") from None
         try:
-            return await loop.run_in_executor(self._executor, self._call, kind, args, deadline)
+            return await loop.run_in_executor(self._executor, self._call, kind, args, deadline, workspace)
         finally:
             release()
 

@@ -16,6 +16,9 @@ that any other runnable task preempts at once. Returning to ``SCHED_OTHER`` need
 ``CAP_SYS_NICE`` or ``RLIMIT_NICE`` ≥ 20 - ``NICE`` (e.g. systemd ``LimitNICE=10``);
 without it the child is left idle after the batch, says so in its reply, and the parent
 replaces it (a child stuck at ``SCHED_IDLE`` would starve the next tenant's batch).
+The reply says whether the batch passed its threshold; the parent starts the next batch
+of the same workspace at ``SCHED_IDLE`` from its first instruction if it did (a flood of
+hostile batches then runs idle all the way), until one of its batches stays below.
 """
 
 from __future__ import annotations
@@ -81,8 +84,10 @@ class Meter:
         self._threshold = 0.0
         self._external = 0.0
         self.demoted = False  # SCHED_IDLE now (until the job ends)
+        self.over = False  # the current (or last) job passed its demotion threshold
         self.stuck = False  # left at SCHED_IDLE after a job (returning was refused)
         self.demotions = 0  # jobs demoted so far (for tests and logs)
+        self.start_idle = False  # the next job starts at SCHED_IDLE (set by the child's loop)
         if self.armed:
             signal.signal(signal.SIGPROF, self._on_timer)
             signal.signal(signal.SIGVTALRM, self._on_threshold)
@@ -94,6 +99,7 @@ class Meter:
             raise OverBudget()
 
     def _on_threshold(self, signum: int, frame: Any) -> None:
+        self.over = True
         self.demote()
 
     def demote(self) -> None:
@@ -124,17 +130,23 @@ class Meter:
             return
         self._external += seconds
         if self._external >= self._threshold:
+            self.over = True
             self.demote()
 
     @contextmanager
-    def job(self, records: int) -> Iterator[None]:
+    def job(self, records: int, *, idle: bool = False) -> Iterator[None]:
         """One batch of ``records``: past its demotion threshold (see the module's
-        docstring) it runs at ``SCHED_IDLE``; it returns to ``SCHED_OTHER`` at the end."""
+        docstring), or from the start with ``idle`` (its workspace's last batch passed
+        it), it runs at ``SCHED_IDLE``; it returns to ``SCHED_OTHER`` at the end.
+        :attr:`over` then says whether this batch passed the threshold."""
         if not self.armed:
             yield
             return
         self._threshold = DEMOTE_AFTER_S + records * DEMOTE_PER_RECORD_S
         self._external = 0.0
+        self.over = False
+        if idle:
+            self.demote()
         signal.setitimer(signal.ITIMER_VIRTUAL, self._threshold)
         try:
             yield
@@ -189,7 +201,7 @@ def formula_job(meter: Meter, source: str, language: str, records: dict[str, dic
                 budget: formula.Budget) -> tuple[dict[str, Any], dict[str, str], dict[str, float]]:
     """One formula column over a batch: (values, errors, seconds used per record)."""
     # JavaScript runs in V8 worker processes started from here: they must not inherit the cap
-    with meter.job(len(records)), meter.capped(language != "javascript"):
+    with meter.job(len(records), idle=meter.start_idle), meter.capped(language != "javascript"):
         values, errors, _ = formula.run_budgeted(source, language, records, datetime.fromisoformat(now), budget,
                                                  meter=meter, over_budget=OverBudget)
     return values, errors, budget.used
@@ -208,7 +220,7 @@ def pipeline_job(meter: Meter, p: PipelineInput, fields: dict[str, dict[str, Any
     ledger = Ledger(p, list(fields))
     when = datetime.fromisoformat(now)
     timings: list[tuple[str, str, float, int]] = []
-    with meter.job(len(fields)):
+    with meter.job(len(fields), idle=meter.start_idle):
         _pipeline_levels(meter, ledger, fields, when, budget, timings)
     return (ledger.values, ledger.errors, ledger.steps, ledger.blocked), budget.used, timings
 
@@ -234,7 +246,7 @@ def render_job(meter: Meter, items: list[tuple[Any, dict[str, Any], dict[str, An
                deadline: float) -> list[tuple[bool, Any]]:
     """Render each (JSON value of templates, fields, extra): (True, rendered) or (False, error)."""
     out: list[tuple[bool, Any]] = []
-    with meter.job(len(items)), meter.capped():
+    with meter.job(len(items), idle=meter.start_idle), meter.capped():
         _render_all(meter, items, value_s, deadline, out)
     return out
 

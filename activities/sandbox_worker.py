@@ -1,8 +1,9 @@
 """Child process of the evaluation sandbox (see :mod:`activities.sandbox`).
 
 Run as ``python -m activities.sandbox_worker READ_FD WRITE_FD MEMORY NICE`` by the parent,
-it answers one pickled request per message on ``READ_FD`` with one pickled reply on
-``WRITE_FD``: (status, result, resident bytes, whether to retire it). Requests come only from our own parent process over an inherited pipe
+it answers one pickled request (kind, args, whether to start it at ``SCHED_IDLE``) per
+message on ``READ_FD`` with one pickled reply on ``WRITE_FD``: (status, result, resident
+bytes, whether to retire it, whether the batch passed its demotion threshold). Requests come only from our own parent process over an inherited pipe
 (never from a client), so pickle is the framing, not an input format. The jobs and their
 budgets are in :mod:`activities.sandbox_jobs`. The process runs at a lower CPU priority
 than the API (and at ``SCHED_IDLE`` for the rest of a batch past its demotion threshold)
@@ -30,10 +31,11 @@ def main() -> None:
     from activities import sandbox_jobs
 
     meter = sandbox_jobs.Meter(memory, armed=True)
-    outbox.send(("ready", None, sandbox_jobs.rss_bytes(), False))
+    outbox.send(("ready", None, sandbox_jobs.rss_bytes(), False, False))
     while True:
         try:
-            kind, args = inbox.recv()
+            kind, args, meter.start_idle = inbox.recv()
+            meter.over = False
         except (EOFError, OSError):
             return
         try:
@@ -42,9 +44,10 @@ def main() -> None:
             reply = ("error", f"{type(exc).__name__}: {str(exc)[:200]}")
         # meter.stuck: left at SCHED_IDLE by a demoted job (no privilege to return): retire me
         try:
-            outbox.send((*reply, sandbox_jobs.rss_bytes(), meter.stuck))
+            outbox.send((*reply, sandbox_jobs.rss_bytes(), meter.stuck, meter.over))
         except Exception as exc:  # noqa: BLE001 - an unpicklable result
-            outbox.send(("error", f"reply not sendable: {type(exc).__name__}", sandbox_jobs.rss_bytes(), meter.stuck))
+            outbox.send(("error", f"reply not sendable: {type(exc).__name__}", sandbox_jobs.rss_bytes(), meter.stuck,
+                         meter.over))
 
 
 if __name__ == "__main__":

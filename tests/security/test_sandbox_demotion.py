@@ -115,10 +115,10 @@ def _watch(sandbox: Sandbox, run) -> tuple[set[int], object]:
     return seen, result
 
 
-def _formula(sandbox: Sandbox, source: str, language: str, n: int) -> tuple[dict, dict]:
+def _formula(sandbox: Sandbox, source: str, language: str, n: int, workspace: int | None = None) -> tuple[dict, dict]:
     records = {str(i): {"Title": TITLE} for i in range(n)}
     budget = Budget(deadline=time.monotonic() + 20)
-    return asyncio.run(sandbox.formula(source, language, records, datetime.now(UTC), budget))
+    return asyncio.run(sandbox.formula(source, language, records, datetime.now(UTC), budget, workspace=workspace))
 
 
 def _all_back_to_normal(sandbox: Sandbox) -> None:
@@ -151,4 +151,26 @@ def test_an_endless_javascript_batch_demotes_its_v8_worker_too(sandbox):
     # the next batch's first value brings the V8 worker back with its caller
     values, errors = _formula(sandbox, "fields.Title.length", "javascript", 3)
     assert not errors and set(values.values()) == {len(TITLE)}
+    _all_back_to_normal(sandbox)
+
+
+def _v8_policies(sandbox: Sandbox) -> set[int]:
+    return {p for pid in sandbox.pids() for p in _policies(_family(pid)[1:]).values()}
+
+
+def test_a_workspace_whose_last_batch_was_demoted_starts_its_next_batch_idle(sandbox):
+    """The parent remembers a workspace whose batch passed its threshold and starts its
+    next batch at SCHED_IDLE from the first instruction; one batch below the threshold
+    clears it. Seen on the V8 worker, which keeps the policy of its last request."""
+    light = "fields.Title.length"
+    _formula(sandbox, light, "javascript", 1, workspace=8)
+    assert _v8_policies(sandbox) == {os.SCHED_OTHER}
+    _formula(sandbox, "while(true){}", "javascript", 5, workspace=7)  # passes its threshold
+    _formula(sandbox, light, "javascript", 3, workspace=8)  # another workspace: normal
+    assert _v8_policies(sandbox) == {os.SCHED_OTHER}
+    values, errors = _formula(sandbox, light, "javascript", 3, workspace=7)  # starts idle, stays below
+    assert not errors and set(values.values()) == {len(TITLE)}
+    assert _v8_policies(sandbox) == {os.SCHED_IDLE}
+    _formula(sandbox, light, "javascript", 3, workspace=7)  # cleared by the light batch
+    assert _v8_policies(sandbox) == {os.SCHED_OTHER}
     _all_back_to_normal(sandbox)
