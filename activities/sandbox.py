@@ -7,11 +7,13 @@ still hold the GIL and stall the event loop (and with it every tenant's requests
 round trip (every formula and parser column of a fused pure pipeline over a batch, one
 column over every record of a batch, or every template of a step), so the inter-process
 cost is paid per batch, not per value or column. A child runs at a lower CPU
-priority (``NICE``; and at ``SCHED_IDLE`` for the rest of a batch that passed its demotion
-threshold, :mod:`activities.sandbox_jobs`), without the service's environment (no database URL, no secrets), and is killed
-when a batch outlives its wall-clock deadline (plus ``KILL_GRACE_S``), or retired after a
-batch that left it holding more than ``RETIRE_RSS`` resident memory; a replacement is
-started on the next call, in a thread.
+priority (``NICE``; and at ``SCHED_IDLE`` for the rest of a batch that passed its
+demotion threshold, and for the whole of its workspace's next batch:
+:mod:`activities.sandbox_jobs`), without the service's environment (no database URL, no
+secrets), and is killed when a batch outlives its wall-clock deadline (plus
+``KILL_GRACE_S``), or retired after a batch that left it holding more than
+``RETIRE_RSS`` resident memory (or at ``SCHED_IDLE`` without the privilege to return); a
+replacement is started on the next call, in a thread.
 
 The parent's side never blocks the loop: a call waits for a child in a small thread pool
 (one thread per child: each blocks on its pipe with the GIL released).

@@ -3,8 +3,9 @@
 Run as ``python -m activities.sandbox_worker READ_FD WRITE_FD MEMORY NICE`` by the parent,
 it answers one pickled request (kind, args, whether to start it at ``SCHED_IDLE``) per
 message on ``READ_FD`` with one pickled reply on ``WRITE_FD``: (status, result, resident
-bytes, whether to retire it, whether the batch passed its demotion threshold). Requests come only from our own parent process over an inherited pipe
-(never from a client), so pickle is the framing, not an input format. The jobs and their
+bytes, whether to retire it, whether the batch passed its demotion threshold). Requests
+come only from our own parent process over an inherited pipe (never from a client), so
+pickle is the framing, not an input format. The jobs and their
 budgets are in :mod:`activities.sandbox_jobs`. The process runs at a lower CPU priority
 than the API (and at ``SCHED_IDLE`` for the rest of a batch past its demotion threshold)
 and without the service's environment (no database URL, no secret key).
