@@ -116,7 +116,8 @@ def run_budgeted(
     Returns (values, errors, rest): ``rest`` are the records not evaluated because
     ``stop_at`` (a ``time.perf_counter()`` instant) passed; ``budget.used`` is updated.
     ``meter`` (the sandbox child's) enforces the CPU budget and memory cap per value and
-    raises ``over_budget``; without it (inline) values are only timed.
+    raises ``over_budget``, and is charged the time JavaScript values spend in V8 (its
+    demotion threshold); without it (inline) values are only timed.
     """
     values: dict[str, Any] = {}
     errors: dict[str, str] = {}
@@ -159,7 +160,10 @@ def run_budgeted(
                 strikes += 1
             else:
                 errors[rid] = f"{exc.code} {exc.message}".strip()
-        budget.used[rid] = used + time.perf_counter() - started
+        spent = time.perf_counter() - started
+        budget.used[rid] = used + spent
+        if is_js and meter is not None:
+            meter.charge(spent)  # V8's time, in another process, counts towards demotion
     return values, errors, {}
 
 

@@ -7,10 +7,13 @@ still hold the GIL and stall the event loop (and with it every tenant's requests
 round trip (every formula and parser column of a fused pure pipeline over a batch, one
 column over every record of a batch, or every template of a step), so the inter-process
 cost is paid per batch, not per value or column. A child runs at a lower CPU
-priority, without the service's environment (no database URL, no secrets), and is killed
-when a batch outlives its wall-clock deadline (plus ``KILL_GRACE_S``), or retired after a
-batch that left it holding more than ``RETIRE_RSS`` resident memory; a replacement is
-started on the next call, in a thread.
+priority (``NICE``; and at ``SCHED_IDLE`` for the rest of a batch that passed its
+demotion threshold, and for the whole of its workspace's next batch:
+:mod:`activities.sandbox_jobs`), without the service's environment (no database URL, no
+secrets), and is killed when a batch outlives its wall-clock deadline (plus
+``KILL_GRACE_S``), or retired after a batch that left it holding more than
+``RETIRE_RSS`` resident memory (or at ``SCHED_IDLE`` without the privilege to return); a
+replacement is started on the next call, in a thread.
 
 The parent's side never blocks the loop: a call waits for a child in a small thread pool
 (one thread per child: each blocks on its pipe with the GIL released).
@@ -75,6 +78,8 @@ class _Child:
         self.send_conn = Connection(to_child_w, readable=False)
         self.recv_conn = Connection(from_child_r, writable=False)
         self.rss = 0
+        self.stuck = False  # left at SCHED_IDLE by a demoted batch (see activities.sandbox_jobs)
+        self.over = False  # the last batch passed its demotion threshold
         reply = self._receive(time.monotonic() + START_TIMEOUT_S)
         if reply is None or reply[0] != "ready":
             self.kill()
@@ -87,12 +92,14 @@ class _Child:
             reply = self.recv_conn.recv()
         except (EOFError, OSError):
             return None
-        self.rss = int(reply[-1] or 0)
+        self.rss = int(reply[2] or 0)
+        self.stuck = bool(reply[3])
+        self.over = bool(reply[4])
         return reply  # type: ignore[no-any-return]
 
-    def call(self, kind: str, args: tuple[Any, ...], deadline: float) -> tuple[Any, ...] | None:
+    def call(self, kind: str, args: tuple[Any, ...], deadline: float, idle: bool = False) -> tuple[Any, ...] | None:
         try:
-            self.send_conn.send((kind, args))
+            self.send_conn.send((kind, args, idle))
         except (OSError, ValueError):
             return None
         return self._receive(deadline)
@@ -119,23 +126,40 @@ class Sandbox:
         self._children: ChildPool[_Child] = ChildPool(_Child, "sandbox")
         self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="wds-sandbox")
         self._tenants = KeyedSlots(PER_WORKSPACE)
+        # workspaces whose last batch passed its demotion threshold (one entry per such
+        # workspace, dropped at its next batch that stays below: bounded by the tenants)
+        self._heavy: set[int] = set()
 
     # ------------------------------------------------------------------ blocking side (threads)
-    def _call(self, kind: str, args: tuple[Any, ...], deadline: float) -> Any:
+    def _call(self, kind: str, args: tuple[Any, ...], deadline: float, workspace: int | None = None) -> Any:
         try:
             child = self._children.take()
         except PoolClosed:
             raise SandboxDown("the evaluation sandbox is closed") from None
-        reply = child.call(kind, args, deadline + KILL_GRACE_S)
+        # a workspace whose last batch passed its demotion threshold starts this one idle
+        reply = child.call(kind, args, deadline + KILL_GRACE_S, workspace in self._heavy)
+        if workspace is not None and reply is not None:
+            if child.over:
+                self._heavy.add(workspace)
+            else:
+                self._heavy.discard(workspace)
         if reply is None or reply[0] not in ("ok", "error") or child.rss > RETIRE_RSS:
             self._children.discard(child)
             if reply is None:
                 raise SandboxLost("the evaluation ran past its deadline and was stopped")
+        elif child.stuck:
+            # it could not return from SCHED_IDLE (no privilege): a fresh one starts at our priority
+            self._children.discard(child)
+            self._children.start_in_background()
         else:
             self._children.give_back(child)
         if reply[0] == "error":
             raise SandboxLost(f"the evaluation failed: {reply[1]}")
         return reply[1]
+
+    def pids(self) -> list[int]:
+        """The process ids of the live children (for operators and tests)."""
+        return self._children.pids()
 
     def warm(self) -> None:
         """Start the children in the background (so the first heavy batch need not wait)."""
@@ -157,7 +181,7 @@ class Sandbox:
         except TimeoutError:
             raise SandboxLost("the batch ran out of its wall-clock budget waiting for the sandbox") from None
         try:
-            return await loop.run_in_executor(self._executor, self._call, kind, args, deadline)
+            return await loop.run_in_executor(self._executor, self._call, kind, args, deadline, workspace)
         finally:
             release()
 

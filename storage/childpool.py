@@ -66,6 +66,11 @@ class ChildPool(Generic[C]):
                 raise PoolClosed(f"the {self._name} is closed") from None
             return child
 
+    def pids(self) -> list[int]:
+        """The process ids of the live children that have a ``proc``."""
+        with self._lock:
+            return [c.proc.pid for c in self._all if hasattr(c, "proc")]
+
     def give_back(self, child: C) -> None:
         self._idle.put(child)
 

@@ -164,6 +164,14 @@ def test_app_services_run_their_wds_command(
 
 
 @pytest.mark.parametrize("service", APP_SERVICES)
+def test_app_services_let_sandbox_children_return_from_sched_idle(
+    services: dict[str, dict[str, Any]], service: str
+) -> None:
+    # RLIMIT_NICE 10 (no priority above the children's nice 10): see docs/security.md
+    assert services[service]["ulimits"]["nice"] == 10
+
+
+@pytest.mark.parametrize("service", APP_SERVICES)
 def test_api_and_worker_run_two_replicas(services: dict[str, dict[str, Any]], service: str) -> None:
     assert services[service]["deploy"]["replicas"] == 2
 

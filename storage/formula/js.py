@@ -14,7 +14,9 @@ bytes of V8 heap; past either it ends with ``#TIMEOUT!`` / ``#MEMORY!``. V8 runs
 processes (see :mod:`.js_worker`) because a hostile script can abort V8 outright (a fatal
 out-of-memory) or wedge it with an endless microtask chain; in a child, that costs one
 process, which is replaced. Bare V8 has no file, network or process APIs, and no Python
-callable is ever exposed to it.
+callable is ever exposed to it. A worker runs at the scheduling policy of the thread that
+calls it (set before each request when it differs: the evaluation sandbox's child moves
+itself, and so its workers, to ``SCHED_IDLE`` when a batch runs long).
 
 Measured on the 2-core dev box: spawning a worker ≈ 160 ms (once per pool slot, and in
 the background after a worker is replaced), a formula's hardened context ≈ 20 ms (once
@@ -126,6 +128,7 @@ class _Worker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True,
         )
         self._buf = b""
+        self.policy = _policy(self.proc.pid)
         ready = self._read_line(time.monotonic() + START_TIMEOUT_S)
         if ready is None:
             self.kill()
@@ -159,6 +162,19 @@ class _Worker:
         line = self._read_line(time.monotonic() + budget_s)
         return json.loads(line) if line else None
 
+    def follow(self, policy: int | None) -> bool:
+        """Run at the caller's scheduling ``policy`` (the sandbox child moves itself to
+        ``SCHED_IDLE`` past a batch's demotion threshold, ``activities.sandbox_jobs``);
+        False when the worker cannot (returning from ``SCHED_IDLE`` needs privilege)."""
+        if policy is None or policy == self.policy:
+            return True
+        try:
+            os.sched_setscheduler(self.proc.pid, policy, os.sched_param(0))
+        except OSError:
+            return False
+        self.policy = policy
+        return True
+
     def alive(self) -> bool:
         return self.proc.poll() is None
 
@@ -177,6 +193,14 @@ class _Worker:
                     pass
 
 
+def _policy(pid: int) -> int | None:
+    """The scheduling policy of ``pid`` (0: the calling thread), None off Linux."""
+    try:
+        return os.sched_getscheduler(pid)
+    except (OSError, AttributeError):
+        return None
+
+
 class _Pool:
     """At most ``size`` workers, each used by one thread at a time."""
 
@@ -190,6 +214,12 @@ class _Pool:
                 worker = self._children.take()
             except PoolClosed:
                 return {"error": ERROR, "message": "the JavaScript engine is shutting down"}
+            if not worker.follow(_policy(0)):
+                self._children.discard(worker)  # left at SCHED_IDLE: a fresh one starts at ours
+                try:
+                    worker = self._children.take()
+                except PoolClosed:
+                    return {"error": ERROR, "message": "the JavaScript engine is shutting down"}
             reply = worker.request(payload, budget_s)
             if reply is not None and not reply.get("fatal") and worker.alive():
                 self._children.give_back(worker)
