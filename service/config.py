@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     # a workspace's share of pipeline runs a second in each API process while that process
     # is short of CPU (its event loop waited more than fair_cpu_pressure of the time for a
     # CPU) and another workspace is active: past it, its writes wait their turn (at most
-    # 2 s); 0 turns it off. docs/security.md, "Pipeline runs under CPU pressure"
+    # 5 s); 0 turns it off. docs/security.md, "Pipeline runs under CPU pressure"
     fair_pipeline_runs_per_s: int = Field(default=10, ge=0)
     fair_cpu_pressure: float = Field(default=0.1, ge=0, le=1)
     # how long another thread of the API process (Temporal's workflow threads, thread-pool

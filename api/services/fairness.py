@@ -15,9 +15,11 @@ workspace (``limits``, the same library as the rate limits). A workspace past it
 (``WDS_FAIR_PIPELINE_RUNS_PER_S``) waits before its write, in steps, up to
 :data:`MAX_WAIT_S`, and only while **both**:
 
-* the process is short of CPU: its event-loop thread spent more than
+* the process is short of CPU: its event-loop thread spent at least
   ``WDS_FAIR_CPU_PRESSURE`` of the last half second runnable but not running
-  (``run_delay`` of ``/proc/thread-self/schedstat``, sampled every :data:`SAMPLE_S`);
+  (``run_delay`` of its ``schedstat``, sampled every :data:`SAMPLE_S`), or did so less
+  than :data:`HOLD_S` ago (so that the writes held back do not rush out together the
+  moment the pressure dips, and bring it straight back);
 * another workspace made a request in the last :data:`ACTIVE_S` seconds.
 
 It is work-conserving: alone, or on an idle machine, a tenant runs as fast as before;
@@ -46,7 +48,8 @@ FAIR_WAITS = Counter("wds_fair_wait_seconds", "Seconds pipeline writes waited fo
 SAMPLE_S = 0.1  # how often the event-loop thread's run delay is read
 PRESSURE_SPAN_S = 0.5  # the pressure is the run delay over about this long
 ACTIVE_S = 2.0  # a workspace that made a request this recently is active
-MAX_WAIT_S = 2.0  # the longest one write waits for its share
+HOLD_S = 2.0  # once short of CPU, shares hold this long after the last short sample
+MAX_WAIT_S = 5.0  # the longest one write waits for its share
 STEP_S = 0.05  # the shortest wait between two looks at the window
 
 
@@ -69,6 +72,7 @@ class RunFairness:
     pressure_limit: float  # the share of time runnable-but-waiting that counts as pressure
     storage: Any  # limits' async in-process storage (api.services.limits makes it)
     pressure: float = 0.0  # the last measure
+    pressed_until: float = 0.0  # monotonic time shares hold until (HOLD_S after the last short sample)
     seen: dict[int, float] = field(default_factory=dict)  # workspace → last request (monotonic)
     waited: float = 0.0  # seconds writes spent waiting here (metrics, tests)
     _limiter: MovingWindowRateLimiter = field(init=False, repr=False)
@@ -89,7 +93,7 @@ class RunFairness:
         """Whether ``workspace_id`` must keep to its share now: the process is short of CPU
         (pressure at or above the limit: a limit of 0 means always) and another workspace
         is active."""
-        if self.pressure < self.pressure_limit:
+        if self.pressure < self.pressure_limit and time.monotonic() >= self.pressed_until:
             return False
         since = time.monotonic() - ACTIVE_S
         return any(ws != workspace_id and t >= since for ws, t in list(self.seen.items()))
@@ -138,6 +142,10 @@ class RunFairness:
             if last_delay is not None and now > last_at:
                 share = (delay - last_delay) / 1e9 / (now - last_at)
                 self.pressure += alpha * (min(1.0, max(0.0, share)) - self.pressure)
+                if self.pressure >= self.pressure_limit:
+                    # held a while: released at once, the waiting writes would bring the
+                    # pressure straight back (bursts, not a share)
+                    self.pressed_until = now + HOLD_S
             last_delay, last_at = delay, now
 
     async def close(self) -> None:
