@@ -73,7 +73,9 @@ class RunFairness:
     storage: Any  # limits' async in-process storage (api.services.limits makes it)
     pressure: float = 0.0  # the last measure
     pressed_until: float = 0.0  # monotonic time shares hold until (HOLD_S after the last short sample)
-    seen: dict[int, float] = field(default_factory=dict)  # workspace → last request (monotonic)
+    # the two workspaces that made the latest requests, the latest first: (id, monotonic
+    # time); whether another workspace than W is active needs no more than these
+    latest: list[tuple[int, float]] = field(default_factory=list)
     waited: float = 0.0  # seconds writes spent waiting here (metrics, tests)
     _limiter: MovingWindowRateLimiter = field(init=False, repr=False)
     _item: RateLimitItemPerSecond = field(init=False, repr=False)
@@ -85,9 +87,12 @@ class RunFairness:
 
     def note(self, workspace_id: int) -> None:
         """A request of ``workspace_id`` (the gate calls this for every gated request)."""
-        self.seen[workspace_id] = time.monotonic()
-        if len(self.seen) > 100_000:
-            self.seen.clear()
+        now = time.monotonic()
+        latest = self.latest
+        if latest and latest[0][0] == workspace_id:
+            latest[0] = (workspace_id, now)
+        else:
+            self.latest = [(workspace_id, now), *latest[:1]]
 
     def contended(self, workspace_id: int) -> bool:
         """Whether ``workspace_id`` must keep to its share now: the process is short of CPU
@@ -96,7 +101,7 @@ class RunFairness:
         if self.pressure < self.pressure_limit and time.monotonic() >= self.pressed_until:
             return False
         since = time.monotonic() - ACTIVE_S
-        return any(ws != workspace_id and t >= since for ws, t in list(self.seen.items()))
+        return any(ws != workspace_id and t >= since for ws, t in self.latest)
 
     async def admit(self, workspace_id: int, runs: int = 1) -> float:
         """Count ``runs`` pipeline runs of ``workspace_id``; wait first while it is past

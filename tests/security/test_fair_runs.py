@@ -97,3 +97,21 @@ def test_with_the_share_off_nothing_waits(unfair_url: str, make_workspace: Any) 
     before = _waited(unfair_url)
     _flood(unfair_url, ws, _table(ws), other)
     assert _waited(unfair_url) == before
+
+
+def test_another_workspace_is_found_among_the_latest_two() -> None:
+    from api.services.fairness import ACTIVE_S, RunFairness
+    from api.services.limits import _MemoryStorage
+
+    fair = RunFairness(SHARE, 0.0, _MemoryStorage())  # pressure limit 0: only activity decides
+    fair.note(1)
+    assert not fair.contended(1)  # alone
+    assert fair.contended(2)  # a workspace that has not spoken yet sees 1
+    fair.note(2)
+    fair.note(2)
+    fair.note(3)
+    assert fair.contended(1) and fair.contended(2) and fair.contended(3)
+    fair.latest = [(ws, t - ACTIVE_S - 1) for ws, t in fair.latest]  # all of them idle since
+    assert not fair.contended(1) and not fair.contended(3)
+    fair.note(3)
+    assert not fair.contended(3) and fair.contended(1)
