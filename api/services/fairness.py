@@ -54,14 +54,9 @@ STEP_S = 0.05  # the shortest wait between two looks at the window
 
 
 def _schedstat_path() -> str | None:
-    """The event-loop thread's schedstat (``run_delay`` in ns is its second field)."""
+    """The calling (event-loop) thread's schedstat, if this system has one."""
     path = f"/proc/self/task/{threading.get_native_id()}/schedstat"
-    try:
-        with open(path) as f:
-            int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return path
+    return path if _run_delay(path) is not None else None
 
 
 @dataclass
@@ -76,7 +71,6 @@ class RunFairness:
     # the two workspaces that made the latest requests, the latest first: (id, monotonic
     # time); whether another workspace than W is active needs no more than these
     latest: list[tuple[int, float]] = field(default_factory=list)
-    waited: float = 0.0  # seconds writes spent waiting here (metrics, tests)
     _limiter: MovingWindowRateLimiter = field(init=False, repr=False)
     _item: RateLimitItemPerSecond = field(init=False, repr=False)
     _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
@@ -103,16 +97,15 @@ class RunFairness:
         since = time.monotonic() - ACTIVE_S
         return any(ws != workspace_id and t >= since for ws, t in self.latest)
 
-    async def admit(self, workspace_id: int, runs: int = 1) -> float:
-        """Count ``runs`` pipeline runs of ``workspace_id``; wait first while it is past
-        its share under contention (at most :data:`MAX_WAIT_S`). Returns the seconds waited."""
+    async def admit(self, workspace_id: int) -> float:
+        """Count one pipeline run of ``workspace_id``; wait first while it is past its
+        share under contention (at most :data:`MAX_WAIT_S`). Returns the seconds waited."""
         if self.runs_per_s <= 0:
             return 0.0
         self._start()
         key = str(workspace_id)
-        cost = max(1, min(runs, self.runs_per_s))
         waited = 0.0
-        while not await self._limiter.hit(self._item, "runs", key, cost=cost):
+        while not await self._limiter.hit(self._item, "runs", key):
             if waited >= MAX_WAIT_S or not self.contended(workspace_id):
                 break
             stats = await self._limiter.get_window_stats(self._item, "runs", key)
@@ -120,7 +113,6 @@ class RunFairness:
             await asyncio.sleep(pause)
             waited += pause
         if waited:
-            self.waited += waited
             FAIR_WAITS.inc(waited)
         return waited
 

@@ -131,12 +131,12 @@ def page_source(plan: QueryPlan) -> Fragment:
     PostgreSQL does not merge a UNION ALL of filtered scans in order.)"""
     table = _table(plan.table.workspace_id, plan.table.id)
     alias = sql.Identifier(TABLE_ALIAS)
-    where, params = build_where(plan.filters)
-    if ranked(plan):
+    if ranked(plan):  # no filter: the rows from the id the row counter places
         start, start_params = rank_start(plan)
         return sql.SQL("{} AS {} WHERE {} {} ({})").format(
             table, alias, sql.Identifier(TABLE_ALIAS, "id"), sql.SQL("<=" if plan.order[0].desc else ">="),
             start), start_params
+    where, params = build_where(plan.filters)
     if plan.after is None:
         return sql.SQL("{} AS {} WHERE {}").format(table, alias, where), params
     parts = _after(plan.order, plan.after, table)
