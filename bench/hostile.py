@@ -38,14 +38,20 @@ HOSTILE: dict[str, dict[str, Any]] = {
 }
 CONTROL: dict[str, Any] = {"name": "F", "type": "delay", "config": {"seconds": 4}}
 
-# at nice 10, CLIENTS threads, each writing batches of ROWS_PER_BATCH rows until SIGTERM; prints the statuses
-# (0 for a request that raised)
+# at nice 10, CLIENTS threads, each writing batches of ROWS_PER_BATCH rows until SIGTERM or until its parent
+# is gone; prints the statuses (0 for a request that raised)
 ATTACKER = r"""
-import os, signal, sys, threading, httpx
+import os, signal, sys, threading, time, httpx
 os.nice(10)
+parent = os.getppid()
 base, token, tables, clients, per_batch, title = sys.argv[1], sys.argv[2], sys.argv[3].split(","), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 stop = threading.Event()
 signal.signal(signal.SIGTERM, lambda *a: stop.set())
+def orphaned():  # a killed bench or test leaves no writer spinning behind it
+    while not stop.wait(0.5):
+        if os.getppid() != parent:
+            stop.set()
+threading.Thread(target=orphaned, daemon=True).start()
 statuses = []
 def attack(i):
     with httpx.Client(base_url=base + "/functions/v1/rest-api", headers={"Authorization": "Bearer " + token},
@@ -56,6 +62,7 @@ def attack(i):
                 statuses.append(c.post("/tables/%s/records/batch" % tables[i % len(tables)], json={"rows": rows}).status_code)
             except httpx.HTTPError:
                 statuses.append(0)
+                stop.wait(0.05)  # a refused connection is not retried in a hot loop
 threads = [threading.Thread(target=attack, args=(i,)) for i in range(clients)]
 for t in threads: t.start()
 for t in threads: t.join()

@@ -168,10 +168,14 @@ class _Worker:
         False when the worker cannot (returning from ``SCHED_IDLE`` needs privilege)."""
         if policy is None or policy == self.policy:
             return True
-        try:
-            os.sched_setscheduler(self.proc.pid, policy, os.sched_param(0))
-        except OSError:
-            return False
+        for tid in _threads(self.proc.pid):  # V8 runs the script on its own threads, not the main one
+            try:
+                os.sched_setscheduler(tid, policy, os.sched_param(0))
+            except ProcessLookupError:
+                if tid == self.proc.pid:
+                    return False  # the worker itself is gone
+            except OSError:
+                return False
         self.policy = policy
         return True
 
@@ -191,6 +195,16 @@ class _Worker:
                     stream.close()
                 except OSError:
                     pass
+
+
+def _threads(pid: int) -> list[int]:
+    """Every thread of process ``pid`` (a scheduling policy is a thread's, not a
+    process's: ``sched_setscheduler(pid)`` moves only the main thread); ``[pid]`` where
+    ``/proc`` does not list them."""
+    try:
+        return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return [pid]
 
 
 def _policy(pid: int) -> int | None:

@@ -95,12 +95,19 @@ def _family(pid: int) -> list[int]:
 
 
 def _policies(pids: list[int]) -> dict[int, int]:
+    """The policy of every thread of ``pids`` (V8 runs a script on threads of its own, and
+    a policy is a thread's: the main thread alone says nothing of where the CPU goes)."""
     out = {}
     for pid in pids:
         try:
-            out[pid] = os.sched_getscheduler(pid)
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
         except OSError:  # gone meanwhile
-            pass
+            continue
+        for tid in tids:
+            try:
+                out[tid] = os.sched_getscheduler(tid)
+            except OSError:  # gone meanwhile
+                pass
     return out
 
 
