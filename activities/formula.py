@@ -135,7 +135,8 @@ def run_budgeted(
         used = budget.used.get(rid, 0.0)
         allowed = min(budget.value_s, budget.row_s - used)
         if strikes >= budget.strikes:
-            errors[rid] = over(f"the formula went over its budget on {strikes} records of this batch")
+            errors[rid] = over(f"the formula went over its budget on {strikes} "
+                               f"record{'' if strikes == 1 else 's'} of this batch")
             continue
         if time.monotonic() >= budget.deadline:
             errors[rid] = over("the batch ran out of its wall-clock budget")

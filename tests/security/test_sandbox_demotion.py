@@ -191,3 +191,31 @@ def test_a_workspace_whose_last_batch_was_demoted_starts_its_next_batch_idle(san
     _formula(sandbox, light, "javascript", 3, workspace=7)  # cleared by the light batch
     assert _v8_policies(sandbox) == {os.SCHED_OTHER}
     _all_back_to_normal(sandbox)
+
+
+def test_a_heavy_workspace_gets_one_strike_in_its_next_batch(sandbox):
+    """A workspace whose last batch passed its demotion threshold gets one strike, not
+    STRIKES, in its next batch: the first value over its CPU budget fails the rest of the
+    column unrun, so a flood of hostile rows burns one value's budget a batch. Another
+    workspace keeps its strikes; a batch below the threshold clears it."""
+    from activities.formula import STRIKES
+    from activities.sandbox import HEAVY_STRIKES
+    assert HEAVY_STRIKES < STRIKES
+
+    def unrun(errors: dict) -> list[str]:
+        return [e for e in errors.values() if "went over its budget on" in e]
+
+    _, errors = _formula(sandbox, "while(true){}", "javascript", 5, workspace=17)  # first: full strikes
+    assert len(errors) == 5 and len(unrun(errors)) == 5 - STRIKES, errors
+    _, errors = _formula(sandbox, "while(true){}", "javascript", 5, workspace=17)  # heavy now: one strike
+    assert len(errors) == 5 and len(unrun(errors)) == 5 - HEAVY_STRIKES, errors
+    assert all(e.startswith(BUDGET_EXCEEDED) for e in errors.values())
+    assert any("on 1 record of this batch" in e for e in errors.values()), errors
+    _, errors = _formula(sandbox, REGEX, "excel", 5, workspace=18)  # another workspace: its own strikes
+    assert len(unrun(errors)) == 5 - STRIKES, errors
+    values, errors = _formula(sandbox, "fields.Title.length", "javascript", 3, workspace=17)  # light: clears it
+    assert not errors and set(values.values()) == {len(TITLE)}
+    _, errors = _formula(sandbox, "while(true){}", "javascript", 5, workspace=17)
+    assert len(unrun(errors)) == 5 - STRIKES, errors
+    _formula(sandbox, "fields.Title.length", "javascript", 1, workspace=19)  # the V8 worker follows back
+    _all_back_to_normal(sandbox)
