@@ -9,8 +9,8 @@ column over every record of a batch, or every template of a step), so the inter-
 cost is paid per batch, not per value or column. A child runs at a lower CPU
 priority (``NICE``; and at ``SCHED_IDLE`` for the rest of a batch that passed its
 demotion threshold, and for the whole of its workspace's next batch, which also gets
-:data:`HEAVY_STRIKES` instead of ``STRIKES``: :mod:`activities.sandbox_jobs`), without the service's environment (no database URL, no
-secrets), and is killed when a batch outlives its wall-clock deadline (plus
+:data:`HEAVY_STRIKES` instead of ``STRIKES``: :mod:`activities.sandbox_jobs`), without
+the service's environment (no database URL, no secrets), and is killed when a batch outlives its wall-clock deadline (plus
 ``KILL_GRACE_S``), or retired after a batch that left it holding more than
 ``RETIRE_RSS`` resident memory (or at ``SCHED_IDLE`` without the privilege to return); a
 replacement is started on the next call, in a thread.
@@ -44,7 +44,9 @@ SIZE = max(1, min(2, os.cpu_count() or 1))
 MEMORY_BYTES = 256 * 1024 * 1024  # memory cap per value (on top of the child's baseline)
 RETIRE_RSS = 384 * 1024 * 1024  # a child holding more after a batch is replaced
 NICE = 10  # the children yield the CPU to the API process (19 starved them on a busy machine)
-HEAVY_STRIKES = 1  # values over budget per column before the rest fail unrun, in a heavy workspace's batch
+# values over budget per column before the rest fail unrun, in the batch after one that passed
+# its demotion threshold (STRIKES otherwise): a flood of hostile rows burns one value's budget a batch
+HEAVY_STRIKES = 1
 PER_WORKSPACE = 1  # batches of one workspace in the children at once: a tenant takes at most one
 KILL_GRACE_S = 1.0  # beyond a batch's deadline before its child is killed
 START_TIMEOUT_S = 30.0
@@ -137,8 +139,14 @@ class Sandbox:
             child = self._children.take()
         except PoolClosed:
             raise SandboxDown("the evaluation sandbox is closed") from None
-        # a workspace whose last batch passed its demotion threshold starts this one idle
-        reply = child.call(kind, args, deadline + KILL_GRACE_S, workspace in self._heavy)
+        # a workspace whose last batch passed its demotion threshold starts this one idle,
+        # with HEAVY_STRIKES (read here, once, after its previous batch has ended: the
+        # workspace's slot is held)
+        heavy = workspace in self._heavy
+        if heavy and args and isinstance(args[-1], Budget):
+            budget = args[-1]
+            args = (*args[:-1], dataclasses.replace(budget, strikes=min(budget.strikes, HEAVY_STRIKES)))
+        reply = child.call(kind, args, deadline + KILL_GRACE_S, heavy)
         if workspace is not None and reply is not None:
             if child.over:
                 self._heavy.add(workspace)
@@ -170,16 +178,6 @@ class Sandbox:
         self._children.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def _strikes_for(self, workspace: int | None, budget: Budget) -> Budget:
-        """``budget`` for a batch of ``workspace``: one strike (the first value over its
-        CPU budget fails the rest of its column unrun) when the workspace's last batch
-        passed its demotion threshold, as it starts idle (:data:`HEAVY_STRIKES`). A flood
-        of hostile rows then burns one value's budget a batch instead of ``STRIKES``;
-        a batch that stays below the threshold clears it."""
-        if workspace is not None and workspace in self._heavy:
-            budget.strikes = min(budget.strikes, HEAVY_STRIKES)
-        return budget
-
     # ------------------------------------------------------------------ async side (the loop)
     async def _run(self, kind: str, args: tuple[Any, ...], deadline: float, workspace: int | None) -> Any:
         loop = asyncio.get_running_loop()
@@ -204,7 +202,7 @@ class Sandbox:
             return {}, {}
         if time.monotonic() >= budget.deadline:
             return {}, {rid: over("the batch ran out of its wall-clock budget") for rid in records}
-        sub = self._strikes_for(workspace, budget.subset(list(records)))
+        sub = budget.subset(list(records))
         try:
             values, errors, used = await self._run("formula", (source, language, records, now.isoformat(), sub),
                                                    budget.deadline, workspace)
@@ -229,8 +227,7 @@ class Sandbox:
             raise SandboxLost("the batch ran out of its wall-clock budget")
         # the child needs the columns, levels and budgets, not the run's record ids
         slim = dataclasses.replace(p, record_ids=[])
-        sub = self._strikes_for(workspace, budget.subset(list(fields)))
-        state, used, timings = await self._run("pipeline", (slim, fields, now.isoformat(), sub),
+        state, used, timings = await self._run("pipeline", (slim, fields, now.isoformat(), budget.subset(list(fields))),
                                                budget.deadline, workspace)
         ledger = Ledger(p, list(fields))
         ledger.values, ledger.errors, ledger.steps, ledger.blocked = state
