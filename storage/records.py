@@ -309,28 +309,37 @@ async def stage_records(conn: Conn, *, table: TableMeta, rows: Sequence[Prepared
 
 async def insert_computed_json(
     conn: Conn, *, table: TableMeta, rows: Sequence[PreparedRow], ids: Sequence[int],
-    computed: Sequence[Mapping[int, Any]], outcomes: Sequence[Mapping[str, Any]],
-) -> list[str]:
+    computed: Sequence[Mapping[int, Any]], outcomes: Sequence[Mapping[str, Any] | None],
+    ok_outcome: Mapping[str, Any] | None = None, outbox: tuple[int, str] | None = None,
+) -> tuple[list[str], int | None]:
     """Insert records with their computed values and pipeline outcome in one statement:
     row ``i`` as record ``ids[i]`` (ascending with the input, as :func:`allocate_ids`
     gives them) with ``computed[i]``
-    (column id → JSON value) and ``outcomes[i]`` as ``_pipeline``. Answers each record's
+    (column id → JSON value) and ``outcomes[i]`` as ``_pipeline`` (``None``: the run's
+    shared ``ok_outcome``, sent once instead of once a row). Answers each record's
     API JSON with its ``pipeline`` (as write responses show it), rendered by PostgreSQL,
-    in input order. The realtime feed sees one INSERT per record with every value.
+    in input order, and the id of the ``wds.outbox`` row written by the same statement
+    when ``outbox`` (``(workspace id, payload as JSON text)``) is given (else ``None``).
+    The realtime feed sees one INSERT per record with every value.
 
     Raises:
-        InvalidValue: as :func:`insert_records` (the statement inserts nothing).
+        InvalidValue: as :func:`insert_records` (the statement inserts nothing, and
+            writes no outbox row).
     """
     if not rows:
-        return []
+        return [], None
     if any(a >= b for a, b in pairwise(ids)):
         raise ValueError("record ids must ascend with the input rows")
+    if ok_outcome is None and any(o is None for o in outcomes):
+        raise ValueError("an outcome of None needs ok_outcome")
     data_ids = sorted({cid for r in rows for cid in r.values})
     comp_ids = sorted({cid for c in computed for cid in c})
     physical = [f"c_{cid}" for cid in data_ids]
     doc = []
     for row, rid, comp, outcome in zip(rows, ids, computed, outcomes):
-        item: dict[str, Any] = {"id": rid, "_pipeline": outcome}
+        item: dict[str, Any] = {"id": rid}
+        if outcome is not None:
+            item["_pipeline"] = outcome
         for p, cid in zip(physical, data_ids):
             if cid in row.values:
                 item[p] = row.values[cid]
@@ -340,19 +349,31 @@ async def insert_computed_json(
     payload = jsontext.dumps(doc, default=_json_default).decode()
     columns = (("id", "bigint"), *_data_columns(table, data_ids),
                *((f"c_{cid}", COMPUTED_PG_TYPE) for cid in comp_ids), ("_pipeline", "jsonb"))
-    key = ("computed", table.workspace_id, table.id, columns, tuple((c.physical, c.type) for c in table.columns))
+    key = ("computed", table.workspace_id, table.id, columns, tuple((c.physical, c.type) for c in table.columns),
+           outbox is not None)
     query = _INSERT_JSON_SQL.get(key)
     if query is None:
         names, source = _typed_rows(columns)
+        values = sql.SQL(", ").join([*(sql.Identifier(name) for name, _ in columns[:-1]),
+                                     sql.SQL("COALESCE(x._pipeline, %s::jsonb)")])
         query = _remember(_INSERT_JSON_SQL, key, sql.SQL(
-            "WITH ins AS (INSERT INTO {t} ({names}) SELECT {names} FROM {source} ORDER BY x.ordinality RETURNING *)"
-            " SELECT {obj}::text FROM ins ORDER BY id"
-        ).format(t=_target(table), names=names, source=source, obj=record_object(table.columns, "ins", pipeline=True)))
+            "WITH ins AS (INSERT INTO {t} ({names}) SELECT {values} FROM {source} ORDER BY x.ordinality RETURNING *)"
+            "{outbox} SELECT {obj}::text, {outbox_id} FROM ins ORDER BY id"
+        ).format(t=_target(table), names=names, values=values, source=source,
+                 outbox=sql.SQL(", ob AS (INSERT INTO wds.outbox (workspace_id, table_id, payload)"
+                                " VALUES (%s, %s, %s::jsonb) RETURNING id)" if outbox is not None else ""),
+                 outbox_id=sql.SQL("(SELECT id FROM ob)" if outbox is not None else "NULL::bigint"),
+                 obj=record_object(table.columns, "ins", pipeline=True)))
+    shared = jsontext.dumps(ok_outcome).decode() if ok_outcome is not None else None
+    params: list[Any] = [shared, payload]
+    if outbox is not None:
+        params += [outbox[0], table.id, outbox[1]]
     try:
-        cur = await conn.cursor(row_factory=tuple_row).execute(query, [payload, *(c.name for c in table.columns)])
+        cur = await conn.cursor(row_factory=tuple_row).execute(query, [*params, *(c.name for c in table.columns)])
     except psycopg.errors.ForeignKeyViolation as exc:
         raise _fk_error(table, exc) from None
-    return [row[0] for row in await cur.fetchall()]  # ORDER BY id: the input order
+    answers = await cur.fetchall()  # ORDER BY id: the input order
+    return [row[0] for row in answers], (answers[0][1] if answers else None)
 
 
 def _insert_statement(table: TableMeta, rows: Sequence[PreparedRow]) -> tuple[str, list[Any]]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from prometheus_client import Histogram
 from psycopg import AsyncConnection
 
@@ -34,7 +35,7 @@ from api.services.embeddings import refresh_after_write
 from api.services.limits import charge_automation_runs, runtime
 from api.state import AppState
 from service.relay import GRACE_S, encode_input, start_pipeline
-from storage import outbox
+from storage import jsontext, outbox
 from storage import records as rec
 from storage.access import Principal
 from storage.errors import PlanLimit, ServiceError
@@ -471,22 +472,56 @@ async def create_computed(
     computed = [by_id[rid]["values"] for rid in ids]
     outcomes = [by_id[rid]["outcome"] for rid in ids]
     records: list[str | ServiceError] = []
+    # the common case in ONE autocommit statement: every record with its values, and the
+    # outbox row of its run (atomic by itself; no BEGIN, savepoint or COMMIT round trips)
+    ok = {"status": "ok", "run_id": wid, "errors": {}}
+    inp.recorded = result
+    encoded = encode_input(inp)
+    try:
+        async with state.db.connection() as conn:
+            texts, outbox_id = await rec.insert_computed_json(
+                conn, table=table, rows=rows, ids=ids, computed=computed,
+                outcomes=[None if o == ok else o for o in outcomes], ok_outcome=ok,
+                outbox=(table.workspace_id, jsontext.dumps({"workflow_id": wid, "input": encoded},
+                                                           option=orjson.OPT_NON_STR_KEYS).decode()))
+    except ServiceError:
+        # a row the database refuses (a relation to a missing record): row by row, in a
+        # transaction with the outbox row of what was stored
+        stored, encoded = await _insert_computed_rows(state, table, wid, rows, ids, computed, outcomes, records,
+                                                      inp, result)
+    else:
+        records.extend(texts)
+        stored = set(ids)
+        inp.outbox_id = outbox_id
+        encoded["outbox_id"] = outbox_id
+    if not stored:
+        return Computed(records, None)
+    failed = any(o["status"] != "ok" for rid, o in zip(ids, outcomes) if rid in stored)
+    status = "error" if failed else "ok"
+    observe_pipeline("create", status, time.perf_counter() - clock, len(rows))
+    await _record_run(state, wid, inp, encoded)
+    return Computed(records, {"status": status, "run_id": wid, "run_ids": [wid], "errors": {}})
+
+
+async def _insert_computed_rows(
+    state: AppState, table: TableMeta, wid: str, rows: list[rec.PreparedRow], ids: list[int],
+    computed: list[Any], outcomes: list[dict[str, Any]], records: list[str | ServiceError], inp: PipelineInput,
+    result: Any,
+) -> tuple[set[int], dict[str, Any]]:
+    """:func:`create_computed`'s insert when the one statement was refused: each row under
+    its own savepoint (``records`` gets its JSON or its error), and the run's outbox row in
+    the same transaction with the result saying which records were not stored. Returns
+    the stored ids and the run's encoded input (with ``outbox_id``; sets ``inp.outbox_id``)."""
+    encoded: dict[str, Any] = {}
     async with state.db.transaction() as conn:
-        try:
-            async with conn.transaction():  # a savepoint: one statement for every row
-                records.extend(await rec.insert_computed_json(conn, table=table, rows=rows, ids=ids,
-                                                              computed=computed, outcomes=outcomes))
-        except ServiceError:
-            # a row the database refuses (a relation to a missing record): row by row
-            records.clear()
-            for i, row in enumerate(rows):
-                try:
-                    async with conn.transaction():
-                        records.extend(await rec.insert_computed_json(
-                            conn, table=table, rows=[row], ids=[ids[i]], computed=[computed[i]],
-                            outcomes=[outcomes[i]]))
-                except ServiceError as exc:
-                    records.append(exc)
+        for i, row in enumerate(rows):
+            try:
+                async with conn.transaction():
+                    texts, _ = await rec.insert_computed_json(conn, table=table, rows=[row], ids=[ids[i]],
+                                                              computed=[computed[i]], outcomes=[outcomes[i]])
+                    records.extend(texts)
+            except ServiceError as exc:
+                records.append(exc)
         stored = {rid for rid, r in zip(ids, records) if not isinstance(r, ServiceError)}
         for rid in ids:
             if rid not in stored:  # the run's result says so, as Temporal records it
@@ -501,13 +536,7 @@ async def create_computed(
             inp.outbox_id = await outbox.add(conn, workspace_id=table.workspace_id, table_id=table.id,
                                              payload={"workflow_id": wid, "input": encoded})
             encoded["outbox_id"] = inp.outbox_id
-    if not stored:
-        return Computed(records, None)
-    failed = any(o["status"] != "ok" for rid, o in zip(ids, outcomes) if rid in stored)
-    status = "error" if failed else "ok"
-    observe_pipeline("create", status, time.perf_counter() - clock, len(rows))
-    await _record_run(state, wid, inp, encoded)
-    return Computed(records, {"status": status, "run_id": wid, "run_ids": [wid], "errors": {}})
+    return stored, encoded
 
 
 async def _record_run(state: AppState, wid: str, inp: PipelineInput, encoded: dict[str, Any]) -> None:

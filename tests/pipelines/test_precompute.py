@@ -210,3 +210,55 @@ def test_the_relay_records_a_computed_run_the_api_did_not(ws, services):
     assert recorded.status == "ok"
     res = asyncio.run(relay())
     assert res.run_id == again and res.records["1"].errors == {"_record": "x"}
+
+
+def test_the_one_statement_stores_records_and_outbox_row_or_neither(ws, services):
+    """``insert_computed_json`` with ``outbox``: the records (ok rows under the run's one
+    shared outcome, the others under their own) and the run's outbox row go in as ONE
+    statement; a row the database refuses leaves neither a record nor an outbox row."""
+    from psycopg.rows import dict_row
+
+    from storage import meta
+    from storage import records as rec
+
+    other = ws.create_table("Target", [{"name": "N", "type": "text"}])
+    t = ws.create_table("OneStatement", [{"name": "A", "type": "number"},
+                                         {"name": "Link", "type": "relation", "relation_table_id": other["id"]},
+                                         {"name": "B", "type": "formula", "formula": "{A} + 1"}])
+    b_id = next(c["id"] for c in t["columns"] if c["name"] == "B")
+    ok = {"status": "ok", "run_id": "run-1", "errors": {}}
+    bad = {"status": "error", "run_id": "run-1", "errors": {"B": "#DIV/0!"}}
+
+    async def go() -> tuple[Any, ...]:
+        async with await psycopg.AsyncConnection.connect(services.pg.dsn, autocommit=True, row_factory=dict_row) as conn:
+            table = (await meta.load_schema(conn, workspace_id=ws.id)).tables[t["id"]]
+            rows = [rec.prepare_fields(table, {"A": i}, creating=True) for i in range(3)]
+            ids = await rec.allocate_ids(conn, table=table, n=3)
+            texts, outbox_id = await rec.insert_computed_json(
+                conn, table=table, rows=rows, ids=ids, computed=[{b_id: i + 1} for i in range(3)],
+                outcomes=[None, bad, None], ok_outcome=ok, outbox=(ws.id, json.dumps({"workflow_id": "run-1"})))
+            stored = await (await conn.execute(
+                f"SELECT id, _pipeline FROM ws_{ws.id}.t_{t['id']} ORDER BY id")).fetchall()
+            payload = await (await conn.execute("SELECT table_id, payload FROM wds.outbox WHERE id = %s",
+                                                (outbox_id,))).fetchone()
+            refused = [rec.prepare_fields(table, {"A": 9}, creating=True),
+                       rec.prepare_fields(table, {"A": 10, "Link": 987654}, creating=True)]
+            more = await rec.allocate_ids(conn, table=table, n=2)
+            with pytest.raises(Exception) as caught:
+                await rec.insert_computed_json(conn, table=table, rows=refused, ids=more, computed=[{}, {}],
+                                               outcomes=[None, None], ok_outcome=ok,
+                                               outbox=(ws.id, json.dumps({"workflow_id": "run-2"})))
+            after = await (await conn.execute(f"SELECT count(*) AS n FROM ws_{ws.id}.t_{t['id']}")).fetchone()
+            left = await (await conn.execute(
+                "SELECT count(*) AS n FROM wds.outbox WHERE payload->>'workflow_id' = 'run-2'")).fetchone()
+            await conn.execute("DELETE FROM wds.outbox WHERE id = %s", (outbox_id,))
+            return texts, ids, stored, payload, caught.value, after["n"], left["n"]
+
+    texts, ids, stored, payload, refusal, count_after, outbox_left = asyncio.run(go())
+    assert [json.loads(x)["id"] for x in texts] == ids
+    assert [json.loads(x)["pipeline"] for x in texts] == [ok, bad, ok]
+    assert [json.loads(x)["fields"]["B"] for x in texts] == [1, 2, 3]
+    assert [(r["id"], r["_pipeline"]) for r in stored] == list(zip(ids, [ok, bad, ok]))
+    assert payload == {"table_id": t["id"], "payload": {"workflow_id": "run-1"}}
+    assert getattr(refusal, "code", None) == "INVALID_VALUE"
+    assert count_after == 3 and outbox_left == 0  # neither the good row nor the outbox row of the refused statement
