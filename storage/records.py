@@ -307,6 +307,61 @@ async def stage_records(conn: Conn, *, table: TableMeta, rows: Sequence[Prepared
     return staged
 
 
+# what jsonb_to_recordset gives back for a written value of these stored types, when
+# the value is of the Python types listed (anything else: ask PostgreSQL)
+_LOCAL_STAGE: dict[str, tuple[type, ...]] = {
+    "double precision": (int, float), "text": (str,), "boolean": (bool,), "bigint": (int,)}
+
+
+def stage_locally(table: TableMeta, rows: Sequence[PreparedRow]) -> list[dict[str, Any]] | None:
+    """:func:`stage_records`'s answer computed here, without a round trip, when it is
+    certain: every written column stores ``double precision``, ``text``, ``boolean`` or
+    ``bigint`` and every value is of the matching Python type (numbers finite and, as
+    integers, in the 64-bit range; text without NUL). PostgreSQL reads such a JSON value
+    back as the same Python value (a number as the float nearest its digits, which is
+    Python's ``float()`` too; -0 as 0, jsonb's numeric having no negative zero). ``None``
+    when one is not: stage with PostgreSQL."""
+    col_ids = sorted({cid for r in rows for cid in r.values})
+    kinds = []
+    for cid in col_ids:
+        col = table.column_by_id(cid)
+        if col is None or col.computed:
+            return None
+        accepted = _LOCAL_STAGE.get(ddl.pg_type(col.type))
+        if accepted is None:
+            return None
+        kinds.append((cid, f"c_{cid}", accepted))
+    staged = []
+    for row in rows:
+        item: dict[str, Any] = {}
+        for cid, physical, accepted in kinds:
+            value = row.values.get(cid)
+            t = type(value)
+            if value is None:
+                item[physical] = None
+            elif t is bool:
+                if accepted != (bool,):
+                    return None
+                item[physical] = value
+            elif t not in accepted:
+                return None
+            elif t is str:
+                if "\x00" in value:
+                    return None
+                item[physical] = value
+            elif t is int and not -(2**63) <= value < 2**63:
+                return None
+            elif accepted == (int, float):
+                number = float(value)
+                if not math.isfinite(number):
+                    return None
+                item[physical] = number if number else 0.0  # jsonb's numeric has no -0
+            else:
+                item[physical] = value
+        staged.append(item)
+    return staged
+
+
 async def insert_computed_json(
     conn: Conn, *, table: TableMeta, rows: Sequence[PreparedRow], ids: Sequence[int],
     computed: Sequence[Mapping[int, Any]], outcomes: Sequence[Mapping[str, Any] | None],

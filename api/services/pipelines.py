@@ -421,11 +421,13 @@ async def create_computed(
     """Create ``rows`` with their computed columns in ONE statement, computed first, when
     the columns a create runs (none unless ``enabled``) allow it (:func:`_can_precompute`).
 
-    The rows are staged (new ids, values typed as stored: one SELECT), every level of
+    The rows are staged (new ids, values typed as stored: typed here when that is certain,
+    :func:`storage.records.stage_locally`, else by one SELECT), every level of
     formula/parser columns is evaluated from them here — by the same code and under the
     same budgets as the fused local activity (``activities.records_io.evaluate_pure``;
     formulas off the event loop unless cheap) — and the records go in with their values
-    and outcomes in one INSERT, in one transaction with the outbox row of their run. The
+    and outcomes and the outbox row of their run in one autocommit statement (a refused
+    row: row by row in one transaction). The
     run is then recorded in Temporal after the answer (:func:`_record_run`): a
     ``PipelineWorkflow`` given the stored result, which it returns at once, so an operator
     finds every run in the Temporal UI as before; if this process dies first, the outbox
@@ -455,7 +457,11 @@ async def create_computed(
         async with state.db.connection() as conn:
             return await rec.stage_records(conn, table=table, rows=rows)
 
-    ids, staged = await asyncio.gather(allocate(), stage())  # two pooled connections, one round trip
+    local = rec.stage_locally(table, rows)  # plain numbers, text, booleans: typed here, no round trip
+    if local is not None:
+        ids, staged = await allocate(), local
+    else:
+        ids, staged = await asyncio.gather(allocate(), stage())  # two pooled connections, one round trip
     for row, rid in zip(staged, ids):
         row["id"] = rid
     inp = pipeline_input(principal, table, ids, "create", levels)

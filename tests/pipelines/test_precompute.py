@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import random
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -262,3 +265,50 @@ def test_the_one_statement_stores_records_and_outbox_row_or_neither(ws, services
     assert payload == {"table_id": t["id"], "payload": {"workflow_id": "run-1"}}
     assert getattr(refusal, "code", None) == "INVALID_VALUE"
     assert count_after == 3 and outbox_left == 0  # neither the good row nor the outbox row of the refused statement
+
+
+def test_rows_staged_here_are_what_postgresql_stages(ws, services):
+    """``stage_locally`` answers exactly what ``stage_records`` reads back from PostgreSQL
+    (same keys, same Python types and values, bit for bit), and declines what it cannot be
+    sure of (a date, a multi-select, a 2**64 integer)."""
+    from psycopg.rows import dict_row
+
+    from storage import meta
+    from storage import records as rec
+
+    other = ws.create_table("StageTarget", [{"name": "N", "type": "text"}])
+    linked = ws.api.post(f"/tables/{other['id']}/records", json={"fields": {"N": "x"}}).json()["id"]
+    t = ws.create_table("StageHere", [
+        {"name": "N", "type": "number"}, {"name": "T", "type": "text"}, {"name": "C", "type": "checkbox"},
+        {"name": "S", "type": "single_select", "options": ["red", "blue"]},
+        {"name": "L", "type": "relation", "relation_table_id": other["id"]},
+        {"name": "D", "type": "date"}, {"name": "M", "type": "multi_select", "options": ["a"]},
+        {"name": "F", "type": "formula", "formula": "{N} + 1"}])
+    numbers = [0, -0.0, 1, -1, 0.1, 1 / 3, 2**53 + 1, 2**63 - 1, -(2**63), 12345678901234567890 % 2**63, 1e300,
+               -1e-300, 5e-324, 1.7976931348623157e308, 123456789.123456789]
+    rng = random.Random(24)  # and floats of every magnitude, from random bits
+    numbers += [x for x in (struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0] for _ in range(400))
+                if math.isfinite(x)]
+    numbers += [rng.randrange(-(2**63), 2**63) for _ in range(100)]
+    fields = [{"N": n, "T": f"té✓ {i} \"q\" \\ \u2028", "C": i % 2 == 0, "S": ["red", "blue"][i % 2],
+               "L": linked if i % 3 == 0 else None} for i, n in enumerate(numbers)]
+    fields += [{"T": ""}, {"N": None, "C": False}, {}]
+
+    async def go() -> tuple[Any, ...]:
+        async with await psycopg.AsyncConnection.connect(services.pg.dsn, autocommit=True, row_factory=dict_row) as conn:
+            table = (await meta.load_schema(conn, workspace_id=ws.id)).tables[t["id"]]
+            rows = [rec.prepare_fields(table, f, creating=True) for f in fields]
+            remote = await rec.stage_records(conn, table=table, rows=rows)
+            local = rec.stage_locally(table, rows)
+            declined = [rec.stage_locally(table, [rec.prepare_fields(table, f, creating=True)])
+                        for f in ({"D": "2026-01-02"}, {"M": ["a"]})]
+            n_id = next(c.id for c in table.columns if c.name == "N")
+            huge = rec.stage_locally(table, [rec.PreparedRow(values={n_id: 2**64})])
+            return remote, local, declined, huge
+
+    remote, local, declined, huge = asyncio.run(go())
+    assert local is not None and len(local) == len(remote)
+    for mine, theirs in zip(local, remote):
+        assert mine.keys() == theirs.keys()
+        assert [(type(v), repr(v)) for v in mine.values()] == [(type(v), repr(v)) for v in theirs.values()]
+    assert declined == [None, None] and huge is None
