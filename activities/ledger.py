@@ -79,21 +79,24 @@ class Ledger:
         """A computed value: kept for the write and visible to the steps that follow. A
         value not of the column's value type is kept too (the cell is jsonb) and is the
         record's error for this column: sorts and filters read it as blank (issue 24)."""
-        self.values[rid][cid] = value
-        fields[rid][self.names[cid]] = value
-        value_type = self.types.get(cid)
-        if not value_fits(value_type, value):
-            self.errors[rid][self.names[cid]] = (
-                f"{VALUE_TYPE_MISMATCH}: the value is not a {value_type} (the column's result_type);"
-                " it is kept, but sorts and filters read it as blank")
+        self.apply(cid, [rid], {rid: value}, {}, fields)
 
     def apply(self, cid: int, rids: list[str], values: dict[str, Any], errors: dict[str, str],
               fields: dict[str, dict[str, Any]]) -> None:
+        """A column's outcome over ``rids``: each record's error (:meth:`fail`), or its
+        value (:meth:`record`); a record in neither is left as it is."""
+        name, value_type, kept = self.names[cid], self.types.get(cid), self.values
         for rid in rids:
             if rid in errors:
                 self.fail(rid, cid, errors[rid])
             elif rid in values:
-                self.record(rid, cid, values[rid], fields)
+                value = values[rid]
+                kept[rid][cid] = value
+                fields[rid][name] = value
+                if not value_fits(value_type, value):
+                    self.errors[rid][name] = (
+                        f"{VALUE_TYPE_MISMATCH}: the value is not a {value_type} (the column's result_type);"
+                        " it is kept, but sorts and filters read it as blank")
 
     def result(self, run_id: str, *, json_keys: bool = True) -> tuple[PipelineResult, list[dict[str, Any]]]:
         """The run's result and the row updates to write (values and outcome per record).
