@@ -98,14 +98,6 @@ class Ledger:
                         f"{VALUE_TYPE_MISMATCH}: the value is not a {value_type} (the column's result_type);"
                         " it is kept, but sorts and filters read it as blank")
 
-    def rename(self, ids: dict[str, str]) -> None:
-        """Give the records other ids (``old → new``): a create computes under stand-ins
-        while its ids are allocated (api/services/pipelines.py ``create_computed``)."""
-        self.values = {ids[r]: v for r, v in self.values.items()}
-        self.errors = {ids[r]: v for r, v in self.errors.items()}
-        self.steps = {ids[r]: v for r, v in self.steps.items()}
-        self.blocked = {ids[r]: v for r, v in self.blocked.items()}
-
     def result(self, run_id: str, *, json_keys: bool = True) -> tuple[PipelineResult, list[dict[str, Any]]]:
         """The run's result and the row updates to write (values and outcome per record).
 

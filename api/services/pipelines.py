@@ -38,8 +38,7 @@ from service.relay import GRACE_S, encode_input, start_pipeline
 from storage import jsontext, outbox
 from storage import records as rec
 from storage.access import Principal
-from storage.errors import InvalidFormula, PlanLimit, ServiceError
-from storage.formula import compile_formula
+from storage.errors import PlanLimit, ServiceError
 from storage.pipelines import plan_steps
 from storage.plans import plan as plan_of
 from storage.schema import ColumnMeta, ColumnType, TableMeta
@@ -396,23 +395,6 @@ def _can_precompute(state: AppState, table: TableMeta, levels: list[list[ColumnM
             and bool(levels) and all(c.type in PRECOMPUTE_KINDS for level in levels for c in level))
 
 
-def _id_blind(levels: list[list[ColumnMeta]]) -> bool:
-    """Whether no column of ``levels`` can read a record's id: JSON parsers (they read one
-    column) and Excel formulas that do not name ``{id}``; JavaScript sees the whole record."""
-    for level in levels:
-        for col in level:
-            if col.type is ColumnType.JSON_PARSER:
-                continue
-            if col.config.get("language", "excel") != "excel":
-                return False
-            try:
-                if "id" in compile_formula(col.formula or col.config.get("formula") or "", language="excel").references:
-                    return False
-            except InvalidFormula:
-                continue  # its error needs no evaluation
-    return True
-
-
 @dataclass(frozen=True)
 class InsertFirst:
     """:func:`create_computed`'s answer when the write must insert first and run after."""
@@ -476,35 +458,21 @@ async def create_computed(
             return await rec.stage_records(conn, table=table, rows=rows)
 
     local = rec.stage_locally(table, rows)  # plain numbers, text, booleans: typed here, no round trip
-    allocation: asyncio.Future[list[int]] | None = None
-    if local is not None and _id_blind(levels):
-        # nothing this run computes reads the record id: compute under stand-in ids (-1,
-        # -2, ...) while the real ones are allocated, then rename (the round trip overlaps)
-        allocation = asyncio.ensure_future(allocate())
-        await asyncio.sleep(0)  # its query goes out before the evaluation holds the loop
-        ids, staged = [-(i + 1) for i in range(len(rows))], local
-    elif local is not None:
+    if local is not None:
         ids, staged = await allocate(), local
     else:
         ids, staged = await asyncio.gather(allocate(), stage())  # two pooled connections, one round trip
     for row, rid in zip(staged, ids):
         row["id"] = rid
     inp = pipeline_input(principal, table, ids, "create", levels)
-    fused = FusedInput(pipeline=inp, run_id="", now=datetime.now(UTC).isoformat())
+    wid = workflow_id(table, "create", ids)
+    fused = FusedInput(pipeline=inp, run_id=wid, now=datetime.now(UTC).isoformat())
     try:
         ledger = await asyncio.wait_for(evaluate_pure(fused, decode_rows(table, staged)),
                                         timeout=inp.time_budget_s + GRACE_S)
     except Exception as exc:  # a timeout, a lost sandbox (a formula's own error is an outcome): run as usual
-        log.warning("pipeline of %d records of table %s not computed before its insert (%s); inserting first",
-                    len(rows), table.id, type(exc).__name__)
-        if allocation is not None:
-            await asyncio.gather(allocation, return_exceptions=True)  # its ids are left unused, as a rollback leaves them
+        log.warning("pipeline %s not computed before its insert (%s); inserting first", wid, type(exc).__name__)
         return InsertFirst(charged=True)
-    if allocation is not None:
-        ids = await allocation
-        ledger.rename({str(-(i + 1)): str(rid) for i, rid in enumerate(ids)})
-        inp.record_ids = ids
-    wid = workflow_id(table, "create", ids)
     result, updates = ledger.result(wid, json_keys=False)
     by_id = {u["id"]: u for u in updates}  # one per staged row
     computed = [by_id[rid]["values"] for rid in ids]

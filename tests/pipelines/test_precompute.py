@@ -312,31 +312,3 @@ def test_rows_staged_here_are_what_postgresql_stages(ws, services):
         assert mine.keys() == theirs.keys()
         assert [(type(v), repr(v)) for v in mine.values()] == [(type(v), repr(v)) for v in theirs.values()]
     assert declined == [None, None] and huge is None
-
-
-def test_a_batch_computed_while_its_ids_are_allocated_keys_everything_by_the_real_ids(ws, services):
-    """Formulas that cannot read a record's id are computed under stand-in ids while the
-    ids are allocated; the answer, the stored rows and the recorded run carry the real ones.
-    A JavaScript formula sees the whole record (``fields.id``), so its run waits for them."""
-    t = ws.create_table("Blind", [{"name": "A", "type": "number"},
-                                  {"name": "Inv", "type": "formula", "formula": "1 / {A}"},
-                                  {"name": "Twice", "type": "formula", "formula": "{Inv} * 2"}])
-    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"fields": {"A": a}} for a in (4, 0, 2)]})
-    assert r.status_code == 200, r.text
-    body = r.json()
-    ids = [x["record"]["id"] for x in body["results"]]
-    assert ids == sorted(ids) and min(ids) > 0
-    assert [x["record"]["fields"]["Twice"] for x in body["results"]] == [0.5, None, 1]
-    assert set(body["results"][1]["record"]["pipeline"]["errors"]) == {"Inv", "Twice"}
-    result = _run_result(services, body["pipeline"]["run_id"])
-    assert sorted(result.ok) == sorted([str(ids[0]), str(ids[2])]) and list(result.records) == [str(ids[1])]
-    assert body["pipeline"]["run_id"].startswith(f"pipeline/ws{ws.id}/t{t['id']}/create/r{ids[0]}+2/")
-    for i, rid in enumerate(ids):
-        assert ws.api.get(f"/tables/{t['id']}/records/{rid}").json() == body["results"][i]["record"]
-
-    js = ws.create_table("SeesId", [{"name": "A", "type": "number"},
-                                    {"name": "RecordId", "type": "formula", "formula": "return fields['i' + 'd'];",
-                                     "config": {"language": "javascript"}}])
-    r = ws.api.post(f"/tables/{js['id']}/records/batch", json={"rows": [{"fields": {"A": 1}}, {"fields": {"A": 2}}]})
-    assert r.status_code == 200, r.text
-    assert [x["record"]["fields"]["RecordId"] for x in r.json()["results"]] == [x["record"]["id"] for x in r.json()["results"]]
