@@ -133,6 +133,12 @@ class Sandbox:
         # workspace, dropped at its next batch that stays below: bounded by the tenants)
         self._heavy: set[int] = set()
 
+    def heavy(self, workspace: int) -> bool:
+        """Whether ``workspace``'s last batch here passed its demotion threshold (its next
+        one starts idle, with :data:`HEAVY_STRIKES`; the API's fair share of pipeline runs
+        gives it the heavy share: api/services/fairness.py)."""
+        return workspace in self._heavy
+
     # ------------------------------------------------------------------ blocking side (threads)
     def _call(self, kind: str, args: tuple[Any, ...], deadline: float, workspace: int | None = None) -> Any:
         try:

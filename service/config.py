@@ -53,6 +53,10 @@ class Settings(BaseSettings):
     # 5 s); 0 turns it off. docs/security.md, "Pipeline runs under CPU pressure"
     # (3 and 0.04: measured against the noisy-neighbour bench, docs/security.md)
     fair_pipeline_runs_per_s: int = Field(default=3, ge=0)
+    # the share, under the same conditions, of a workspace whose last sandbox batch burned
+    # past its demotion threshold (activities/sandbox.py): hostile formulas or templates
+    # (at most fair_pipeline_runs_per_s; 0: the same share as the others)
+    fair_heavy_runs_per_s: int = Field(default=1, ge=0)
     fair_cpu_pressure: float = Field(default=0.04, ge=0, le=1)
     # how long another thread of the API process (Temporal's workflow threads, thread-pool
     # work) may hold the GIL before the event loop gets it back: CPython's 5 ms default is

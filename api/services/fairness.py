@@ -25,6 +25,15 @@ workspace (``limits``, the same library as the rate limits). A workspace past it
 It is work-conserving: alone, or on an idle machine, a tenant runs as fast as before;
 nothing is refused (past :data:`MAX_WAIT_S` the write goes ahead) and no error is new.
 Where ``/proc`` has no schedstat (not Linux), there is no pressure signal and no wait.
+
+One exception: a *heavy* workspace, whose last sandbox batch in this process burned past
+its demotion threshold (:meth:`activities.sandbox.Sandbox.heavy`: hostile formulas or
+regular expressions that use up their CPU budgets), keeps to the smaller
+``WDS_FAIR_HEAVY_RUNS_PER_S`` whenever another workspace is active, short of CPU or not.
+The pressure signal lags (it is the event loop's own waiting, smoothed over half a
+second), and each heavy batch takes a core for up to its budget: measured, the share
+waiting for pressure let 84–92 hostile writes through in 20 s, instead of the 60 that
+the share allows.
 """
 
 from __future__ import annotations
@@ -66,6 +75,9 @@ class RunFairness:
     runs_per_s: int  # a workspace's share of runs a second under pressure; 0 turns this off
     pressure_limit: float  # the share of time runnable-but-waiting that counts as pressure
     storage: Any  # limits' async in-process storage (api.services.limits makes it)
+    # the share of a workspace whose sandbox batches burn past their demotion threshold
+    # (``heavy`` in :meth:`admit`): at most ``runs_per_s``; 0 means the same share
+    heavy_runs_per_s: int = 0
     pressure: float = 0.0  # the last measure
     pressed_until: float = 0.0  # monotonic time shares hold until (HOLD_S after the last short sample)
     # the two workspaces that made the latest requests, the latest first: (id, monotonic
@@ -73,11 +85,14 @@ class RunFairness:
     latest: list[tuple[int, float]] = field(default_factory=list)
     _limiter: MovingWindowRateLimiter = field(init=False, repr=False)
     _item: RateLimitItemPerSecond = field(init=False, repr=False)
+    _heavy_item: RateLimitItemPerSecond = field(init=False, repr=False)
     _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._limiter = MovingWindowRateLimiter(self.storage)
         self._item = RateLimitItemPerSecond(max(1, self.runs_per_s))
+        heavy = self.heavy_runs_per_s
+        self._heavy_item = RateLimitItemPerSecond(max(1, min(heavy, self.runs_per_s))) if heavy > 0 else self._item
 
     def note(self, workspace_id: int) -> None:
         """A request of ``workspace_id`` (the gate calls this for every gated request)."""
@@ -94,21 +109,31 @@ class RunFairness:
         is active."""
         if self.pressure < self.pressure_limit and time.monotonic() >= self.pressed_until:
             return False
+        return self.others_active(workspace_id)
+
+    def others_active(self, workspace_id: int) -> bool:
+        """Whether a workspace other than ``workspace_id`` made a request in the last
+        :data:`ACTIVE_S` seconds."""
         since = time.monotonic() - ACTIVE_S
         return any(ws != workspace_id and t >= since for ws, t in self.latest)
 
-    async def admit(self, workspace_id: int) -> float:
+    async def admit(self, workspace_id: int, *, heavy: bool = False) -> float:
         """Count one pipeline run of ``workspace_id``; wait first while it is past its
-        share under contention (at most :data:`MAX_WAIT_S`). Returns the seconds waited."""
+        share under contention (at most :data:`MAX_WAIT_S`). When ``heavy`` (its last
+        sandbox batch burned past its demotion threshold) the share is the heavy one,
+        counted in a window of its own, and it holds whenever another workspace is active,
+        short of CPU or not: its next batch will burn a core again. Returns the seconds
+        waited."""
         if self.runs_per_s <= 0:
             return 0.0
         self._start()
         key = str(workspace_id)
+        item = self._heavy_item if heavy else self._item
         waited = 0.0
-        while not await self._limiter.hit(self._item, "runs", key):
-            if waited >= MAX_WAIT_S or not self.contended(workspace_id):
+        while not await self._limiter.hit(item, "runs", key):
+            if waited >= MAX_WAIT_S or not (self.others_active(workspace_id) if heavy else self.contended(workspace_id)):
                 break
-            stats = await self._limiter.get_window_stats(self._item, "runs", key)
+            stats = await self._limiter.get_window_stats(item, "runs", key)
             pause = min(max(STEP_S, stats.reset_time - time.time()), MAX_WAIT_S - waited)
             await asyncio.sleep(pause)
             waited += pause

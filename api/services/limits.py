@@ -542,7 +542,8 @@ def runtime(state: AppState) -> Runtime:
     rt: Runtime | None = state.extras.get("limits")
     if rt is None:
         s = state.settings
-        fairness = RunFairness(s.fair_pipeline_runs_per_s, s.fair_cpu_pressure, _MemoryStorage())
+        fairness = RunFairness(s.fair_pipeline_runs_per_s, s.fair_cpu_pressure, _MemoryStorage(),
+                               heavy_runs_per_s=s.fair_heavy_runs_per_s)
         rt = Runtime(
             limiter=RateLimiter(redis_url=s.redis_url, enabled=s.rate_limits, leases=s.rate_limit_leases),
             quotas=QuotaBook(state.db, clock=clock_of(s)),

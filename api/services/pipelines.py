@@ -29,6 +29,7 @@ from psycopg import AsyncConnection
 from activities import written
 from activities.bulkplan import dependants_map
 from activities.records_io import decode_rows, evaluate_pure
+from activities.sandbox import sandbox
 from activities.snap import caller_of, table_snap
 from activities.types import FusedInput, PipelineInput, PipelineResult, RecordOutcome
 from api.services.embeddings import refresh_after_write
@@ -158,8 +159,9 @@ async def queue_pipeline(
 async def fair_turn(state: AppState, workspace_id: int) -> None:
     """Before a write that starts a pipeline run: wait for the workspace's share of runs
     while this process is short of CPU and another workspace is active
-    (:mod:`api.services.fairness`; no wait otherwise)."""
-    await runtime(state).fairness.admit(workspace_id)
+    (:mod:`api.services.fairness`; no wait otherwise). A workspace whose last sandbox
+    batch in this process burned past its demotion threshold gets the heavy share."""
+    await runtime(state).fairness.admit(workspace_id, heavy=sandbox().heavy(workspace_id))
 
 
 def _single_or_batch(outcome: dict[str, Any], n: int) -> dict[str, Any]:

@@ -115,3 +115,71 @@ def test_another_workspace_is_found_among_the_latest_two() -> None:
     assert not fair.contended(1) and not fair.contended(3)
     fair.note(3)
     assert not fair.contended(3) and fair.contended(1)
+
+
+def test_a_heavy_workspace_gets_the_heavy_share() -> None:
+    """A workspace flagged heavy (its last sandbox batch burned past its demotion
+    threshold) keeps to ``heavy_runs_per_s`` (1) while another is active, even when the
+    process is not short of CPU; the others keep their share (2), and only under
+    pressure; a heavy workspace alone never waits."""
+    import asyncio
+
+    from api.services.fairness import RunFairness
+    from api.services.limits import _MemoryStorage
+
+    async def go() -> tuple[list[float], list[float], list[float]]:
+        fair = RunFairness(SHARE, 0.0, _MemoryStorage(), heavy_runs_per_s=1)
+        try:
+            fair.note(2)
+            fair.note(1)  # both active
+            heavy = [await fair.admit(1, heavy=True) for _ in range(3)]
+            light = [await fair.admit(2) for _ in range(2)]
+            fair.latest = [(3, fair.latest[0][1])]  # workspace 3 alone
+            alone = [await fair.admit(3, heavy=True) for _ in range(3)]
+            return heavy, light, alone
+        finally:
+            await fair.close()
+
+    async def unpressed() -> tuple[list[float], list[float]]:
+        # a pressure limit of 1: never short of CPU; the light share never holds, the heavy one does
+        fair = RunFairness(SHARE, 1.0, _MemoryStorage(), heavy_runs_per_s=1)
+        try:
+            fair.note(2)
+            fair.note(1)
+            return ([await fair.admit(1, heavy=True) for _ in range(2)],
+                    [await fair.admit(2) for _ in range(4)])
+        finally:
+            await fair.close()
+
+    heavy, light, alone = asyncio.run(go())
+    assert heavy[0] == 0.0 and heavy[1] >= 0.9 and heavy[2] >= 0.9, heavy  # one a second
+    assert light == [0.0, 0.0]  # two a second, in a window of their own
+    assert alone == [0.0, 0.0, 0.0]
+    heavy, light = asyncio.run(unpressed())
+    assert heavy[0] == 0.0 and heavy[1] >= 0.9, heavy
+    assert light == [0.0] * 4
+
+
+def test_a_workspace_burning_its_sandbox_budget_waits_for_the_heavy_share(fair_url: str, make_workspace: Any) -> None:
+    """Through the API: after one batch of catastrophic regexes (past the demotion
+    threshold), the workspace's next formula writes go at one a second while another
+    workspace is active, each still answered with its budget errors."""
+    ws, other = make_workspace(), make_workspace()
+    regex = " & ".join(['REGEX_MATCH({T}, "(a|aa)+$")'] * 20)
+    table_id = ws.create_table("Heavy", [{"name": "T", "type": "text"},
+                                         {"name": "F", "type": "formula", "formula": regex}])["id"]
+    row = {"fields": {"T": "a" * 30 + "!"}}
+    with _client(fair_url, ws.builder_token) as api, _client(fair_url, other.builder_token) as peer:
+        first = api.post(f"/tables/{table_id}/records", json=row)
+        assert first.status_code == 201, first.text
+        assert "budget_exceeded" in str(first.json()["pipeline"]["errors"]).lower()
+        before = _waited(fair_url)
+        started = time.monotonic()
+        for _ in range(4):
+            assert peer.get("/tables").status_code == 200
+            r = api.post(f"/tables/{table_id}/records", json=row)
+            assert r.status_code == 201, r.text
+        took = time.monotonic() - started
+    waited = _waited(fair_url) - before
+    assert waited >= 2.0, waited  # at the share of 2 the four would wait about 1 s in all
+    assert took >= 3.0, took
