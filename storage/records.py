@@ -21,7 +21,7 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from storage import ddl, jsontext
-from storage.errors import InvalidValue, ServiceError, UnknownColumn
+from storage.errors import InvalidValue, NotFound, ServiceError, UnknownColumn
 from storage.query import build_where
 from storage.query.render import record_json_renderable, record_object
 from storage.schema import COMPUTED_PG_TYPE, ColumnMeta, ColumnType, TableMeta
@@ -380,6 +380,7 @@ async def insert_computed_json(
     Raises:
         InvalidValue: as :func:`insert_records` (the statement inserts nothing, and
             writes no outbox row).
+        NotFound: the outbox row's table or workspace was deleted meanwhile.
     """
     if not rows:
         return [], None
@@ -426,6 +427,8 @@ async def insert_computed_json(
     try:
         cur = await conn.cursor(row_factory=tuple_row).execute(query, [*params, *(c.name for c in table.columns)])
     except psycopg.errors.ForeignKeyViolation as exc:
+        if exc.diag.table_name == "outbox":  # the table (or workspace) was deleted meanwhile
+            raise NotFound(f"table {table.name!r} no longer exists") from None
         raise _fk_error(table, exc) from None
     answers = await cur.fetchall()  # ORDER BY id: the input order
     return [row[0] for row in answers], (answers[0][1] if answers else None)

@@ -39,7 +39,7 @@ from service.relay import GRACE_S, encode_input, start_pipeline
 from storage import jsontext, outbox
 from storage import records as rec
 from storage.access import Principal
-from storage.errors import PlanLimit, ServiceError
+from storage.errors import NotFound, PlanLimit, ServiceError
 from storage.pipelines import plan_steps
 from storage.plans import plan as plan_of
 from storage.schema import ColumnMeta, ColumnType, TableMeta
@@ -492,6 +492,8 @@ async def create_computed(
                 outcomes=[None if o == ok else o for o in outcomes], ok_outcome=ok,
                 outbox=(table.workspace_id, jsontext.dumps({"workflow_id": wid, "input": encoded},
                                                            option=orjson.OPT_NON_STR_KEYS).decode()))
+    except NotFound:
+        raise  # the table was deleted meanwhile: nothing to store row by row
     except ServiceError:
         # a row the database refuses (a relation to a missing record): row by row, in a
         # transaction with the outbox row of what was stored

@@ -251,6 +251,11 @@ def test_the_one_statement_stores_records_and_outbox_row_or_neither(ws, services
                 await rec.insert_computed_json(conn, table=table, rows=refused, ids=more, computed=[{}, {}],
                                                outcomes=[None, None], ok_outcome=ok,
                                                outbox=(ws.id, json.dumps({"workflow_id": "run-2"})))
+            from storage.errors import NotFound
+
+            with pytest.raises(NotFound):  # the outbox row's workspace is gone: not a relation error
+                await rec.insert_computed_json(conn, table=table, rows=refused[:1], ids=more[:1], computed=[{}],
+                                               outcomes=[None], ok_outcome=ok, outbox=(987654321, "{}"))
             after = await (await conn.execute(f"SELECT count(*) AS n FROM ws_{ws.id}.t_{t['id']}")).fetchone()
             left = await (await conn.execute(
                 "SELECT count(*) AS n FROM wds.outbox WHERE payload->>'workflow_id' = 'run-2'")).fetchone()
