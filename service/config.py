@@ -55,7 +55,7 @@ class Settings(BaseSettings):
     fair_pipeline_runs_per_s: int = Field(default=3, ge=0)
     # the share, under the same conditions, of a workspace whose last sandbox batch burned
     # past its demotion threshold (activities/sandbox.py): hostile formulas or templates
-    # (at most fair_pipeline_runs_per_s; 0: the same share as the others)
+    # (at most fair_pipeline_runs_per_s; 0: treated as any other workspace)
     fair_heavy_runs_per_s: int = Field(default=1, ge=0)
     fair_cpu_pressure: float = Field(default=0.04, ge=0, le=1)
     # how long another thread of the API process (Temporal's workflow threads, thread-pool

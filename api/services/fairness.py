@@ -76,7 +76,7 @@ class RunFairness:
     pressure_limit: float  # the share of time runnable-but-waiting that counts as pressure
     storage: Any  # limits' async in-process storage (api.services.limits makes it)
     # the share of a workspace whose sandbox batches burn past their demotion threshold
-    # (``heavy`` in :meth:`admit`): at most ``runs_per_s``; 0 means the same share
+    # (``heavy`` in :meth:`admit`): at most ``runs_per_s``; 0: treated as any other
     heavy_runs_per_s: int = 0
     pressure: float = 0.0  # the last measure
     pressed_until: float = 0.0  # monotonic time shares hold until (HOLD_S after the last short sample)
@@ -128,6 +128,7 @@ class RunFairness:
             return 0.0
         self._start()
         key = str(workspace_id)
+        heavy = heavy and self.heavy_runs_per_s > 0  # 0: a heavy workspace is treated as any other
         item = self._heavy_item if heavy else self._item
         waited = 0.0
         while not await self._limiter.hit(item, "runs", key):

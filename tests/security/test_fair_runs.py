@@ -159,6 +159,17 @@ def test_a_heavy_workspace_gets_the_heavy_share() -> None:
     assert heavy[0] == 0.0 and heavy[1] >= 0.9, heavy
     assert light == [0.0] * 4
 
+    async def heavy_share_off() -> list[float]:
+        fair = RunFairness(SHARE, 1.0, _MemoryStorage(), heavy_runs_per_s=0)  # 0: heavy is ordinary
+        try:
+            fair.note(2)
+            fair.note(1)
+            return [await fair.admit(1, heavy=True) for _ in range(4)]
+        finally:
+            await fair.close()
+
+    assert asyncio.run(heavy_share_off()) == [0.0] * 4  # no pressure: no wait, as for any workspace
+
 
 def test_a_workspace_burning_its_sandbox_budget_waits_for_the_heavy_share(fair_url: str, make_workspace: Any) -> None:
     """Through the API: after one batch of catastrophic regexes (past the demotion
