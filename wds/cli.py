@@ -96,6 +96,10 @@ def dev(
 ) -> None:
     """Run everything in the foreground on the embedded runtime: PostgreSQL, the Temporal
     dev server, a worker and the API. Ctrl-C stops it all; the next start reuses the data."""
+    # Ctrl-C (SIGINT) stops it even when it was started with SIGINT ignored, as a
+    # non-interactive shell starts a background job: Python installs its handler only when
+    # SIGINT is not ignored, and then the signal would be lost
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     local = load_local_secrets(data_dir)
