@@ -18,6 +18,11 @@ SKIPPED = "skipped: a column it depends on failed"
 VALUE_TYPE_MISMATCH = "VALUE_TYPE_MISMATCH"
 
 
+def outcome(run_id: str, errors: dict[str, str]) -> dict[str, Any]:
+    """A record's pipeline outcome as stored in ``_pipeline`` and shown as its ``pipeline``."""
+    return {"status": "error" if errors else "ok", "run_id": run_id, "errors": errors}
+
+
 class Ledger:
     def __init__(self, inp: PipelineInput, record_ids: list[str]) -> None:
         self.inp = inp
@@ -117,6 +122,6 @@ class Ledger:
             updates.append({
                 "id": int(rid),
                 "values": {str(k): v for k, v in values.items()} if json_keys else values,
-                "outcome": {"status": status, "run_id": run_id, "errors": errors},
+                "outcome": outcome(run_id, errors),
             })
         return result, updates

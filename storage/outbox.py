@@ -16,11 +16,14 @@ from psycopg.types.json import Jsonb
 Conn = AsyncConnection[Any]
 
 
+# one row; its parameters: workspace id, table id, the payload (:class:`Jsonb`). Also the
+# ``ob`` part of storage/records.py ``insert_computed_json``, which writes records and
+# their run's row in one statement
+INSERT_SQL = "INSERT INTO wds.outbox (workspace_id, table_id, payload) VALUES (%s, %s, %s) RETURNING id"
+
+
 async def add(conn: Conn, *, workspace_id: int, table_id: int, payload: dict[str, Any]) -> int:
-    cur = await conn.execute(
-        "INSERT INTO wds.outbox (workspace_id, table_id, payload) VALUES (%s, %s, %s) RETURNING id",
-        (workspace_id, table_id, Jsonb(payload)),
-    )
+    cur = await conn.execute(INSERT_SQL, (workspace_id, table_id, Jsonb(payload)))
     row = await cur.fetchone()
     assert row is not None
     return int(row["id"])

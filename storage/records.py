@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -20,7 +20,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
-from storage import ddl, jsontext
+from storage import ddl, jsontext, outbox
 from storage.errors import InvalidValue, NotFound, ServiceError, UnknownColumn
 from storage.query import build_where
 from storage.query.render import record_json_renderable, record_object
@@ -307,10 +307,23 @@ async def stage_records(conn: Conn, *, table: TableMeta, rows: Sequence[Prepared
     return staged
 
 
-# what jsonb_to_recordset gives back for a written value of these stored types, when
-# the value is of the Python types listed (anything else: ask PostgreSQL)
-_LOCAL_STAGE: dict[str, tuple[type, ...]] = {
-    "double precision": (int, float), "text": (str,), "boolean": (bool,), "bigint": (int,)}
+def _staged_number(value: Any) -> Any:
+    if type(value) not in (int, float) or (type(value) is int and not -(2**63) <= value < 2**63):
+        return _UNPREDICTABLE
+    number = float(value)
+    if not math.isfinite(number):
+        return _UNPREDICTABLE
+    return number if number else 0.0  # jsonb's numeric has no -0
+
+
+# per stored type, what jsonb_to_recordset reads back for a written value, or
+# _UNPREDICTABLE (then PostgreSQL stages the rows); null reads back as None in each
+_STAGED: dict[str, Callable[[Any], Any]] = {
+    "double precision": _staged_number,
+    "bigint": lambda v: v if type(v) is int and -(2**63) <= v < 2**63 else _UNPREDICTABLE,
+    "text": lambda v: v if type(v) is str and "\x00" not in v else _UNPREDICTABLE,
+    "boolean": lambda v: v if type(v) is bool else _UNPREDICTABLE,
+}
 
 
 def stage_locally(table: TableMeta, rows: Sequence[PreparedRow]) -> list[dict[str, Any]] | None:
@@ -321,43 +334,23 @@ def stage_locally(table: TableMeta, rows: Sequence[PreparedRow]) -> list[dict[st
     back as the same Python value (a number as the float nearest its digits, which is
     Python's ``float()`` too; -0 as 0, jsonb's numeric having no negative zero). ``None``
     when one is not: stage with PostgreSQL."""
-    col_ids = sorted({cid for r in rows for cid in r.values})
     kinds = []
-    for cid in col_ids:
+    for cid in sorted({cid for r in rows for cid in r.values}):
         col = table.column_by_id(cid)
-        if col is None or col.computed:
+        stage = _STAGED.get(ddl.pg_type(col.type)) if col is not None and not col.computed else None
+        if stage is None:
             return None
-        accepted = _LOCAL_STAGE.get(ddl.pg_type(col.type))
-        if accepted is None:
-            return None
-        kinds.append((cid, f"c_{cid}", accepted))
+        kinds.append((cid, f"c_{cid}", stage))
     staged = []
     for row in rows:
         item: dict[str, Any] = {}
-        for cid, physical, accepted in kinds:
+        for cid, physical, stage in kinds:
             value = row.values.get(cid)
-            t = type(value)
-            if value is None:
-                item[physical] = None
-            elif t is bool:
-                if accepted != (bool,):
+            if value is not None:
+                value = stage(value)
+                if value is _UNPREDICTABLE:
                     return None
-                item[physical] = value
-            elif t not in accepted:
-                return None
-            elif t is str:
-                if "\x00" in value:
-                    return None
-                item[physical] = value
-            elif t is int and not -(2**63) <= value < 2**63:
-                return None
-            elif accepted == (int, float):
-                number = float(value)
-                if not math.isfinite(number):
-                    return None
-                item[physical] = number if number else 0.0  # jsonb's numeric has no -0
-            else:
-                item[physical] = value
+            item[physical] = value
         staged.append(item)
     return staged
 
@@ -365,7 +358,7 @@ def stage_locally(table: TableMeta, rows: Sequence[PreparedRow]) -> list[dict[st
 async def insert_computed_json(
     conn: Conn, *, table: TableMeta, rows: Sequence[PreparedRow], ids: Sequence[int],
     computed: Sequence[Mapping[int, Any]], outcomes: Sequence[Mapping[str, Any] | None],
-    ok_outcome: Mapping[str, Any] | None = None, outbox: tuple[int, str] | None = None,
+    ok_outcome: Mapping[str, Any] | None = None, outbox_payload: dict[str, Any] | None = None,
 ) -> tuple[list[str], int | None]:
     """Insert records with their computed values and pipeline outcome in one statement:
     row ``i`` as record ``ids[i]`` (ascending with the input, as :func:`allocate_ids`
@@ -373,8 +366,8 @@ async def insert_computed_json(
     (column id → JSON value) and ``outcomes[i]`` as ``_pipeline`` (``None``: the run's
     shared ``ok_outcome``, sent once instead of once a row). Answers each record's
     API JSON with its ``pipeline`` (as write responses show it), rendered by PostgreSQL,
-    in input order, and the id of the ``wds.outbox`` row written by the same statement
-    when ``outbox`` (``(workspace id, payload as JSON text)``) is given (else ``None``).
+    in input order, and the id of the run's ``wds.outbox`` row written by the same
+    statement when ``outbox_payload`` is given (else ``None``).
     The realtime feed sees one INSERT per record with every value.
 
     Raises:
@@ -406,7 +399,7 @@ async def insert_computed_json(
     columns = (("id", "bigint"), *_data_columns(table, data_ids),
                *((f"c_{cid}", COMPUTED_PG_TYPE) for cid in comp_ids), ("_pipeline", "jsonb"))
     key = ("computed", table.workspace_id, table.id, columns, tuple((c.physical, c.type) for c in table.columns),
-           outbox is not None)
+           outbox_payload is not None)
     query = _INSERT_JSON_SQL.get(key)
     if query is None:
         names, source = _typed_rows(columns)
@@ -416,14 +409,13 @@ async def insert_computed_json(
             "WITH ins AS (INSERT INTO {t} ({names}) SELECT {values} FROM {source} ORDER BY x.ordinality RETURNING *)"
             "{outbox} SELECT {obj}::text, {outbox_id} FROM ins ORDER BY id"
         ).format(t=_target(table), names=names, values=values, source=source,
-                 outbox=sql.SQL(", ob AS (INSERT INTO wds.outbox (workspace_id, table_id, payload)"
-                                " VALUES (%s, %s, %s::jsonb) RETURNING id)" if outbox is not None else ""),
-                 outbox_id=sql.SQL("(SELECT id FROM ob)" if outbox is not None else "NULL::bigint"),
+                 outbox=sql.SQL(f", ob AS ({outbox.INSERT_SQL})" if outbox_payload is not None else ""),
+                 outbox_id=sql.SQL("(SELECT id FROM ob)" if outbox_payload is not None else "NULL::bigint"),
                  obj=record_object(table.columns, "ins", pipeline=True)))
     shared = jsontext.dumps(ok_outcome).decode() if ok_outcome is not None else None
     params: list[Any] = [shared, payload]
-    if outbox is not None:
-        params += [outbox[0], table.id, outbox[1]]
+    if outbox_payload is not None:
+        params += [table.workspace_id, table.id, Jsonb(outbox_payload)]
     try:
         cur = await conn.cursor(row_factory=tuple_row).execute(query, [*params, *(c.name for c in table.columns)])
     except psycopg.errors.ForeignKeyViolation as exc:

@@ -22,21 +22,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from prometheus_client import Histogram
 from psycopg import AsyncConnection
 
 from activities import written
 from activities.bulkplan import dependants_map
+from activities.ledger import outcome as record_outcome
 from activities.records_io import decode_rows, evaluate_pure
-from activities.sandbox import sandbox
+from activities import sandbox
 from activities.snap import caller_of, table_snap
 from activities.types import FusedInput, PipelineInput, PipelineResult, RecordOutcome
 from api.services.embeddings import refresh_after_write
 from api.services.limits import charge_automation_runs, runtime
 from api.state import AppState
 from service.relay import GRACE_S, encode_input, start_pipeline
-from storage import jsontext, outbox
+from storage import outbox
 from storage import records as rec
 from storage.access import Principal
 from storage.errors import NotFound, PlanLimit, ServiceError
@@ -161,7 +161,7 @@ async def fair_turn(state: AppState, workspace_id: int) -> None:
     while this process is short of CPU and another workspace is active
     (:mod:`api.services.fairness`; no wait otherwise). A workspace whose last sandbox
     batch in this process burned past its demotion threshold gets the heavy share."""
-    await runtime(state).fairness.admit(workspace_id, heavy=sandbox().heavy(workspace_id))
+    await runtime(state).fairness.admit(workspace_id, heavy=sandbox.heavy(workspace_id))
 
 
 def _single_or_batch(outcome: dict[str, Any], n: int) -> dict[str, Any]:
@@ -482,7 +482,7 @@ async def create_computed(
     records: list[str | ServiceError] = []
     # the common case in ONE autocommit statement: every record with its values, and the
     # outbox row of its run (atomic by itself; no BEGIN, savepoint or COMMIT round trips)
-    ok = {"status": "ok", "run_id": wid, "errors": {}}
+    ok = record_outcome(wid, {})
     inp.recorded = result
     encoded = encode_input(inp)
     try:
@@ -490,8 +490,7 @@ async def create_computed(
             texts, outbox_id = await rec.insert_computed_json(
                 conn, table=table, rows=rows, ids=ids, computed=computed,
                 outcomes=[None if o == ok else o for o in outcomes], ok_outcome=ok,
-                outbox=(table.workspace_id, jsontext.dumps({"workflow_id": wid, "input": encoded},
-                                                           option=orjson.OPT_NON_STR_KEYS).decode()))
+                outbox_payload={"workflow_id": wid, "input": encoded})
     except NotFound:
         raise  # the table was deleted meanwhile: nothing to store row by row
     except ServiceError:

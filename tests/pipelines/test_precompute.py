@@ -239,7 +239,7 @@ def test_the_one_statement_stores_records_and_outbox_row_or_neither(ws, services
             ids = await rec.allocate_ids(conn, table=table, n=3)
             texts, outbox_id = await rec.insert_computed_json(
                 conn, table=table, rows=rows, ids=ids, computed=[{b_id: i + 1} for i in range(3)],
-                outcomes=[None, bad, None], ok_outcome=ok, outbox=(ws.id, json.dumps({"workflow_id": "run-1"})))
+                outcomes=[None, bad, None], ok_outcome=ok, outbox_payload={"workflow_id": "run-1"})
             stored = await (await conn.execute(
                 f"SELECT id, _pipeline FROM ws_{ws.id}.t_{t['id']} ORDER BY id")).fetchall()
             payload = await (await conn.execute("SELECT table_id, payload FROM wds.outbox WHERE id = %s",
@@ -250,12 +250,14 @@ def test_the_one_statement_stores_records_and_outbox_row_or_neither(ws, services
             with pytest.raises(Exception) as caught:
                 await rec.insert_computed_json(conn, table=table, rows=refused, ids=more, computed=[{}, {}],
                                                outcomes=[None, None], ok_outcome=ok,
-                                               outbox=(ws.id, json.dumps({"workflow_id": "run-2"})))
+                                               outbox_payload={"workflow_id": "run-2"})
             from storage.errors import NotFound
 
-            with pytest.raises(NotFound):  # the outbox row's workspace is gone: not a relation error
-                await rec.insert_computed_json(conn, table=table, rows=refused[:1], ids=more[:1], computed=[{}],
-                                               outcomes=[None], ok_outcome=ok, outbox=(987654321, "{}"))
+            async with conn.transaction(force_rollback=True):  # the table deleted meanwhile
+                await conn.execute("DELETE FROM wds.tables WHERE id = %s", (t["id"],))
+                with pytest.raises(NotFound):  # the outbox row's table is gone: not a relation error
+                    await rec.insert_computed_json(conn, table=table, rows=refused[:1], ids=more[:1], computed=[{}],
+                                                   outcomes=[None], ok_outcome=ok, outbox_payload={})
             after = await (await conn.execute(f"SELECT count(*) AS n FROM ws_{ws.id}.t_{t['id']}")).fetchone()
             left = await (await conn.execute(
                 "SELECT count(*) AS n FROM wds.outbox WHERE payload->>'workflow_id' = 'run-2'")).fetchone()
