@@ -274,6 +274,12 @@ def sandbox() -> Sandbox:
         return _sandbox
 
 
+def heavy(workspace: int) -> bool:
+    """:meth:`Sandbox.heavy` of the process's sandbox; false while it has none (no batch
+    ran here yet), without making one."""
+    return _sandbox is not None and _sandbox.heavy(workspace)
+
+
 def _close() -> None:
     if _sandbox is not None:
         _sandbox.close()

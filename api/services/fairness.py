@@ -91,8 +91,7 @@ class RunFairness:
     def __post_init__(self) -> None:
         self._limiter = MovingWindowRateLimiter(self.storage)
         self._item = RateLimitItemPerSecond(max(1, self.runs_per_s))
-        heavy = self.heavy_runs_per_s
-        self._heavy_item = RateLimitItemPerSecond(max(1, min(heavy, self.runs_per_s))) if heavy > 0 else self._item
+        self._heavy_item = RateLimitItemPerSecond(max(1, min(self.heavy_runs_per_s, self.runs_per_s)))
 
     def note(self, workspace_id: int) -> None:
         """A request of ``workspace_id`` (the gate calls this for every gated request)."""
@@ -129,10 +128,10 @@ class RunFairness:
         self._start()
         key = str(workspace_id)
         heavy = heavy and self.heavy_runs_per_s > 0  # 0: a heavy workspace is treated as any other
-        item = self._heavy_item if heavy else self._item
+        item, holds = (self._heavy_item, self.others_active) if heavy else (self._item, self.contended)
         waited = 0.0
         while not await self._limiter.hit(item, "runs", key):
-            if waited >= MAX_WAIT_S or not (self.others_active(workspace_id) if heavy else self.contended(workspace_id)):
+            if waited >= MAX_WAIT_S or not holds(workspace_id):
                 break
             stats = await self._limiter.get_window_stats(item, "runs", key)
             pause = min(max(STEP_S, stats.reset_time - time.time()), MAX_WAIT_S - waited)
