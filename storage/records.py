@@ -415,7 +415,7 @@ async def insert_computed_json(
     shared = jsontext.dumps(ok_outcome).decode() if ok_outcome is not None else None
     params: list[Any] = [shared, payload]
     if outbox_payload is not None:
-        params += [table.workspace_id, table.id, Jsonb(outbox_payload)]
+        params += [table.workspace_id, table.id, outbox.payload_param(outbox_payload)]
     try:
         cur = await conn.cursor(row_factory=tuple_row).execute(query, [*params, *(c.name for c in table.columns)])
     except psycopg.errors.ForeignKeyViolation as exc:
