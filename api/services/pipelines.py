@@ -25,11 +25,10 @@ from typing import Any
 from prometheus_client import Histogram
 from psycopg import AsyncConnection
 
-from activities import written
+from activities import sandbox, written
 from activities.bulkplan import dependants_map
 from activities.ledger import outcome as record_outcome
 from activities.records_io import decode_rows, evaluate_pure
-from activities import sandbox
 from activities.snap import caller_of, table_snap
 from activities.types import FusedInput, PipelineInput, PipelineResult, RecordOutcome
 from api.services.embeddings import refresh_after_write
@@ -479,7 +478,7 @@ async def create_computed(
     by_id = {u["id"]: u for u in updates}  # one per staged row
     computed = [by_id[rid]["values"] for rid in ids]
     outcomes = [by_id[rid]["outcome"] for rid in ids]
-    records: list[str | ServiceError] = []
+    records: list[str | ServiceError]
     # the common case in ONE autocommit statement: every record with its values, and the
     # outbox row of its run (atomic by itself; no BEGIN, savepoint or COMMIT round trips)
     ok = record_outcome(wid, {})
@@ -496,10 +495,10 @@ async def create_computed(
     except ServiceError:
         # a row the database refuses (a relation to a missing record): row by row, in a
         # transaction with the outbox row of what was stored
-        stored, encoded = await _insert_computed_rows(state, table, wid, rows, ids, computed, outcomes, records,
-                                                      inp, result)
+        records, stored, encoded = await _insert_computed_rows(state, table, wid, rows, ids, computed, outcomes,
+                                                               inp, result)
     else:
-        records.extend(texts)
+        records = list(texts)
         stored = set(ids)
         inp.outbox_id = outbox_id
         encoded["outbox_id"] = outbox_id
@@ -514,13 +513,13 @@ async def create_computed(
 
 async def _insert_computed_rows(
     state: AppState, table: TableMeta, wid: str, rows: list[rec.PreparedRow], ids: list[int],
-    computed: list[Any], outcomes: list[dict[str, Any]], records: list[str | ServiceError], inp: PipelineInput,
-    result: Any,
-) -> tuple[set[int], dict[str, Any]]:
+    computed: list[Any], outcomes: list[dict[str, Any]], inp: PipelineInput, result: Any,
+) -> tuple[list[str | ServiceError], set[int], dict[str, Any]]:
     """:func:`create_computed`'s insert when the one statement was refused: each row under
-    its own savepoint (``records`` gets its JSON or its error), and the run's outbox row in
-    the same transaction with the result saying which records were not stored. Returns
-    the stored ids and the run's encoded input (with ``outbox_id``; sets ``inp.outbox_id``)."""
+    its own savepoint, and the run's outbox row in the same transaction with the result
+    saying which records were not stored. Returns each row's record JSON or error, the
+    stored ids and the run's encoded input (with ``outbox_id``; sets ``inp.outbox_id``)."""
+    records: list[str | ServiceError] = []
     encoded: dict[str, Any] = {}
     async with state.db.transaction() as conn:
         for i, row in enumerate(rows):
@@ -545,7 +544,7 @@ async def _insert_computed_rows(
             inp.outbox_id = await outbox.add(conn, workspace_id=table.workspace_id, table_id=table.id,
                                              payload={"workflow_id": wid, "input": encoded})
             encoded["outbox_id"] = inp.outbox_id
-    return stored, encoded
+    return records, stored, encoded
 
 
 async def _record_run(state: AppState, wid: str, inp: PipelineInput, encoded: dict[str, Any]) -> None:
