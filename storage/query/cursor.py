@@ -97,7 +97,7 @@ def truncated_text(value: Any) -> tuple[str, str] | None:
 def encode(fp: str, kinds: Sequence[Kind], values: Sequence[Any]) -> str:
     """The cursor continuing after the row whose order keys are ``values``."""
     payload = orjson.dumps([fp, [canonical(k, v) for k, v in zip(kinds, values, strict=True)]])
-    mac = hmac.new(_key, payload, hashlib.sha256).digest()[:_MAC_BYTES]
+    mac = hmac.digest(_key, payload, "sha256")[:_MAC_BYTES]  # one C call: ~1 µs less than hmac.new
     return base64.urlsafe_b64encode(payload + mac).rstrip(b"=").decode()
 
 
@@ -115,7 +115,7 @@ def decode(text: str, fp: str, kinds: Sequence[Kind]) -> tuple[Any, ...]:
     except (binascii.Error, ValueError):
         raise invalid("after is not a cursor: pass the next value of a list page as is") from None
     payload, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
-    expected = hmac.new(_key, payload, hashlib.sha256).digest()[:_MAC_BYTES]
+    expected = hmac.digest(_key, payload, "sha256")[:_MAC_BYTES]
     if len(raw) <= _MAC_BYTES or not hmac.compare_digest(mac, expected):
         raise invalid("after is not a cursor this service issued (or it was changed)")
     try:

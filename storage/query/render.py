@@ -60,6 +60,17 @@ def value_json(col: ColumnMeta, c: sql.Composable) -> sql.Composable:
     return c  # timestamps: PostgreSQL's JSON form, which storage.values.iso_text writes too
 
 
+def value_text(col: ColumnMeta, c: sql.Composable) -> sql.Composable:
+    """:func:`value_json` as JSON text (NULL for a NULL value). A number is written from
+    its bigint or its own ``to_json`` directly: one conversion, not ``to_json`` of a
+    ``json`` value, which measured ~10 % of a 100-record page's statement."""
+    if col.type is ColumnType.NUMBER:
+        return sql.SQL(
+            "CASE WHEN {c} = trunc({c}) AND abs({c}) < {m} THEN ({c}::bigint)::text ELSE to_json({c})::text END"
+        ).format(c=c, m=sql.Literal(_SAFE_INT))
+    return sql.SQL("to_json({})::text").format(value_json(col, c))
+
+
 def record_json_renderable(columns: tuple[ColumnMeta, ...] | list[ColumnMeta]) -> bool:
     """Whether a record with these columns can be rendered by :func:`record_object`."""
     return len(columns) <= MAX_FIELDS and all(c.type is not ColumnType.FILE for c in columns)
@@ -90,8 +101,8 @@ def record_text(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str) 
     parameter (``%s`` each, :func:`field_keys`). A computed column's value is jsonb, whose
     text is not compact (``{"a": 1}``): pages with one are compacted afterwards
     (:attr:`PreparedList.compact`)."""
-    pairs = [sql.SQL("%s::text || coalesce(to_json({})::text, 'null')").format(
-        value_json(col, sql.Identifier(alias, col.physical))) for col in columns]
+    pairs = [sql.SQL("%s::text || coalesce({}, 'null')").format(
+        value_text(col, sql.Identifier(alias, col.physical))) for col in columns]
     fields = sql.SQL(" || ',' || ").join(pairs) if pairs else sql.SQL("''")
     return sql.SQL(
         "('{{\"id\":' || {a}.id::text || ',\"fields\":{{' || {fields} || '}},\"created_at\":'"
@@ -104,15 +115,23 @@ def field_keys(columns: tuple[ColumnMeta, ...] | list[ColumnMeta]) -> list[str]:
     return [orjson.dumps(col.name).decode() + ":" for col in columns]
 
 
+SEPARATOR = "\x1e"  # between the records of build_list_json's text: never inside JSON text
+
+
 def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
-    """One statement returning the page as a JSON array text (``'[]'`` when empty), the
-    number of rows read (``limit + 1`` are read: one more than ``limit`` means there is a
-    next page) and the order keys of the page's last row then (:func:`order_keys`)."""
+    """One statement returning the records read as JSON texts joined by :data:`SEPARATOR`
+    (NULL when none), the number of rows read (``limit + 1`` are read: one more than
+    ``limit`` means there is a next page) and the order keys of the page's last row then
+    (:func:`order_keys`). :func:`page_text` cuts the extra record and makes the array.
+
+    The separator is U+001E, which every JSON writer escapes inside a string (``to_json``,
+    jsonb's output, orjson for the field names), so it only ever stands between records.
+    ``string_agg`` in the page's order (presorted: no sort is added) measured ~30 % less
+    of PostgreSQL's time than the ``array_agg``, slice and ``array_to_string`` it replaced."""
     params: list[Any] = field_keys(plan.output)
     obj = record_text(plan.output, TABLE_ALIAS)
     outer_order, outer_params = _order_by(plan.order, keyed=True)
     params.extend(outer_params)
-    params.append(plan.limit)
     keys, key_params = order_keys(plan)
     params.extend(key_params)
     key_order, key_order_params = _order_by(plan.order, keyed=True)
@@ -124,7 +143,7 @@ def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     params.extend(inner_params)
     params.extend([plan.limit + 1, page_offset(plan)])
     query = sql.SQL(
-        "SELECT '[' || coalesce(array_to_string((array_agg({obj} ORDER BY {outer_order}))[1:%s::int], ','), '') || ']',"
+        "SELECT string_agg({obj}, E'\\x1e' ORDER BY {outer_order}),"
         " count(*), ((array_agg({keys} ORDER BY {key_order}))[%s::int])::text"
         " FROM (SELECT *{computed} FROM {source} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}"
     ).format(
@@ -219,10 +238,20 @@ async def list_records_json(
         )
         rows, total = await page_and_total(conn, page_sql, None, mode, counts)
     page = rows[0] if rows else None
-    if page is None:
+    if page is None or page[0] is None:
         return "[]", 0, total, None
     read = int(page[1])
-    keys = orjson.loads(page[2]) if read > prepared.limit and page[2] is not None else None
-    return (str(page[0]), min(read, prepared.limit), total,
+    more = read > prepared.limit
+    keys = orjson.loads(page[2]) if more and page[2] is not None else None
+    return (page_text(page[0], more), min(read, prepared.limit), total,
             next_cursor(prepared.fingerprint, prepared.cursor_kinds, keys))
+
+
+def page_text(records: str, more: bool) -> str:
+    """The JSON array of :func:`build_list_json`'s records (``more``: the last one read is
+    the next page's first, left out)."""
+    if more:
+        cut = records.rfind(SEPARATOR)
+        records = records[:cut] if cut >= 0 else ""  # none left: the page's limit is 0
+    return "[" + records.replace(SEPARATOR, ",") + "]"
 

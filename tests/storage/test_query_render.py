@@ -70,3 +70,26 @@ async def test_timestamps_read_the_same_rendered_and_decoded(ds: Dataset) -> Non
     assert rendered[0]["updated_at"] == "2026-03-01T10:00:31+00:00"
     assert rendered[0]["fields"]["Due"] == "2026-03-01T23:59:59.5+00:00"
     assert rendered[1]["created_at"] == "2026-03-01T10:00:30.000001+00:00"
+
+
+@pytest.mark.parametrize("limit", ["0", "1", "2", "3", "100"])
+async def test_record_separators_inside_values_do_not_split_the_page(ds: Dataset, limit: str) -> None:  # noqa: F811
+    """The page's records travel joined by U+001E (render.SEPARATOR) and the extra record
+    read for the next cursor is cut at the last one: a value holding that character, or
+    text that looks like a record's start, must come back whole, at every page size."""
+    await ds.conn.execute("SET timezone = 'UTC'")  # as the pool's sessions do
+    table = sql.Identifier(ds.main.schema, ds.main.physical)
+    title = sql.Identifier(ds.main.column("Title").physical)
+    await ds.conn.execute(sql.SQL("UPDATE {t} SET {c} = %s WHERE id IN (1, 3)").format(t=table, c=title),
+                          ('a\x1eb,{"id":9}\x1e',))
+    await ds.conn.execute(sql.SQL("UPDATE {t} SET {c} = %s WHERE id = 2").format(t=table, c=title), ("\x1e",))
+    plan = plan_query(parse_params([("select", ALL_BUT_FILES), ("order", "id.asc"), ("limit", limit)]), ds.main,
+                      can_read=lambda _id: True, get_table=ds.get_table)
+    decoded, total, after = await list_page(ds.conn, plan, count=True)
+    text, n, _, after_json = await list_records_json(ds.conn, plan, count=True)
+    assert json.loads(text) == decoded
+    assert n == len(decoded) == min(int(limit), total or 0)
+    assert after_json == after
+    titles = {r["id"]: r["fields"]["Title"] for r in json.loads(text)}
+    assert all(titles[i] == 'a\x1eb,{"id":9}\x1e' for i in (1, 3) if i in titles)
+    assert titles.get(2, "\x1e") == "\x1e"
