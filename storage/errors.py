@@ -158,7 +158,7 @@ class LimitExceeded(ServiceError):
 
 
 class QueryTimeout(ServiceError):
-    """A statement ran past the database's ``statement_timeout`` (every request has one)."""
+    """A statement ran past the database's ``statement_timeout`` (every request has one; a schema change has 5 minutes)."""
 
     status = 503
     code = "QUERY_TIMEOUT"

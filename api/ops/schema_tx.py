@@ -11,7 +11,8 @@ import psycopg
 from activities import catalogue
 from api.state import AppState
 from storage import secrets
-from storage.errors import Conflict
+from storage.ddl import DDL_TIMEOUT_MS
+from storage.errors import Conflict, QueryTimeout
 from storage.pipelines import ColumnLike
 
 
@@ -27,12 +28,24 @@ async def check_column_hosts(state: AppState, workspace_id: int, specs: list[Col
 
 @asynccontextmanager
 async def schema_change(state: AppState, workspace_id: int) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    """A transaction that changes a workspace's schema; all caches drop it on commit."""
+    """A transaction that changes a workspace's schema; all caches drop it on commit.
+
+    Its statements run under the DDL deadline (``storage.ddl.DDL_TIMEOUT_MS``, 5 min), not
+    the pool's per-statement one (5 s): a type change, an index or an option removal
+    reads and rewrites every row of the table, ~26 s for a million rows. Past the DDL
+    deadline: 503 ``QUERY_TIMEOUT``, nothing changed."""
     try:
         async with state.db.transaction() as conn:
-            # serialise schema changes per workspace (names, positions, DDL)
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (workspace_id,))
-            yield conn
+            # serialise schema changes per workspace (names, positions, DDL); the deadline
+            # is the transaction's own (set_config(..., true) is SET LOCAL), in the same round trip
+            await conn.execute("SELECT pg_advisory_xact_lock(%s), set_config('statement_timeout', %s, true)",
+                               (workspace_id, str(DDL_TIMEOUT_MS)))
+            try:
+                yield conn
+            except psycopg.errors.QueryCanceled as exc:
+                raise QueryTimeout(
+                    f"the schema change ran longer than its {DDL_TIMEOUT_MS // 1000} s deadline; nothing"
+                    " was changed") from exc
             await state.caches.notify(conn, workspace_id=workspace_id)
     except psycopg.errors.UniqueViolation as exc:
         raise Conflict("a table or column with that name already exists") from exc
