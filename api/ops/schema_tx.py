@@ -36,10 +36,12 @@ async def schema_change(state: AppState, workspace_id: int) -> AsyncIterator[psy
     deadline: 503 ``QUERY_TIMEOUT``, nothing changed."""
     try:
         async with state.db.transaction() as conn:
-            # serialise schema changes per workspace (names, positions, DDL); the deadline
-            # is the transaction's own (set_config(..., true) is SET LOCAL), in the same round trip
-            await conn.execute("SELECT pg_advisory_xact_lock(%s), set_config('statement_timeout', %s, true)",
-                               (workspace_id, str(DDL_TIMEOUT_MS)))
+            # the transaction's own deadline first (set_config(..., true) is SET LOCAL; a
+            # statement keeps the deadline it started with), so that waiting for another
+            # schema change of the workspace, which may take minutes, is under it too
+            await conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(DDL_TIMEOUT_MS),))
+            # serialise schema changes per workspace (names, positions, DDL)
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (workspace_id,))
             try:
                 yield conn
             except psycopg.errors.QueryCanceled as exc:

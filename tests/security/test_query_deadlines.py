@@ -147,3 +147,35 @@ def test_a_schema_change_of_a_large_table_runs_under_the_ddl_deadline(make_works
         row = conn.execute(sql.SQL("SELECT count(*), sum({}) FROM {}").format(
             sql.Identifier(column_name(col)), qualified(ws.id, t["id"]))).fetchone()
     assert row == (300_000, sum(i + 0.5 for i in range(1, 300_001)))  # every value converted, none lost
+
+
+def test_a_schema_change_waits_for_a_long_one_of_its_workspace(make_workspace, services, strict_api):
+    """Schema changes of one workspace run one at a time (an advisory lock). Waiting for a
+    long one is under the schema change's deadline too, not the per-statement one: a
+    rename sent while a large type change runs waits for it and succeeds."""
+    ws = make_workspace()
+    t = ws.create_table("Numbers", [{"name": "N", "type": "text"}, {"name": "Other", "type": "text"}])
+    col, other = t["columns"][0]["id"], t["columns"][1]["id"]
+    with psycopg.connect(services.pg.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT i::text FROM generate_series(1, 300000) i")
+                     .format(qualified(ws.id, t["id"]), sql.Identifier(column_name(col))))
+
+    async def run() -> tuple[httpx.Response, httpx.Response]:
+        async with httpx.AsyncClient(base_url=f"{strict_api.base_url}/functions/v1/rest-api",
+                                     headers={"Authorization": f"Bearer {ws.builder_token}"}, timeout=120) as api:
+            retype = asyncio.create_task(api.patch(f"/tables/{t['id']}/columns/{col}", json={"type": "number"}))
+            async with asyncio.timeout(60), await psycopg.AsyncConnection.connect(services.pg.dsn, autocommit=True) as watch:
+                while True:  # until the type change holds the workspace's schema lock
+                    cur = await watch.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                                              " AND objid = %s AND granted", (ws.id,))
+                    if (await cur.fetchone())[0]:  # type: ignore[index]
+                        break
+                    assert not retype.done(), retype.result().text
+                    await asyncio.sleep(0.005)
+            rename = await api.patch(f"/tables/{t['id']}/columns/{other}", json={"name": "Renamed"})
+            return await retype, rename
+
+    retype, rename = asyncio.run(run())
+    assert retype.status_code == 200, retype.text
+    assert rename.status_code == 200, rename.text
+    assert rename.json()["name"] == "Renamed"
