@@ -416,13 +416,19 @@ async def add_column(conn: AsyncConnection[Any], workspace_id: int, col: ColumnM
     await create_value_indexes(conn, workspace_id, col)
 
 
+async def allow_ddl_time(conn: AsyncConnection[Any]) -> None:
+    """Give the rest of the current transaction the DDL deadline (:data:`DDL_TIMEOUT_MS`)
+    instead of the pool's per-statement one (storage/db.py): ``SET LOCAL``. A statement
+    keeps the deadline it started with: call this before the statements it is for."""
+    await conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(DDL_TIMEOUT_MS)))
+
+
 async def create_value_indexes(conn: AsyncConnection[Any], workspace_id: int, col: ColumnMeta) -> None:
     """The column's btree (or GIN) index and, for text, its trigram index."""
     method = _index_method(col)
     if method:
         if conn.info.transaction_status != pq.TransactionStatus.IDLE:
-            # indexing a large table outlives the per-statement deadline (storage/db.py)
-            await conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(DDL_TIMEOUT_MS)))
+            await allow_ddl_time(conn)  # indexing a large table outlives the per-statement deadline
         if col.scalar_value_type == "date":
             await _ensure_instant_function(conn)
         await conn.execute(value_index_sql(workspace_id, col, method))

@@ -307,8 +307,12 @@ async def stage_records(conn: Conn, *, table: TableMeta, rows: Sequence[Prepared
     return staged
 
 
+def _fits_bigint(value: int) -> bool:
+    return -(2**63) <= value < 2**63
+
+
 def _staged_number(value: Any) -> Any:
-    if type(value) not in (int, float) or (type(value) is int and not -(2**63) <= value < 2**63):
+    if type(value) not in (int, float) or (type(value) is int and not _fits_bigint(value)):
         return _UNPREDICTABLE
     number = float(value)
     if not math.isfinite(number):
@@ -320,7 +324,7 @@ def _staged_number(value: Any) -> Any:
 # _UNPREDICTABLE (then PostgreSQL stages the rows); null reads back as None in each
 _STAGED: dict[str, Callable[[Any], Any]] = {
     "double precision": _staged_number,
-    "bigint": lambda v: v if type(v) is int and -(2**63) <= v < 2**63 else _UNPREDICTABLE,
+    "bigint": lambda v: v if type(v) is int and _fits_bigint(v) else _UNPREDICTABLE,
     "text": lambda v: v if type(v) is str and "\x00" not in v else _UNPREDICTABLE,
     "boolean": lambda v: v if type(v) is bool else _UNPREDICTABLE,
 }

@@ -10,8 +10,7 @@ import psycopg
 
 from activities import catalogue
 from api.state import AppState
-from storage import secrets
-from storage.ddl import DDL_TIMEOUT_MS
+from storage import ddl, secrets
 from storage.errors import Conflict, QueryTimeout
 from storage.pipelines import ColumnLike
 
@@ -30,23 +29,22 @@ async def check_column_hosts(state: AppState, workspace_id: int, specs: list[Col
 async def schema_change(state: AppState, workspace_id: int) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
     """A transaction that changes a workspace's schema; all caches drop it on commit.
 
-    Its statements run under the DDL deadline (``storage.ddl.DDL_TIMEOUT_MS``, 5 min), not
+    Its statements run under the DDL deadline (:func:`storage.ddl.allow_ddl_time`, 5 min), not
     the pool's per-statement one (5 s): a type change, an index or an option removal
     reads and rewrites every row of the table, ~26 s for a million rows. Past the DDL
     deadline: 503 ``QUERY_TIMEOUT``, nothing changed."""
     try:
         async with state.db.transaction() as conn:
-            # the transaction's own deadline first (set_config(..., true) is SET LOCAL; a
-            # statement keeps the deadline it started with), so that waiting for another
-            # schema change of the workspace, which may take minutes, is under it too
-            await conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(DDL_TIMEOUT_MS),))
+            # the deadline first, so that waiting for another schema change of the
+            # workspace, which may take minutes, is under it too
+            await ddl.allow_ddl_time(conn)
             # serialise schema changes per workspace (names, positions, DDL)
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (workspace_id,))
             try:
                 yield conn
             except psycopg.errors.QueryCanceled as exc:
                 raise QueryTimeout(
-                    f"the schema change ran longer than its {DDL_TIMEOUT_MS // 1000} s deadline; nothing"
+                    f"the schema change ran longer than its {ddl.DDL_TIMEOUT_MS // 1000} s deadline; nothing"
                     " was changed") from exc
             await state.caches.notify(conn, workspace_id=workspace_id)
     except psycopg.errors.UniqueViolation as exc:

@@ -53,10 +53,7 @@ def value_json(col: ColumnMeta, c: sql.Composable) -> sql.Composable:
     if col.type is ColumnType.MULTI_SELECT:
         return sql.SQL("coalesce({}, '{{}}'::text[])").format(c)
     if col.type is ColumnType.NUMBER:
-        # integral values as JSON integers, like the Python decoder (3, not 3.0 or 3e+00)
-        return sql.SQL(
-            "CASE WHEN {c} = trunc({c}) AND abs({c}) < {m} THEN to_json({c}::bigint) ELSE to_json({c}) END"
-        ).format(c=c, m=sql.Literal(_SAFE_INT))
+        return _number(c, "to_json({}::bigint)", "to_json({})")
     return c  # timestamps: PostgreSQL's JSON form, which storage.values.iso_text writes too
 
 
@@ -65,10 +62,16 @@ def value_text(col: ColumnMeta, c: sql.Composable) -> sql.Composable:
     its bigint or its own ``to_json`` directly: one conversion, not ``to_json`` of a
     ``json`` value, which measured ~10 % of a 100-record page's statement."""
     if col.type is ColumnType.NUMBER:
-        return sql.SQL(
-            "CASE WHEN {c} = trunc({c}) AND abs({c}) < {m} THEN ({c}::bigint)::text ELSE to_json({c})::text END"
-        ).format(c=c, m=sql.Literal(_SAFE_INT))
+        return _number(c, "({}::bigint)::text", "to_json({})::text")
     return sql.SQL("to_json({})::text").format(value_json(col, c))
+
+
+def _number(c: sql.Composable, integral: str, other: str) -> sql.Composable:
+    """A number column's value ``c`` as ``integral`` (a template of ``c``) when it is an
+    integer below 2^53, as the Python decoder writes it (3, not 3.0 or 3e+00), else as
+    ``other``."""
+    return sql.SQL("CASE WHEN {c} = trunc({c}) AND abs({c}) < {m} THEN {i} ELSE {o} END").format(
+        c=c, m=sql.Literal(_SAFE_INT), i=sql.SQL(integral).format(c), o=sql.SQL(other).format(c))
 
 
 def record_json_renderable(columns: tuple[ColumnMeta, ...] | list[ColumnMeta]) -> bool:
@@ -130,6 +133,7 @@ def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     of PostgreSQL's time than the ``array_agg``, slice and ``array_to_string`` it replaced."""
     params: list[Any] = field_keys(plan.output)
     obj = record_text(plan.output, TABLE_ALIAS)
+    params.append(SEPARATOR)
     outer_order, outer_params = _order_by(plan.order, keyed=True)
     params.extend(outer_params)
     keys, key_params = order_keys(plan)
@@ -143,7 +147,7 @@ def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     params.extend(inner_params)
     params.extend([plan.limit + 1, page_offset(plan)])
     query = sql.SQL(
-        "SELECT string_agg({obj}, E'\\x1e' ORDER BY {outer_order}),"
+        "SELECT string_agg({obj}, %s::text ORDER BY {outer_order}),"
         " count(*), ((array_agg({keys} ORDER BY {key_order}))[%s::int])::text"
         " FROM (SELECT *{computed} FROM {source} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}"
     ).format(
