@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 from storage import ddl, jsontext, outbox
 from storage.errors import InvalidValue, NotFound, ServiceError, UnknownColumn
 from storage.query import build_where
-from storage.query.render import record_json_renderable, record_object
+from storage.query.render import field_keys, record_json_renderable, record_object, record_text
 from storage.schema import COMPUTED_PG_TYPE, ColumnMeta, ColumnType, TableMeta
 from storage.values import decode_value, encode_value, iso
 
@@ -233,8 +233,10 @@ def insert_renderable(table: TableMeta) -> bool:
 
 async def insert_records_json(conn: Conn, *, table: TableMeta, rows: Sequence[PreparedRow]) -> list[str]:
     """:func:`insert_records`, answered as each new record's API JSON rendered by
-    PostgreSQL (:func:`storage.query.render.record_object`, the list pages' renderer), in
+    PostgreSQL (:func:`storage.query.render.record_text`, the list pages' renderer), in
     input order: no row is decoded in Python. For plain writes (no pipeline to feed).
+    The texts are compact, as orjson writes them, except for a table with computed
+    columns, whose jsonb values are not (:func:`insert_json_compact`).
 
     Raises:
         InvalidValue: as :func:`insert_records`.
@@ -246,12 +248,18 @@ async def insert_records_json(conn: Conn, *, table: TableMeta, rows: Sequence[Pr
     query = _INSERT_JSON_SQL.get(key)
     if query is None:
         query = _remember(_INSERT_JSON_SQL, key, sql.SQL("WITH ins AS ({}) SELECT {}::text FROM ins ORDER BY id").format(
-            sql.SQL(insert), record_object(table.columns, "ins")))
+            sql.SQL(insert), record_text(table.columns, "ins")))
     try:
-        cur = await conn.cursor(row_factory=tuple_row).execute(query, [*params, *(c.name for c in table.columns)])
+        cur = await conn.cursor(row_factory=tuple_row).execute(query, [*params, *field_keys(table.columns)])
     except psycopg.errors.ForeignKeyViolation as exc:
         raise _fk_error(table, exc) from None
     return [row[0] for row in await cur.fetchall()]
+
+
+def insert_json_compact(table: TableMeta) -> bool:
+    """Whether :func:`insert_records_json`'s texts are compact already: no computed column,
+    whose jsonb text has blanks (``{"a": 1}``), as a list page's (``PreparedList.compact``)."""
+    return not any(col.computed for col in table.columns)
 
 
 _INSERT_JSON_SQL: dict[tuple[Any, ...], str] = {}

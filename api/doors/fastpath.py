@@ -20,15 +20,21 @@ see the route template as before.
 ``POST {rest}/tables/{id}/records`` (one record) is answered with
 :func:`api.ops.records.create_record`, as the create route is: FastAPI's routing,
 dependency solving and body model cost that write more CPU than its INSERT (profiled with
-py-spy, bench/RESULTS-hotpath.md).
+py-spy, bench/RESULTS-hotpath.md). ``POST {rest}/tables/{id}/records/batch`` is answered
+with :func:`api.doors.rest_reads.batch_response`, the batch route's own body: routing,
+dependency solving, the standard library's JSON parse and the body model were ~30 % of a
+100-row batch's API CPU (py-spy).
 
 Anything it is not sure to answer identically goes on to FastAPI unchanged: other
 methods and paths, app-user (JWT) sessions, requests without a usable bearer token,
 SQL bodies that are not a JSON object of exactly a string
 ``query`` and an optional boolean ``count`` sent as ``application/json``, and create
 bodies that are not exactly ``{"fields": {...}}`` as ``application/json`` or whose query
-string is anything but empty or ``run_pipeline=true|false`` (FastAPI then reads the same
-body bytes). ``tests/api/test_fastpath.py`` checks that both paths give byte-identical
+string is anything but empty or ``run_pipeline=true|false``, batch bodies that are not
+exactly ``{"rows": [{...}, ...], "run_pipeline"?: bool}`` with no query string (FastAPI
+then reads the same body bytes), and any body holding a run of 19 or more digits: orjson
+reads an integer beyond 64 bits as a float, where FastAPI's parser keeps its digits (a
+text column stores ``"123456789012345678901234567890"``, not ``"1.2345678901234568e+29"``). ``tests/api/test_fastpath.py`` checks that both paths give byte-identical
 answers (a created record's id and timestamps aside).
 """
 
@@ -45,7 +51,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.deps import resolve_principal
-from api.doors.rest_reads import list_response, record_response
+from api.doors.rest_reads import batch_response, list_response, record_response
 from api.errors import data_error_response, service_error_response
 from api.middleware.bodies import read_body, replay
 from api.middleware.front import HEADERS_KEY
@@ -62,14 +68,21 @@ _SQL = "/functions/v1/rest-api/sql"
 _SQL_KEYS = frozenset({"query", "count"})
 _SQL_BODY_MAX = 64 * 1024  # larger bodies go to FastAPI (a query is at most 10,000 characters)
 _CREATE_BODY_MAX = 256 * 1024  # a larger record body goes to FastAPI (it reads it all anyway)
+_BATCH_BODY_MAX = 4 * 1024 * 1024  # likewise a larger batch body (500 rows of ~8 KB)
+_BATCH_KEYS = frozenset({"rows", "run_pipeline"})
+# a run of digits orjson may read as a float where the standard library keeps an int:
+# an integer outside [-2^63, 2^64) has 19 digits or more
+_LONG_DIGITS = re.compile(rb"\d{19}")
 _HEADERS = (b"authorization", b"prefer", b"content-type")
 _RECORD = re.compile(r"/functions/v1/rest-api/tables/(\d{1,18})/records/([^/]+)")
 _LIST = re.compile(r"/functions/v1/rest-api/tables/(\d{1,18})/records")
+_BATCH = re.compile(r"/functions/v1/rest-api/tables/(\d{1,18})/records/batch")
 # the FastAPI routes these paths stand for (their templates, as the router names them)
 _GET_ROUTE = ("GET", "/functions/v1/rest-api/tables/{table_id}/records/{record_id}")
 _LIST_ROUTE = ("GET", "/functions/v1/rest-api/tables/{table_id}/records")
 _SQL_ROUTE = ("POST", _SQL)
 _CREATE_ROUTE = ("POST", "/functions/v1/rest-api/tables/{table_id}/records")
+_BATCH_ROUTE = ("POST", "/functions/v1/rest-api/tables/{table_id}/records/batch")
 
 
 def _route(app: Any, method: str, path: str) -> Any:
@@ -109,6 +122,10 @@ class FastReads:
             listing = _LIST.fullmatch(scope["path"])
             if listing is not None:
                 await self._create(scope, receive, send, int(listing[1]))
+                return
+            batch = _BATCH.fullmatch(scope["path"])
+            if batch is not None:
+                await self._batch(scope, receive, send, int(batch[1]))
                 return
         if scope["type"] != "http" or scope["method"] != "GET" or not scope["path"].startswith(_PREFIX):
             await self.app(scope, receive, send)
@@ -203,6 +220,27 @@ class FastReads:
 
         await self._answer(scope, receive, send, secret, _CREATE_ROUTE, answer)  # type: ignore[arg-type]
 
+    async def _batch(self, scope: Scope, receive: Receive, send: Send, table_id: int) -> None:
+        """``POST {rest}/tables/{id}/records/batch`` as the batch route answers it, for a
+        body of exactly ``{"rows": [{...}, ...], "run_pipeline"?: bool}`` and no query."""
+        read = await read_body(receive, limit=_BATCH_BODY_MAX)
+        if read is None:  # the client left: nothing to answer
+            return
+        body, more = read
+        headers = _headers(scope)
+        secret = bearer(headers.get(b"authorization"))
+        args = (None if more or scope.get("query_string") or secret is None or appusers.is_app_token(secret)
+                else _batch_args(headers, body))
+        if args is None:
+            await self.app(scope, replay(body, more, receive), send)  # FastAPI answers as it would
+            return
+        rows, run_pipeline = args
+
+        async def answer(state: Any, principal: Principal) -> Response:
+            return await batch_response(state, principal, table_id, rows, run_pipeline=run_pipeline)
+
+        await self._answer(scope, receive, send, secret, _BATCH_ROUTE, answer)
+
 
 async def _principal(state: Any, st: dict[str, Any], secret: str) -> Principal:
     """The principal of ``secret``: as the front layer (:func:`api.middleware.usage.admit`)
@@ -248,7 +286,7 @@ def _json_body(headers: dict[bytes, bytes], body: bytes) -> Any:
     """The body parsed as JSON when it is sent as ``application/json`` and parses (orjson is
     stricter than json.loads: what it accepts, both read alike), else ``None``."""
     media = headers.get(b"content-type", b"").partition(b";")[0].strip().lower()
-    if media != b"application/json":
+    if media != b"application/json" or _LONG_DIGITS.search(body):
         return None
     try:
         return orjson.loads(body)
@@ -263,6 +301,18 @@ def _create_fields(headers: dict[bytes, bytes], body: bytes) -> dict[str, Any] |
     if type(data) is not dict or len(data) != 1 or type(data.get("fields")) is not dict:
         return None
     return data["fields"]  # type: ignore[no-any-return]
+
+
+def _batch_args(headers: dict[bytes, bytes], body: bytes) -> tuple[list[dict[str, Any]], bool] | None:
+    """``(rows, run_pipeline)`` of a body FastAPI would accept as :class:`api.schemas.BatchIn`
+    as it is (a list of objects, a boolean), or ``None`` to leave the request to FastAPI."""
+    data = _json_body(headers, body)
+    if type(data) is not dict or "rows" not in data or not data.keys() <= _BATCH_KEYS:
+        return None
+    rows, run_pipeline = data["rows"], data.get("run_pipeline", True)
+    if type(rows) is not list or type(run_pipeline) is not bool or not all(type(r) is dict for r in rows):
+        return None
+    return rows, run_pipeline
 
 
 def _sql_args(headers: dict[bytes, bytes], body: bytes) -> tuple[str, bool] | None:

@@ -1,11 +1,12 @@
-"""REST's answers to the record reads, shared by the two REST doors: the FastAPI routes
-(:mod:`api.doors.rest.records`) and the direct dispatch of the hot reads (:mod:`api.doors.fastpath`),
-which must answer byte for byte alike. Each turns the query string into an operation of
-:mod:`api.ops.records` and renders its result."""
+"""REST's answers to the record reads and the batch create, shared by the two REST doors:
+the FastAPI routes (:mod:`api.doors.rest.records`) and the direct dispatch of the hot calls
+(:mod:`api.doors.fastpath`), which must answer byte for byte alike. Each turns the request
+into an operation of :mod:`api.ops.records` and renders its result."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import orjson
 from starlette.responses import Response
@@ -57,3 +58,15 @@ async def record_response(state: AppState, principal: Principal, table_id: int, 
                           params: list[tuple[str, str]] | None = None) -> Response:
     """``GET {rest}/tables/{id}/records/{record_id}`` (``params``: its query string)."""
     return JSON(await ops.get_record(state, principal, table_id, record_id, params))
+
+
+async def batch_response(state: AppState, principal: Principal, table_id: int, rows: list[Any], *,
+                         run_pipeline: bool) -> Response:
+    """``POST {rest}/tables/{id}/records/batch``: one result per row, in input order. A
+    record PostgreSQL rendered goes into the body as its text, without being parsed."""
+    out = await ops.create_records(state, principal, table_id, rows, run_pipeline=run_pipeline)
+    for result in out["results"]:
+        record = result.get("record")
+        if isinstance(record, ops.RawJson):
+            result["record"] = orjson.Fragment(record.encoded())
+    return JSON(out)

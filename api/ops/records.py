@@ -395,8 +395,9 @@ async def create_records(state: AppState, principal: Principal, table_ref: int |
         except ServiceError:
             pass
         else:
+            spaced = not rec.insert_json_compact(table)
             for (i, _), text in zip(valid, texts):
-                results[i] = {"index": i, "record": RawJson(text)}
+                results[i] = {"index": i, "record": RawJson(text, spaced)}
             return {"results": results}
     inserted: list[tuple[int, dict[str, Any]]] = []
 

@@ -193,3 +193,34 @@ def test_a_plain_batch_answers_each_record_exactly_as_a_read_does(ws):
         {"fields": {"Title": "ok"}}, {"fields": {"Title": "bad", "Owner": 999999999}}], "run_pipeline": False})
     assert r.status_code == 200
     assert "record" in r.json()["results"][0] and r.json()["results"][1]["code"] == "INVALID_VALUE"
+
+
+def test_a_plain_batch_writes_each_record_with_the_bytes_of_a_read(ws):
+    """Without computed columns a plain batch's records are compact JSON text from
+    PostgreSQL, sent unparsed: each must be byte for byte the body a GET of the record
+    gives (orjson's output), for awkward names and values too. A number that PostgreSQL
+    writes in exponent form (an integral value from 2^53 up, or below 1e-4) may be spelled
+    differently (``9.007199254740992e+15``, ``1.5e-07``): the same number, as the list
+    pages write it."""
+    t = ws.create_table("BBytes", [
+        {"name": 'Ti"t\\le ✓', "type": "text"}, {"name": "Score", "type": "number"},
+        {"name": "Done", "type": "checkbox"}, {"name": "Tags", "type": "multi_select", "options": ["a,b", 'q"']},
+        {"name": "Due", "type": "date"},
+    ])
+    texts = ['he said "hi"\\', "line\nbreak\ttab\u2028\u2029", "😀 ünïcödé \u001e\u001f", "", "{\"id\" : 1}"]
+    spelled_alike = [0, -0.0, 3, -3, 2.5, 0.1, 1e20, -1e300, 2**53 - 1, 123456789.125, 0.000123, 1e14 + 0.5]
+    exponent_form = [2**53, 2**53 + 2, -(2**53) - 2, 1.5e-7]
+    rows = [{"fields": {'Ti"t\\le ✓': texts[i % len(texts)], "Score": n, "Done": i % 3 == 0 or None,
+                        "Tags": [["a,b"], ['q"', "a,b"], []][i % 3], "Due": "2026-01-02T10:00:00.120+02:00"}}
+            for i, n in enumerate(spelled_alike + exponent_form)]
+    rows.append({"fields": {}})
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows, "run_pipeline": False})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert all("record" in x for x in results), results
+    for i, x in enumerate(results):
+        got = ws.api.get(f"/tables/{t['id']}/records/{x['record']['id']}")
+        assert got.status_code == 200
+        assert x["record"] == got.json()
+        if not len(spelled_alike) <= i < len(spelled_alike) + len(exponent_form):
+            assert got.content in r.content, (got.content, r.content)

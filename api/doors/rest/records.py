@@ -3,12 +3,11 @@ delete and batch create. Writes run the table's computed columns before answerin
 
 from __future__ import annotations
 
-import orjson
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from api.deps import RestPrincipal, StateDep
-from api.doors.rest_reads import list_response, record_response
+from api.doors.rest_reads import batch_response, list_response, record_response
 from api.ops import records as ops
 from api.responses import JSON
 from api.schemas import ERRORS, BatchIn, BatchOut, Deleted, RecordIn, RecordList, RecordOut
@@ -99,12 +98,7 @@ async def delete(table_id: int, record_id: str, principal: RestPrincipal, state:
 
 
 @router.post("/batch", response_model=BatchOut, responses=ERRORS)
-async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: StateDep) -> JSON:
+async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: StateDep) -> Response:
     """Create up to 500 records; one result per row in input order. A failing row does
     not abort the others; valid rows are inserted together in one statement."""
-    out = await ops.create_records(state, principal, table_id, body.rows, run_pipeline=body.run_pipeline)
-    for result in out["results"]:
-        record = result.get("record")
-        if isinstance(record, ops.RawJson):  # as PostgreSQL rendered it: no row decoded in Python
-            result["record"] = orjson.Fragment(record.encoded())
-    return JSON(out)
+    return await batch_response(state, principal, table_id, body.rows, run_pipeline=body.run_pipeline)
