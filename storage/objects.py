@@ -403,10 +403,15 @@ def bucket_out(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def has_object_refs(table: TableMeta, values: Mapping[int, Any], base_url: str) -> bool:
     """Whether a prepared row holds file items that :func:`resolve_file_refs` must resolve."""
+    files = table.memo.get("file_columns")
+    if files is None:  # once per schema version: each row of a batch asks
+        files = table.memo["file_columns"] = tuple(col for col in table.columns if col.type is ColumnType.FILE)
+    if not files:
+        return False
     own = base_url.rstrip("/") + "/storage/v1/object/"
-    for col in table.columns:
+    for col in files:
         value = values.get(col.id)
-        if col.type is ColumnType.FILE and isinstance(value, Jsonb):
-            if any("bucket" in it or str(it.get("url", "")).startswith(own) for it in value.obj):
-                return True
+        if isinstance(value, Jsonb) and any("bucket" in it or str(it.get("url", "")).startswith(own)
+                                            for it in value.obj):
+            return True
     return False

@@ -71,8 +71,10 @@ _CREATE_BODY_MAX = 256 * 1024  # a larger record body goes to FastAPI (it reads 
 _BATCH_BODY_MAX = 4 * 1024 * 1024  # likewise a larger batch body (500 rows of ~8 KB)
 _BATCH_KEYS = frozenset({"rows", "run_pipeline"})
 # a run of digits orjson may read as a float where the standard library keeps an int:
-# an integer outside [-2^63, 2^64) has 19 digits or more
-_LONG_DIGITS = re.compile(rb"\d{19}")
+# an integer outside [-2^63, 2^64) has 19 digits or more. Found by mapping every digit to
+# "0" and everything else to " " (~5 µs for a 6 KB body, a regex took ~60 µs)
+_DIGITS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+_LONG_DIGITS = b"0" * 19
 _HEADERS = (b"authorization", b"prefer", b"content-type")
 _RECORD = re.compile(r"/functions/v1/rest-api/tables/(\d{1,18})/records/([^/]+)")
 _LIST = re.compile(r"/functions/v1/rest-api/tables/(\d{1,18})/records")
@@ -286,7 +288,7 @@ def _json_body(headers: dict[bytes, bytes], body: bytes) -> Any:
     """The body parsed as JSON when it is sent as ``application/json`` and parses (orjson is
     stricter than json.loads: what it accepts, both read alike), else ``None``."""
     media = headers.get(b"content-type", b"").partition(b";")[0].strip().lower()
-    if media != b"application/json" or _LONG_DIGITS.search(body):
+    if media != b"application/json" or _LONG_DIGITS in body.translate(_DIGITS):
         return None
     try:
         return orjson.loads(body)

@@ -62,7 +62,7 @@ from storage.schema import TableMeta
 MAX_BATCH = BATCH_MAX
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)  # not frozen: a frozen __init__ cost ~1.5 µs a record of a batch
 class RawJson:
     """JSON text PostgreSQL rendered. ``spaced``: PostgreSQL's ``json`` text with blanks
     (``{"id" : 1}``), which :meth:`encoded` compacts; a door that needs the values decodes
