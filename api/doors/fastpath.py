@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import orjson
@@ -63,6 +63,7 @@ from api.services import appusers
 from storage.access import Principal, TokenType
 from storage.errors import Forbidden, ServiceError
 
+_A = TypeVar("_A")  # a POST's parsed arguments (FastReads._arguments)
 _PREFIX = "/functions/v1/rest-api/tables/"
 _SQL = "/functions/v1/rest-api/sql"
 _SQL_KEYS = frozenset({"query", "count"})
@@ -180,19 +181,32 @@ class FastReads:
             response = data_error_response(exc)
         await response(scope, receive, send)
 
-    async def _sql(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """``POST {rest}/sql`` as the FastAPI route ``api.doors.rest.sql.sql`` answers it."""
-        read = await read_body(receive, limit=_SQL_BODY_MAX)
+    async def _arguments(self, scope: Scope, receive: Receive, send: Send, limit: int,
+                         parse: Callable[[dict[bytes, bytes], bytes], _A | None]) -> tuple[dict[bytes, bytes], str, _A] | None:
+        """Read a POST's body (up to just past ``limit`` bytes) and ``parse`` its arguments:
+        ``(headers, bearer secret, arguments)``. ``None`` when there is nothing left to do
+        here: the client left, or the request went on to FastAPI (a larger body, no usable
+        bearer token, an app user's session, or arguments ``parse`` does not take as they
+        are), which reads the same body bytes and answers as it would."""
+        read = await read_body(receive, limit=limit)
         if read is None:  # the client left: nothing to answer
-            return
+            return None
         body, more = read
         headers = _headers(scope)
         secret = bearer(headers.get(b"authorization"))
-        args = None if more or secret is None or appusers.is_app_token(secret) else _sql_args(headers, body)
-        if args is None:
-            await self.app(scope, replay(body, more, receive), send)  # FastAPI answers as it would
+        if not more and secret is not None and not appusers.is_app_token(secret):
+            args = parse(headers, body)
+            if args is not None:
+                return headers, secret, args
+        await self.app(scope, replay(body, more, receive), send)
+        return None
+
+    async def _sql(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST {rest}/sql`` as the FastAPI route ``api.doors.rest.sql.sql`` answers it."""
+        got = await self._arguments(scope, receive, send, _SQL_BODY_MAX, _sql_args)
+        if got is None:
             return
-        query, count = args
+        headers, secret, (query, count) = got
         prefer = headers.get(b"prefer", b"").decode("latin-1")
 
         async def answer(state: Any, principal: Principal) -> Response:
@@ -204,18 +218,13 @@ class FastReads:
     async def _create(self, scope: Scope, receive: Receive, send: Send, table_id: int) -> None:
         """``POST {rest}/tables/{id}/records`` as the create route answers it, for a body of
         exactly ``{"fields": {...}}`` and no query but ``run_pipeline``."""
-        read = await read_body(receive, limit=_CREATE_BODY_MAX)
-        if read is None:  # the client left: nothing to answer
-            return
-        body, more = read
-        headers = _headers(scope)
-        secret = bearer(headers.get(b"authorization"))
         run_pipeline = _run_pipeline(scope.get("query_string", b""))
-        fields = (None if more or run_pipeline is None or secret is None or appusers.is_app_token(secret)
-                  else _create_fields(headers, body))
-        if fields is None:
-            await self.app(scope, replay(body, more, receive), send)  # FastAPI answers as it would
+        got = await self._arguments(scope, receive, send, _CREATE_BODY_MAX,
+                                    lambda headers, body: None if run_pipeline is None else _create_fields(headers, body))
+        if got is None:
             return
+        _, secret, fields = got
+
         async def answer(state: Any, principal: Principal) -> Response:
             return JSON(await record_ops.create_record(state, principal, table_id, fields,
                                                        run_pipeline=bool(run_pipeline)), status_code=201)
@@ -225,18 +234,12 @@ class FastReads:
     async def _batch(self, scope: Scope, receive: Receive, send: Send, table_id: int) -> None:
         """``POST {rest}/tables/{id}/records/batch`` as the batch route answers it, for a
         body of exactly ``{"rows": [{...}, ...], "run_pipeline"?: bool}`` and no query."""
-        read = await read_body(receive, limit=_BATCH_BODY_MAX)
-        if read is None:  # the client left: nothing to answer
+        query = scope.get("query_string")
+        got = await self._arguments(scope, receive, send, _BATCH_BODY_MAX,
+                                    lambda headers, body: None if query else _batch_args(headers, body))
+        if got is None:
             return
-        body, more = read
-        headers = _headers(scope)
-        secret = bearer(headers.get(b"authorization"))
-        args = (None if more or scope.get("query_string") or secret is None or appusers.is_app_token(secret)
-                else _batch_args(headers, body))
-        if args is None:
-            await self.app(scope, replay(body, more, receive), send)  # FastAPI answers as it would
-            return
-        rows, run_pipeline = args
+        _, secret, (rows, run_pipeline) = got
 
         async def answer(state: Any, principal: Principal) -> Response:
             return await batch_response(state, principal, table_id, rows, run_pipeline=run_pipeline)

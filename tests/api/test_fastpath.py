@@ -218,6 +218,36 @@ def _masked(body: bytes) -> Any:
     return data
 
 
+def _post_both(fast: httpx.Client, slow: httpx.Client, i: int, path: str, token: str | None, body: bytes,
+               extra: dict[str, str]) -> tuple[httpx.Response, httpx.Response, dict[str, str]]:
+    """POST ``body`` to the fast path and to FastAPI's route; both must answer alike (what
+    differs between two writes aside). Returns both answers and the headers sent."""
+    headers = {**extra, **({"Authorization": f"Bearer {token}"} if token else {})}
+    a = fast.post(path, content=body, headers=headers)
+    b = slow.post(path, content=body, headers=headers)
+    assert a.status_code == b.status_code, (i, a.text[:300], b.text[:300])
+    assert a.status_code < 500, (i, a.text)
+    assert _masked(a.content) == _masked(b.content), (i, a.text[:600], b.text[:600])
+    for h in HEADERS:
+        assert a.headers.get(h) == b.headers.get(h), (i, h)
+    return a, b, headers
+
+
+def _callers(s: dict[str, Any], good: bytes, hidden: bytes) -> list[tuple[str | None, int, str, bytes, dict[str, str]]]:
+    """The writes of callers who may not make them: ``good`` by a reader, by an MCP token,
+    without and with a bad token; ``hidden`` into a table the reader cannot see."""
+    tok, t, js = s["tokens"], s["table"], {"Content-Type": "application/json"}
+    return [(tok["reader"], t, "", good, js), (tok["reader"], s["hidden"], "", hidden, js),
+            (tok["user_mcp"], t, "", good, js), (None, t, "", good, js), ("wds_not_a_token", t, "", good, js)]
+
+
+@pytest.fixture
+def calc(ws: Any) -> int:
+    """A table with a required number and a formula over it."""
+    return int(ws.create_table("Calc", [{"name": "N", "type": "number", "required": True},
+                                        {"name": "Double", "type": "formula", "formula": "{N}*2"}])["id"])
+
+
 def _create_requests(s: dict[str, Any], calc: int) -> list[tuple[str | None, int, str, bytes, dict[str, str]]]:
     tok, t, people = s["tokens"], s["table"], s["people"]
     js = {"Content-Type": "application/json"}
@@ -259,34 +289,21 @@ def _create_requests(s: dict[str, Any], calc: int) -> list[tuple[str | None, int
         (tok["builder"], calc, "", b'{"fields": {"Double": 4}}', js),
         (tok["builder"], calc, "", b'{"fields": {"Double": null}}', js),
         (tok["builder"], people, "", b'{"fields": {"Name": "x"}}', js),
-        (tok["reader"], t, "", good, js),
-        (tok["reader"], s["hidden"], "", b'{"fields": {"Code": "x"}}', js),
-        (tok["user_mcp"], t, "", good, js),
-        (None, t, "", good, js),
-        ("wds_not_a_token", t, "", good, js),
+        *_callers(s, good, b'{"fields": {"Code": "x"}}'),
     ]
 
 
-def test_fast_create_answers_like_fastapi(ws: Any, setup: dict[str, Any], base_url: str, slow_api: ApiProcess) -> None:
+def test_fast_create_answers_like_fastapi(calc: int, setup: dict[str, Any], base_url: str, slow_api: ApiProcess) -> None:
     """One record's create on the fast path: the same status, headers and body as FastAPI's
     route, the new record's id and timestamps (and its run's id) aside; both wrote it."""
-    calc = ws.create_table("Calc", [{"name": "N", "type": "number", "required": True},
-                                    {"name": "Double", "type": "formula", "formula": "{N}*2"}])["id"]
     with httpx.Client(base_url=base_url, timeout=30) as fast, httpx.Client(base_url=slow_api.base_url, timeout=30) as slow:
         for i, (token, table, query, body, extra) in enumerate(_create_requests(setup, calc)):
-            headers = {**extra, **({"Authorization": f"Bearer {token}"} if token else {})}
-            path = f"/functions/v1/rest-api/tables/{table}/records{query}"
-            a = fast.post(path, content=body, headers=headers)
-            b = slow.post(path, content=body, headers=headers)
-            assert a.status_code == b.status_code, (i, a.text[:300], b.text[:300])
-            assert a.status_code < 500, (i, a.text)
-            assert _masked(a.content) == _masked(b.content), (i, a.text[:300], b.text[:300])
+            a, b, headers = _post_both(fast, slow, i, f"/functions/v1/rest-api/tables/{table}/records{query}",
+                                       token, body, extra)
             if a.status_code == 201:
                 assert a.json()["id"] != b.json()["id"]
                 again = fast.get(f"/functions/v1/rest-api/tables/{table}/records/{a.json()['id']}", headers=headers)
                 assert again.status_code == 200 and again.json()["fields"] == a.json()["fields"], (i, again.text)
-            for h in HEADERS:
-                assert a.headers.get(h) == b.headers.get(h), (i, h)
 
 
 def test_metrics_see_the_create_route_on_the_fast_path(setup: dict[str, Any], base_url: str) -> None:
@@ -339,30 +356,17 @@ def _batch_requests(s: dict[str, Any], calc: int) -> list[tuple[str | None, int,
         (tok["builder"], calc, "", b'{"rows": [{"fields": {"N": 4}}], "run_pipeline": false}', js),
         (tok["builder"], calc, "", b'{"rows": [{"fields": {"N": 4, "Double": 1}}]}', js),
         (tok["builder"], people, "", b'{"rows": [{"fields": {"Name": "x"}}]}', js),
-        (tok["reader"], t, "", good, js),
-        (tok["reader"], s["hidden"], "", b'{"rows": [{"fields": {"Code": "x"}}]}', js),
-        (tok["user_mcp"], t, "", good, js),
-        (None, t, "", good, js),
-        ("wds_not_a_token", t, "", good, js),
+        *_callers(s, good, b'{"rows": [{"fields": {"Code": "x"}}]}'),
     ]
 
 
-def test_fast_batch_answers_like_fastapi(ws: Any, setup: dict[str, Any], base_url: str, slow_api: ApiProcess) -> None:
+def test_fast_batch_answers_like_fastapi(calc: int, setup: dict[str, Any], base_url: str, slow_api: ApiProcess) -> None:
     """A batch create on the fast path: the same status, headers and body as FastAPI's
     route (new ids, timestamps and run ids aside), every stored record as a read gives it."""
-    calc = ws.create_table("Calc", [{"name": "N", "type": "number", "required": True},
-                                    {"name": "Double", "type": "formula", "formula": "{N}*2"}])["id"]
     with httpx.Client(base_url=base_url, timeout=30) as fast, httpx.Client(base_url=slow_api.base_url, timeout=30) as slow:
         for i, (token, table, query, body, extra) in enumerate(_batch_requests(setup, calc)):
-            headers = {**extra, **({"Authorization": f"Bearer {token}"} if token else {})}
-            path = f"/functions/v1/rest-api/tables/{table}/records/batch{query}"
-            a = fast.post(path, content=body, headers=headers)
-            b = slow.post(path, content=body, headers=headers)
-            assert a.status_code == b.status_code, (i, a.text[:300], b.text[:300])
-            assert a.status_code < 500, (i, a.text)
-            assert _masked(a.content) == _masked(b.content), (i, a.text[:600], b.text[:600])
-            for h in HEADERS:
-                assert a.headers.get(h) == b.headers.get(h), (i, h)
+            a, _, headers = _post_both(fast, slow, i, f"/functions/v1/rest-api/tables/{table}/records/batch{query}",
+                                       token, body, extra)
             if a.status_code == 200:
                 for result in a.json()["results"]:
                     if "record" in result:
