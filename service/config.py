@@ -133,7 +133,7 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(default=30.0, gt=0)
     keep_alive_s: int = Field(default=5, ge=1)
 
-    # REST: answer GET record / GET records list / POST sql / POST one record without
+    # REST: answer GET record / GET records list / POST sql / POST one record / batch without
     # FastAPI's router (api/doors/fastpath.py, same handler functions); off = every request via FastAPI
     fast_reads: bool = True
     # MCP: serve tools/call POSTs through the SDK's single-request kernel without its
