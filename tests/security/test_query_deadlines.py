@@ -140,9 +140,13 @@ def test_a_schema_change_of_a_large_table_runs_under_the_ddl_deadline(make_works
         r = api.patch(f"/tables/{t['id']}/columns/{col}", json={"type": "number"})
         assert r.status_code == 200, r.text
         assert r.json()["type"] == "number"
-        got = api.get(f"/tables/{t['id']}/records", params={"order": "id.asc", "limit": 2}).json()["records"]
-        assert [g["fields"]["N"] for g in got] == [1.5, 2.5]
-        assert [g["fields"]["Keep"] for g in got] == ["k1", "k2"]
+    # read back through the usual API: the 100 ms one is there for the schema change, and
+    # the first read of a freshly rewritten table may pass 100 ms on a loaded machine
+    r = ws.api.get(f"/tables/{t['id']}/records", params={"order": "id.asc", "limit": 2})
+    assert r.status_code == 200, r.text
+    got = r.json()["records"]
+    assert [g["fields"]["N"] for g in got] == [1.5, 2.5]
+    assert [g["fields"]["Keep"] for g in got] == ["k1", "k2"]
     with psycopg.connect(services.pg.dsn, autocommit=True) as conn:
         row = conn.execute(sql.SQL("SELECT count(*), sum({}) FROM {}").format(
             sql.Identifier(column_name(col)), qualified(ws.id, t["id"]))).fetchone()
