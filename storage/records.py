@@ -236,7 +236,7 @@ async def insert_records_json(conn: Conn, *, table: TableMeta, rows: Sequence[Pr
     PostgreSQL (:func:`storage.query.render.record_text`, the list pages' renderer), in
     input order: no row is decoded in Python. For plain writes (no pipeline to feed).
     The texts are compact, as orjson writes them, except for a table with computed
-    columns, whose jsonb values are not (:func:`insert_json_compact`).
+    columns (:func:`storage.query.render.record_text_compact`).
 
     Raises:
         InvalidValue: as :func:`insert_records`.
@@ -254,12 +254,6 @@ async def insert_records_json(conn: Conn, *, table: TableMeta, rows: Sequence[Pr
     except psycopg.errors.ForeignKeyViolation as exc:
         raise _fk_error(table, exc) from None
     return [row[0] for row in await cur.fetchall()]
-
-
-def insert_json_compact(table: TableMeta) -> bool:
-    """Whether :func:`insert_records_json`'s texts are compact already: no computed column,
-    whose jsonb text has blanks (``{"a": 1}``), as a list page's (``PreparedList.compact``)."""
-    return not any(col.computed for col in table.columns)
 
 
 _INSERT_JSON_SQL: dict[tuple[Any, ...], str] = {}

@@ -55,6 +55,7 @@ from storage.query.render import (
     list_records_json,
     memoised_list,
     prepared_or_plan,
+    record_text_compact,
 )
 from storage.reads import Embedding, Step, joined_record, joined_steps
 from storage.schema import TableMeta
@@ -395,7 +396,7 @@ async def create_records(state: AppState, principal: Principal, table_ref: int |
         except ServiceError:
             pass
         else:
-            spaced = not rec.insert_json_compact(table)
+            spaced = not record_text_compact(table.columns)
             for (i, _), text in zip(valid, texts):
                 results[i] = {"index": i, "record": RawJson(text, spaced)}
             return {"results": results}

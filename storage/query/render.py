@@ -102,8 +102,8 @@ def record_text(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str) 
     writes (``json_build_object`` writes ``{"id" : 1, "f" : 2}``), assembled from each
     value's ``to_json`` text; takes per column its JSON-encoded name and a colon as a
     parameter (``%s`` each, :func:`field_keys`). A computed column's value is jsonb, whose
-    text is not compact (``{"a": 1}``): pages with one are compacted afterwards
-    (:attr:`PreparedList.compact`)."""
+    text is not compact (``{"a": 1}``): such records are compacted afterwards
+    (:func:`record_text_compact`)."""
     pairs = [sql.SQL("%s::text || coalesce({}, 'null')").format(
         value_text(col, sql.Identifier(alias, col.physical))) for col in columns]
     fields = sql.SQL(" || ',' || ").join(pairs) if pairs else sql.SQL("''")
@@ -111,6 +111,12 @@ def record_text(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str) 
         "('{{\"id\":' || {a}.id::text || ',\"fields\":{{' || {fields} || '}},\"created_at\":'"
         " || to_json({a}.created_at)::text || ',\"updated_at\":' || to_json({a}.updated_at)::text || '}}')"
     ).format(a=sql.Identifier(alias), fields=fields)
+
+
+def record_text_compact(columns: tuple[ColumnMeta, ...] | list[ColumnMeta]) -> bool:
+    """Whether :func:`record_text` over these columns is compact as it is: no computed
+    column, whose jsonb text has blanks (``{"a": 1}``); else it is compacted afterwards."""
+    return not any(col.computed for col in columns)
 
 
 def field_keys(columns: tuple[ColumnMeta, ...] | list[ColumnMeta]) -> list[str]:
@@ -215,7 +221,7 @@ def prepare_list_json(plan: QueryPlan) -> PreparedList:
                         count_sql.as_bytes(None), tuple(count_params),
                         estimate_sql.as_bytes(None), tuple(estimate_params),
                         counter[0].as_bytes(None) if counter else None, tuple(counter[1]) if counter else (),
-                        compact=any(col.computed for col in plan.output),
+                        compact=not record_text_compact(plan.output),
                         fingerprint=plan.fingerprint, cursor_kinds=plan.cursor_kinds)
 
 
