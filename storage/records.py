@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 from storage import ddl, jsontext, outbox
 from storage.errors import InvalidValue, NotFound, ServiceError, UnknownColumn
 from storage.query import build_where
-from storage.query.render import field_keys, record_json_renderable, record_object, record_text
+from storage.query.render import field_keys, record_json_renderable, record_text, record_text_spaced
 from storage.schema import COMPUTED_PG_TYPE, ColumnMeta, ColumnType, TableMeta
 from storage.values import decode_value, encode_value, iso
 
@@ -231,29 +231,31 @@ def insert_renderable(table: TableMeta) -> bool:
     return record_json_renderable(table.columns)
 
 
-async def insert_records_json(conn: Conn, *, table: TableMeta, rows: Sequence[PreparedRow]) -> list[str]:
+async def insert_records_json(conn: Conn, *, table: TableMeta,
+                              rows: Sequence[PreparedRow]) -> tuple[list[str], list[bool]]:
     """:func:`insert_records`, answered as each new record's API JSON rendered by
     PostgreSQL (:func:`storage.query.render.record_text`, the list pages' renderer), in
     input order: no row is decoded in Python. For plain writes (no pipeline to feed).
-    The texts are compact, as orjson writes them, except for a table with computed
-    columns (:func:`storage.query.render.record_text_compact`).
+    With each text, whether it is spaced (:func:`storage.query.render.record_text_spaced`:
+    to be compacted); else it is compact, as orjson writes it.
 
     Raises:
         InvalidValue: as :func:`insert_records`.
     """
     if not rows:
-        return []
+        return [], []
     insert, params = _insert_statement(table, rows)
     key = (insert, tuple((c.physical, c.type) for c in table.columns))
     query = _INSERT_JSON_SQL.get(key)
     if query is None:
-        query = _remember(_INSERT_JSON_SQL, key, sql.SQL("WITH ins AS ({}) SELECT {}::text FROM ins ORDER BY id").format(
-            sql.SQL(insert), record_text(table.columns, "ins")))
+        query = _remember(_INSERT_JSON_SQL, key, sql.SQL("WITH ins AS ({}) SELECT {}, {} FROM ins ORDER BY id").format(
+            sql.SQL(insert), record_text(table.columns, "ins"), record_text_spaced(table.columns, "ins")))
     try:
         cur = await conn.cursor(row_factory=tuple_row).execute(query, [*params, *field_keys(table.columns)])
     except psycopg.errors.ForeignKeyViolation as exc:
         raise _fk_error(table, exc) from None
-    return [row[0] for row in await cur.fetchall()]
+    answers = await cur.fetchall()
+    return [row[0] for row in answers], [row[1] for row in answers]
 
 
 _INSERT_JSON_SQL: dict[tuple[Any, ...], str] = {}
@@ -365,15 +367,17 @@ async def insert_computed_json(
     conn: Conn, *, table: TableMeta, rows: Sequence[PreparedRow], ids: Sequence[int],
     computed: Sequence[Mapping[int, Any]], outcomes: Sequence[Mapping[str, Any] | None],
     ok_outcome: Mapping[str, Any] | None = None, outbox_payload: dict[str, Any] | None = None,
-) -> tuple[list[str], int | None]:
+) -> tuple[list[str], list[bool], int | None]:
     """Insert records with their computed values and pipeline outcome in one statement:
     row ``i`` as record ``ids[i]`` (ascending with the input, as :func:`allocate_ids`
     gives them) with ``computed[i]``
     (column id → JSON value) and ``outcomes[i]`` as ``_pipeline`` (``None``: the run's
     shared ``ok_outcome``, sent once instead of once a row). Answers each record's
     API JSON with its ``pipeline`` (as write responses show it), rendered by PostgreSQL,
-    in input order, and the id of the run's ``wds.outbox`` row written by the same
-    statement when ``outbox_payload`` is given (else ``None``).
+    in input order; per record whether that text is spaced (to be compacted,
+    :func:`storage.query.render.record_text_spaced`; a record with its own outcome is
+    too), else it is the bytes orjson writes; and the id of the run's ``wds.outbox`` row
+    written by the same statement when ``outbox_payload`` is given (else ``None``).
     The realtime feed sees one INSERT per record with every value.
 
     Raises:
@@ -382,7 +386,7 @@ async def insert_computed_json(
         NotFound: the outbox row's table or workspace was deleted meanwhile.
     """
     if not rows:
-        return [], None
+        return [], [], None
     if any(a >= b for a, b in pairwise(ids)):
         raise ValueError("record ids must ascend with the input rows")
     if ok_outcome is None and any(o is None for o in outcomes):
@@ -411,25 +415,36 @@ async def insert_computed_json(
         names, source = _typed_rows(columns)
         values = sql.SQL(", ").join([*(sql.Identifier(name) for name, _ in columns[:-1]),
                                      sql.SQL("COALESCE(x._pipeline, %s::jsonb)")])
+        # the record as the list pages write it (compact, no parse here), its outcome the
+        # run's shared one as compact text (the common case) or its own, as jsonb renders it
+        p = sql.Identifier("ins", "_pipeline")
+        pipeline = sql.SQL(
+            "CASE WHEN {p} = %s::jsonb THEN %s::text ELSE json_build_object("
+            "'status', {p}->'status', 'run_id', {p}->'run_id', 'errors', {p}->'errors')::text END").format(p=p)
         query = _remember(_INSERT_JSON_SQL, key, sql.SQL(
             "WITH ins AS (INSERT INTO {t} ({names}) SELECT {values} FROM {source} ORDER BY x.ordinality RETURNING *)"
-            "{outbox} SELECT {obj}::text, {outbox_id} FROM ins ORDER BY id"
+            "{outbox} SELECT {obj}, {spaced} OR {p} IS DISTINCT FROM %s::jsonb, {outbox_id} FROM ins ORDER BY id"
         ).format(t=_target(table), names=names, values=values, source=source,
                  outbox=sql.SQL(f", ob AS ({outbox.INSERT_SQL})" if outbox_payload is not None else ""),
                  outbox_id=sql.SQL("(SELECT id FROM ob)" if outbox_payload is not None else "NULL::bigint"),
-                 obj=record_object(table.columns, "ins", pipeline=True)))
+                 obj=record_text(table.columns, "ins", pipeline=pipeline), p=p,
+                 spaced=record_text_spaced(table.columns, "ins")))
     shared = jsontext.dumps(ok_outcome).decode() if ok_outcome is not None else None
+    # the shared outcome as json_build_object orders it above, compact
+    shared_text = None if ok_outcome is None else jsontext.dumps(
+        {k: ok_outcome.get(k) for k in ("status", "run_id", "errors")}).decode()
     params: list[Any] = [shared, payload]
     if outbox_payload is not None:
         params += [table.workspace_id, table.id, outbox.payload_param(outbox_payload)]
+    params += [*field_keys(table.columns), shared, shared_text, shared]
     try:
-        cur = await conn.cursor(row_factory=tuple_row).execute(query, [*params, *(c.name for c in table.columns)])
+        cur = await conn.cursor(row_factory=tuple_row).execute(query, params)
     except psycopg.errors.ForeignKeyViolation as exc:
         if exc.diag.table_name == "outbox":  # the table (or workspace) was deleted meanwhile
             raise NotFound(f"table {table.name!r} no longer exists") from None
         raise _fk_error(table, exc) from None
     answers = await cur.fetchall()  # ORDER BY id: the input order
-    return [row[0] for row in answers], (answers[0][1] if answers else None)
+    return [row[0] for row in answers], [row[1] for row in answers], (answers[0][2] if answers else None)
 
 
 def _insert_statement(table: TableMeta, rows: Sequence[PreparedRow]) -> tuple[str, list[Any]]:

@@ -55,7 +55,6 @@ from storage.query.render import (
     list_records_json,
     memoised_list,
     prepared_or_plan,
-    record_text_compact,
 )
 from storage.reads import Embedding, Step, joined_record, joined_steps
 from storage.schema import TableMeta
@@ -149,8 +148,8 @@ async def list_records(state: AppState, principal: Principal, table_ref: int | s
     if isinstance(found, PreparedList):
         # PostgreSQL renders the page as JSON: no row is decoded in Python
         async with state.db.connection() as conn:
-            text, n, total, after = await list_records_json(conn, found, count=count)
-        return RecordPage(RawJson(text, found.compact), n, found.limit, found.offset, after, total)
+            text, n, total, after, spaced = await list_records_json(conn, found, count=count)
+        return RecordPage(RawJson(text, spaced), n, found.limit, found.offset, after, total)
     async with state.db.connection() as conn:
         records, total, after = await list_page(conn, found, count=count)
     return RecordPage(records, len(records), found.limit, found.offset, after, total)
@@ -380,9 +379,9 @@ async def create_records(state: AppState, principal: Principal, table_ref: int |
     # the columns computed first; the records go in once, with their values
     fallback = await create_computed(state, principal, table, [p for _, p in valid], enabled=run_pipeline)
     if isinstance(fallback, Computed):
-        for (i, _), stored in zip(valid, fallback.records):
+        for (i, _), stored, spaced in zip(valid, fallback.records, fallback.spaced, strict=True):
             results[i] = ({"index": i, "error": stored.message, "code": stored.code}
-                          if isinstance(stored, ServiceError) else {"index": i, "record": RawJson(stored)})
+                          if isinstance(stored, ServiceError) else {"index": i, "record": RawJson(stored, spaced)})
         out: dict[str, Any] = {"results": results}
         if fallback.outcome is not None:
             out["pipeline"] = fallback.outcome
@@ -392,13 +391,12 @@ async def create_records(state: AppState, principal: Principal, table_ref: int |
         # no row decoded in Python); a failing row falls to the isolating path below
         try:
             async with state.db.connection() as conn:
-                texts = await rec.insert_records_json(conn, table=table, rows=[p for _, p in valid])
+                texts, spaced = await rec.insert_records_json(conn, table=table, rows=[p for _, p in valid])
         except ServiceError:
             pass
         else:
-            spaced = not record_text_compact(table.columns)
-            for (i, _), text in zip(valid, texts):
-                results[i] = {"index": i, "record": RawJson(text, spaced)}
+            for (i, _), text, one_spaced in zip(valid, texts, spaced, strict=True):
+                results[i] = {"index": i, "record": RawJson(text, one_spaced)}
             return {"results": results}
     inserted: list[tuple[int, dict[str, Any]]] = []
 

@@ -410,6 +410,7 @@ class Computed:
 
     records: list[str | ServiceError]
     outcome: dict[str, Any] | None  # None when no record was stored (as on the usual path)
+    spaced: list[bool]  # per record: its text is spaced (to be compacted), else compact as orjson writes it
 
 
 NOT_STORED = "the write did not store this record"
@@ -479,6 +480,7 @@ async def create_computed(
     computed = [by_id[rid]["values"] for rid in ids]
     outcomes = [by_id[rid]["outcome"] for rid in ids]
     records: list[str | ServiceError]
+    spaced: list[bool]
     # the common case in ONE autocommit statement: every record with its values, and the
     # outbox row of its run (atomic by itself; no BEGIN, savepoint or COMMIT round trips)
     ok = record_outcome(wid, {})
@@ -486,7 +488,7 @@ async def create_computed(
     encoded = encode_input(inp)
     try:
         async with state.db.connection() as conn:
-            texts, outbox_id = await rec.insert_computed_json(
+            texts, spaced, outbox_id = await rec.insert_computed_json(
                 conn, table=table, rows=rows, ids=ids, computed=computed,
                 outcomes=[None if o == ok else o for o in outcomes], ok_outcome=ok,
                 outbox_payload={"workflow_id": wid, "input": encoded})
@@ -497,18 +499,19 @@ async def create_computed(
         # transaction with the outbox row of what was stored
         records, stored, encoded = await _insert_computed_rows(state, table, wid, rows, ids, computed, outcomes,
                                                                inp, result)
+        spaced = [True] * len(records)
     else:
         records = list(texts)
         stored = set(ids)
         inp.outbox_id = outbox_id
         encoded["outbox_id"] = outbox_id
     if not stored:
-        return Computed(records, None)
+        return Computed(records, None, spaced)
     failed = any(o["status"] != "ok" for rid, o in zip(ids, outcomes) if rid in stored)
     status = "error" if failed else "ok"
     observe_pipeline("create", status, time.perf_counter() - clock, len(rows))
     await _record_run(state, wid, inp, encoded)
-    return Computed(records, {"status": status, "run_id": wid, "run_ids": [wid], "errors": {}})
+    return Computed(records, {"status": status, "run_id": wid, "run_ids": [wid], "errors": {}}, spaced)
 
 
 async def _insert_computed_rows(
@@ -525,7 +528,7 @@ async def _insert_computed_rows(
         for i, row in enumerate(rows):
             try:
                 async with conn.transaction():
-                    texts, _ = await rec.insert_computed_json(conn, table=table, rows=[row], ids=[ids[i]],
+                    texts, _, _ = await rec.insert_computed_json(conn, table=table, rows=[row], ids=[ids[i]],
                                                               computed=[computed[i]], outcomes=[outcomes[i]])
                     records.extend(texts)
             except ServiceError as exc:

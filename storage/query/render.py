@@ -75,48 +75,42 @@ def _number(c: sql.Composable, integral: str, other: str) -> sql.Composable:
 
 
 def record_json_renderable(columns: tuple[ColumnMeta, ...] | list[ColumnMeta]) -> bool:
-    """Whether a record with these columns can be rendered by :func:`record_object`."""
+    """Whether a record with these columns can be rendered by :func:`record_text`."""
     return len(columns) <= MAX_FIELDS and all(c.type is not ColumnType.FILE for c in columns)
 
 
-def record_object(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str, *,
-                  pipeline: bool = False) -> sql.Composed:
-    """``json_build_object`` of one API record (``id``, ``fields``, timestamps) over the
-    row ``alias``; takes the column names as parameters, in order (``%s`` each).
-    ``pipeline`` adds the record's pipeline outcome as write responses show it
-    (``{status, run_id, errors}``, from ``_pipeline``)."""
-    pairs = [sql.SQL("%s::text, {}").format(value_json(col, sql.Identifier(alias, col.physical))) for col in columns]
-    outcome = sql.SQL(
-        ", 'pipeline', json_build_object('status', {p}->'status', 'run_id', {p}->'run_id', 'errors', {p}->'errors')"
-    ).format(p=sql.Identifier(alias, "_pipeline")) if pipeline else sql.SQL("")
-    return sql.SQL(
-        "json_build_object('id', {a}.id, 'fields', json_build_object({pairs}),"
-        " 'created_at', {created}, 'updated_at', {updated}{outcome})"
-    ).format(a=sql.Identifier(alias), pairs=sql.SQL(", ").join(pairs),
-             created=sql.Identifier(alias, "created_at"), updated=sql.Identifier(alias, "updated_at"),
-             outcome=outcome)
-
-
-def record_text(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str) -> sql.Composed:
+def record_text(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str, *,
+                pipeline: sql.Composable | None = None) -> sql.Composed:
     """One API record over the row ``alias`` as *compact* JSON text, the bytes orjson
     writes (``json_build_object`` writes ``{"id" : 1, "f" : 2}``), assembled from each
     value's ``to_json`` text; takes per column its JSON-encoded name and a colon as a
     parameter (``%s`` each, :func:`field_keys`). A computed column's value is jsonb, whose
-    text is not compact (``{"a": 1}``): such records are compacted afterwards
-    (:func:`record_text_compact`)."""
+    text is not always compact (``{"a": 1}``): such records are compacted afterwards
+    (:func:`record_text_spaced` tells which). ``pipeline``: the text of
+    the record's pipeline outcome, added last as ``"pipeline"`` (write responses)."""
     pairs = [sql.SQL("%s::text || coalesce({}, 'null')").format(
         value_text(col, sql.Identifier(alias, col.physical))) for col in columns]
     fields = sql.SQL(" || ',' || ").join(pairs) if pairs else sql.SQL("''")
+    tail = sql.SQL(" || ',\"pipeline\":' || {}").format(pipeline) if pipeline is not None else sql.SQL("")
     return sql.SQL(
         "('{{\"id\":' || {a}.id::text || ',\"fields\":{{' || {fields} || '}},\"created_at\":'"
-        " || to_json({a}.created_at)::text || ',\"updated_at\":' || to_json({a}.updated_at)::text || '}}')"
-    ).format(a=sql.Identifier(alias), fields=fields)
+        " || to_json({a}.created_at)::text || ',\"updated_at\":' || to_json({a}.updated_at)::text{tail} || '}}')"
+    ).format(a=sql.Identifier(alias), fields=fields, tail=tail)
 
 
-def record_text_compact(columns: tuple[ColumnMeta, ...] | list[ColumnMeta]) -> bool:
-    """Whether :func:`record_text` over these columns is compact as it is: no computed
-    column, whose jsonb text has blanks (``{"a": 1}``); else it is compacted afterwards."""
-    return not any(col.computed for col in columns)
+def record_text_spaced(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str) -> sql.Composable:
+    """Whether :func:`record_text` of the row ``alias`` is *not* the bytes orjson writes,
+    row by row: a computed column holds an object or array (jsonb's text has blanks) or a
+    fractional number (jsonb writes ``0.0000001`` where orjson writes ``1e-7``). Integers,
+    strings, booleans and nulls are written alike by both (a string escaped as ``to_json``
+    escapes it, as for a text column). FALSE when no column is computed. A record for
+    which it is true is compacted afterwards (:func:`storage.jsontext.compact`)."""
+    tests = [sql.SQL("jsonb_typeof({c}) IN ('object', 'array') OR (jsonb_typeof({c}) = 'number'"
+                     " AND scale(({c})::numeric) > 0)").format(c=sql.Identifier(alias, col.physical))
+             for col in columns if col.computed]
+    if not tests:
+        return sql.SQL("false")
+    return sql.SQL("coalesce({}, false)").format(sql.SQL(" OR ").join(tests))
 
 
 def field_keys(columns: tuple[ColumnMeta, ...] | list[ColumnMeta]) -> list[str]:
@@ -130,8 +124,9 @@ SEPARATOR = "\x1e"  # between the records of build_list_json's text: never insid
 def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     """One statement returning the records read as JSON texts joined by :data:`SEPARATOR`
     (NULL when none), the number of rows read (``limit + 1`` are read: one more than
-    ``limit`` means there is a next page) and the order keys of the page's last row then
-    (:func:`order_keys`). :func:`page_text` cuts the extra record and makes the array.
+    ``limit`` means there is a next page), the order keys of the page's last row then
+    (:func:`order_keys`) and whether any record read is spaced (:func:`record_text_spaced`:
+    the page is compacted). :func:`page_text` cuts the extra record and makes the array.
 
     The separator is U+001E, which every JSON writer escapes inside a string (``to_json``,
     jsonb's output, orjson for the field names), so it only ever stands between records.
@@ -154,10 +149,12 @@ def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     params.extend([plan.limit + 1, page_offset(plan)])
     query = sql.SQL(
         "SELECT string_agg({obj}, %s::text ORDER BY {outer_order}),"
-        " count(*), ((array_agg({keys} ORDER BY {key_order}))[%s::int])::text"
+        " count(*), ((array_agg({keys} ORDER BY {key_order}))[%s::int])::text, {spaced}"
         " FROM (SELECT *{computed} FROM {source} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}"
     ).format(
         obj=obj, outer_order=outer_order, keys=keys, key_order=key_order, computed=computed_keys(plan.order),
+        spaced=sql.SQL("bool_or({})").format(record_text_spaced(plan.output, TABLE_ALIAS))
+        if any(col.computed for col in plan.output) else sql.SQL("false"),
         source=source, a=sql.Identifier(TABLE_ALIAS), inner_order=inner_order,
     )
     return query, params
@@ -178,7 +175,6 @@ class PreparedList:
     estimate_params: tuple[Any, ...] = ()
     counter_sql: bytes | None = None  # an unfiltered table's row-counter read
     counter_params: tuple[Any, ...] = ()
-    compact: bool = False  # the page holds jsonb values: compact it (storage.jsontext.compact)
     fingerprint: str = ""  # what the page's next cursor is tied to (QueryPlan.fingerprint)
     cursor_kinds: tuple[Kind, ...] | None = None  # QueryPlan.cursor_kinds
     # the statements with their values bound (storage.db.bound_once), as list_records_json sends them
@@ -221,17 +217,17 @@ def prepare_list_json(plan: QueryPlan) -> PreparedList:
                         count_sql.as_bytes(None), tuple(count_params),
                         estimate_sql.as_bytes(None), tuple(estimate_params),
                         counter[0].as_bytes(None) if counter else None, tuple(counter[1]) if counter else (),
-                        compact=not record_text_compact(plan.output),
                         fingerprint=plan.fingerprint, cursor_kinds=plan.cursor_kinds)
 
 
 async def list_records_json(
     conn: psycopg.AsyncConnection[Any], plan: QueryPlan | PreparedList, *,
     count: bool | str | CountMode | None,
-) -> tuple[str, int, int | None, str | None]:
+) -> tuple[str, int, int | None, str | None, bool]:
     """The page as JSON text, the number of records on it, the total if asked (``count``:
-    ``True`` or a :class:`~storage.query.listing.CountMode`; ``True`` is exact) and the
-    ``next`` cursor (``None`` on the last page)."""
+    ``True`` or a :class:`~storage.query.listing.CountMode`; ``True`` is exact), the
+    ``next`` cursor (``None`` on the last page) and whether the text is spaced (to be
+    compacted, :func:`record_text_spaced`); else it is compact, as orjson writes it."""
     prepared = plan if isinstance(plan, PreparedList) else prepare_list_json(plan)
     page_sql = bound_once(conn, prepared.bound, "page", prepared.page_sql, prepared.page_params)
     mode = count_mode(count)
@@ -249,12 +245,12 @@ async def list_records_json(
         rows, total = await page_and_total(conn, page_sql, None, mode, counts)
     page = rows[0] if rows else None
     if page is None or page[0] is None:
-        return "[]", 0, total, None
+        return "[]", 0, total, None, False
     read = int(page[1])
     more = read > prepared.limit
     keys = orjson.loads(page[2]) if more and page[2] is not None else None
     return (page_text(page[0], more), min(read, prepared.limit), total,
-            next_cursor(prepared.fingerprint, prepared.cursor_kinds, keys))
+            next_cursor(prepared.fingerprint, prepared.cursor_kinds, keys), bool(page[3]))
 
 
 def page_text(records: str, more: bool) -> str:

@@ -17,6 +17,7 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
@@ -237,7 +238,7 @@ def test_the_one_statement_stores_records_and_outbox_row_or_neither(ws, services
             table = (await meta.load_schema(conn, workspace_id=ws.id)).tables[t["id"]]
             rows = [rec.prepare_fields(table, {"A": i}, creating=True) for i in range(3)]
             ids = await rec.allocate_ids(conn, table=table, n=3)
-            texts, outbox_id = await rec.insert_computed_json(
+            texts, spaced, outbox_id = await rec.insert_computed_json(
                 conn, table=table, rows=rows, ids=ids, computed=[{b_id: i + 1} for i in range(3)],
                 outcomes=[None, bad, None], ok_outcome=ok, outbox_payload={"workflow_id": "run-1"})
             stored = await (await conn.execute(
@@ -262,10 +263,13 @@ def test_the_one_statement_stores_records_and_outbox_row_or_neither(ws, services
             left = await (await conn.execute(
                 "SELECT count(*) AS n FROM wds.outbox WHERE payload->>'workflow_id' = 'run-2'")).fetchone()
             await conn.execute("DELETE FROM wds.outbox WHERE id = %s", (outbox_id,))
-            return texts, ids, stored, payload, caught.value, after["n"], left["n"]
+            return texts, spaced, ids, stored, payload, caught.value, after["n"], left["n"]
 
-    texts, ids, stored, payload, refusal, count_after, outbox_left = asyncio.run(go())
+    texts, spaced, ids, stored, payload, refusal, count_after, outbox_left = asyncio.run(go())
     assert [json.loads(x)["id"] for x in texts] == ids
+    # the rows under the shared outcome are compact as they are; the one with its own is spaced
+    assert spaced == [False, True, False]
+    assert [orjson.dumps(json.loads(x)).decode() for x in (texts[0], texts[2])] == [texts[0], texts[2]]
     assert [json.loads(x)["pipeline"] for x in texts] == [ok, bad, ok]
     assert [json.loads(x)["fields"]["B"] for x in texts] == [1, 2, 3]
     assert [(r["id"], r["_pipeline"]) for r in stored] == list(zip(ids, [ok, bad, ok]))

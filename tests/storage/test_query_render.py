@@ -32,7 +32,7 @@ async def test_sql_rendered_page_equals_the_python_decoded_page(ds: Dataset, par
     plan = plan_query(parse_params(params), ds.main, can_read=lambda _id: True, get_table=ds.get_table)
     assert renderable(plan)
     decoded, total, after = await list_page(ds.conn, plan, count=True)
-    text, n, total_json, after_json = await list_records_json(ds.conn, plan, count=True)
+    text, n, total_json, after_json, _ = await list_records_json(ds.conn, plan, count=True)
     rendered: list[dict[str, Any]] = json.loads(text)
     assert rendered == decoded
     assert n == len(decoded) and total_json == total
@@ -63,7 +63,7 @@ async def test_timestamps_read_the_same_rendered_and_decoded(ds: Dataset) -> Non
     plan = plan_query(parse_params([("select", ALL_BUT_FILES), ("order", "id.asc")]), ds.main,
                       can_read=lambda _id: True, get_table=ds.get_table)
     decoded, _ = await list_records(ds.conn, plan, count=False)
-    text, _, _, _ = await list_records_json(ds.conn, plan, count=False)
+    text, _, _, _, _ = await list_records_json(ds.conn, plan, count=False)
     rendered = json.loads(text)
     assert rendered == decoded
     assert rendered[0]["created_at"] == "2026-03-01T10:00:30.12+00:00"
@@ -86,7 +86,7 @@ async def test_record_separators_inside_values_do_not_split_the_page(ds: Dataset
     plan = plan_query(parse_params([("select", ALL_BUT_FILES), ("order", "id.asc"), ("limit", limit)]), ds.main,
                       can_read=lambda _id: True, get_table=ds.get_table)
     decoded, total, after = await list_page(ds.conn, plan, count=True)
-    text, n, _, after_json = await list_records_json(ds.conn, plan, count=True)
+    text, n, _, after_json, _ = await list_records_json(ds.conn, plan, count=True)
     assert json.loads(text) == decoded
     assert n == len(decoded) == min(int(limit), total or 0)
     assert after_json == after
