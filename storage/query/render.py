@@ -36,7 +36,7 @@ from storage.query.plan import QueryPlan
 from storage.query.targets import Kind
 from storage.schema import ColumnMeta, ColumnType, WorkspaceSchema
 
-MAX_FIELDS = 50  # json_build_object takes at most 100 arguments (50 pairs)
+MAX_FIELDS = 50  # wider records are decoded in Python (the limit of the json_build_object renderer, kept)
 _SAFE_INT = 9007199254740992  # 2^53
 
 
