@@ -130,7 +130,16 @@ def row_list(table: TableMeta, alias: str | None = None) -> sql.SQL:
 
 
 def pipeline_of(row: Mapping[str, Any]) -> dict[str, Any] | None:
-    return row.get("_pipeline")
+    """The record's last pipeline outcome as every answer shows it: ``status``,
+    ``run_id``, ``errors`` in that order (jsonb keeps its keys sorted by length)."""
+    stored = row.get("_pipeline")
+    if not isinstance(stored, dict):
+        return stored
+    return {"status": stored.get("status"), "run_id": stored.get("run_id"), "errors": stored.get("errors", {}),
+            **{k: v for k, v in stored.items() if k not in _OUTCOME_KEYS}}
+
+
+_OUTCOME_KEYS = frozenset({"status", "run_id", "errors"})
 
 
 @dataclass(frozen=True, slots=True)
