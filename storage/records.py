@@ -129,17 +129,20 @@ def row_list(table: TableMeta, alias: str | None = None) -> sql.SQL:
                    _row_list(table.columns, alias))
 
 
+OUTCOME_KEYS = ("status", "run_id", "errors")  # a pipeline outcome's keys, in every answer's order
+
+
+def outcome_in_order(outcome: Mapping[str, Any]) -> dict[str, Any]:
+    """A pipeline outcome with its keys in :data:`OUTCOME_KEYS` order (jsonb keeps them
+    sorted by length), any other key after them."""
+    return {"status": outcome.get("status"), "run_id": outcome.get("run_id"), "errors": outcome.get("errors", {}),
+            **{k: v for k, v in outcome.items() if k not in OUTCOME_KEYS}}
+
+
 def pipeline_of(row: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The record's last pipeline outcome as every answer shows it: ``status``,
-    ``run_id``, ``errors`` in that order (jsonb keeps its keys sorted by length)."""
+    """The record's last pipeline outcome as every answer shows it (:func:`outcome_in_order`)."""
     stored = row.get("_pipeline")
-    if not isinstance(stored, dict):
-        return stored
-    return {"status": stored.get("status"), "run_id": stored.get("run_id"), "errors": stored.get("errors", {}),
-            **{k: v for k, v in stored.items() if k not in _OUTCOME_KEYS}}
-
-
-_OUTCOME_KEYS = frozenset({"status", "run_id", "errors"})
+    return outcome_in_order(stored) if isinstance(stored, dict) else stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,27 +428,27 @@ async def insert_computed_json(
         values = sql.SQL(", ").join([*(sql.Identifier(name) for name, _ in columns[:-1]),
                                      sql.SQL("COALESCE(x._pipeline, %s::jsonb)")])
         # the record as the list pages write it (compact, no parse here), its outcome the
-        # run's shared one as compact text (the common case) or its own, as jsonb renders it
+        # run's shared one as compact text (the common case, tested once a row in ``s``)
+        # or its own, as jsonb renders it (then the record is spaced)
         p = sql.Identifier("ins", "_pipeline")
-        pipeline = sql.SQL(
-            "CASE WHEN {p} = %s::jsonb THEN %s::text ELSE json_build_object("
-            "'status', {p}->'status', 'run_id', {p}->'run_id', 'errors', {p}->'errors')::text END").format(p=p)
+        own = sql.SQL("json_build_object({})::text").format(sql.SQL(", ").join(
+            sql.SQL("{}, {}->{}").format(sql.Literal(k), p, sql.Literal(k)) for k in OUTCOME_KEYS))
+        pipeline = sql.SQL("CASE WHEN s.shared THEN %s::text ELSE {} END").format(own)
         query = _remember(_INSERT_JSON_SQL, key, sql.SQL(
             "WITH ins AS (INSERT INTO {t} ({names}) SELECT {values} FROM {source} ORDER BY x.ordinality RETURNING *)"
-            "{outbox} SELECT {obj}, {spaced} OR {p} IS DISTINCT FROM %s::jsonb, {outbox_id} FROM ins ORDER BY id"
+            "{outbox} SELECT {obj}, {spaced} OR NOT s.shared, {outbox_id}"
+            " FROM ins, LATERAL (SELECT {p} IS NOT DISTINCT FROM %s::jsonb AS shared) AS s ORDER BY ins.id"
         ).format(t=_target(table), names=names, values=values, source=source,
                  outbox=sql.SQL(f", ob AS ({outbox.INSERT_SQL})" if outbox_payload is not None else ""),
                  outbox_id=sql.SQL("(SELECT id FROM ob)" if outbox_payload is not None else "NULL::bigint"),
                  obj=record_text(table.columns, "ins", pipeline=pipeline), p=p,
                  spaced=record_text_spaced(table.columns, "ins")))
     shared = jsontext.dumps(ok_outcome).decode() if ok_outcome is not None else None
-    # the shared outcome as json_build_object orders it above, compact
-    shared_text = None if ok_outcome is None else jsontext.dumps(
-        {k: ok_outcome.get(k) for k in ("status", "run_id", "errors")}).decode()
+    shared_text = jsontext.dumps(outcome_in_order(ok_outcome)).decode() if ok_outcome is not None else None
     params: list[Any] = [shared, payload]
     if outbox_payload is not None:
         params += [table.workspace_id, table.id, outbox.payload_param(outbox_payload)]
-    params += [*field_keys(table.columns), shared, shared_text, shared]
+    params += [*field_keys(table.columns), shared_text, shared]
     try:
         cur = await conn.cursor(row_factory=tuple_row).execute(query, params)
     except psycopg.errors.ForeignKeyViolation as exc:

@@ -98,19 +98,22 @@ def record_text(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str, 
     ).format(a=sql.Identifier(alias), fields=fields, tail=tail)
 
 
-def record_text_spaced(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str) -> sql.Composable:
+def record_text_spaced(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias: str, *,
+                       page: bool = False) -> sql.Composable:
     """Whether :func:`record_text` of the row ``alias`` is *not* the bytes orjson writes,
     row by row: a computed column holds an object or array (jsonb's text has blanks) or a
     fractional number (jsonb writes ``0.0000001`` where orjson writes ``1e-7``). Integers,
     strings, booleans and nulls are written alike by both (a string escaped as ``to_json``
     escapes it, as for a text column). FALSE when no column is computed. A record for
-    which it is true is compacted afterwards (:func:`storage.jsontext.compact`)."""
+    which it is true is compacted afterwards (:func:`storage.jsontext.compact`).
+    ``page``: whether any row of the query is (``bool_or``), for a whole page."""
     tests = [sql.SQL("jsonb_typeof({c}) IN ('object', 'array') OR (jsonb_typeof({c}) = 'number'"
                      " AND scale(({c})::numeric) > 0)").format(c=sql.Identifier(alias, col.physical))
              for col in columns if col.computed]
     if not tests:
         return sql.SQL("false")
-    return sql.SQL("coalesce({}, false)").format(sql.SQL(" OR ").join(tests))
+    spaced = sql.SQL("coalesce({}, false)").format(sql.SQL(" OR ").join(tests))
+    return sql.SQL("bool_or({})").format(spaced) if page else spaced
 
 
 def field_keys(columns: tuple[ColumnMeta, ...] | list[ColumnMeta]) -> list[str]:
@@ -153,8 +156,7 @@ def build_list_json(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
         " FROM (SELECT *{computed} FROM {source} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}"
     ).format(
         obj=obj, outer_order=outer_order, keys=keys, key_order=key_order, computed=computed_keys(plan.order),
-        spaced=sql.SQL("bool_or({})").format(record_text_spaced(plan.output, TABLE_ALIAS))
-        if any(col.computed for col in plan.output) else sql.SQL("false"),
+        spaced=record_text_spaced(plan.output, TABLE_ALIAS, page=True),
         source=source, a=sql.Identifier(TABLE_ALIAS), inner_order=inner_order,
     )
     return query, params
