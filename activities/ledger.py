@@ -33,6 +33,14 @@ class Ledger:
         self.steps: dict[str, int] = {r: 0 for r in record_ids}
         self.blocked: dict[str, set[int]] = {r: set() for r in record_ids}
 
+    def rekey(self, keys: dict[str, str]) -> None:
+        """Rename records (``keys``: old id → new id, every record named once), keeping
+        their order: a create computed under provisional ids before its ids existed."""
+        self.values = {keys[r]: v for r, v in self.values.items()}
+        self.errors = {keys[r]: v for r, v in self.errors.items()}
+        self.steps = {keys[r]: v for r, v in self.steps.items()}
+        self.blocked = {keys[r]: v for r, v in self.blocked.items()}
+
     def due(self, fields: dict[str, dict[str, Any]]) -> Iterator[tuple[ColumnSnap, list[str]]]:
         """The pipeline's columns level by level, each with the records it is due for (a
         record that failed an input is skipped). A *broken* column (one it read was deleted

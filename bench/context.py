@@ -287,11 +287,13 @@ class BenchContext:
         finally:
             await asyncio.to_thread(proc.stop)
 
-    async def interleave(self, ops: list[Operation], concurrency: int) -> list[PhaseResult]:
-        """Measure several operations in alternating slices (this run's duration and rounds)."""
+    async def interleave(self, ops: list[Operation], concurrency: int, *, longer: int = 1) -> list[PhaseResult]:
+        """Measure several operations in alternating slices (this run's duration and rounds,
+        both times ``longer`` for a figure whose effect is near the noise of a short one)."""
         cfg = self.config
-        return await run_interleaved(ops, concurrency=concurrency, duration_s=cfg.duration_s,
-                                     max_ops=cfg.max_ops, rounds=cfg.rounds, warmup_s=cfg.warmup_s)
+        return await run_interleaved(ops, concurrency=concurrency, duration_s=cfg.duration_s * longer,
+                                     max_ops=cfg.max_ops * longer, rounds=cfg.rounds * longer,
+                                     warmup_s=cfg.warmup_s)
 
     # ------------------------------------------------------------------ tables
     async def create_table(self, purpose: str) -> BenchTable:

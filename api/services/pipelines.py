@@ -41,6 +41,7 @@ from storage.access import Principal
 from storage.errors import NotFound, PlanLimit, ServiceError
 from storage.pipelines import plan_steps
 from storage.plans import plan as plan_of
+from storage.refs import names_read
 from storage.schema import ColumnMeta, ColumnType, TableMeta
 
 log = logging.getLogger("wds.pipelines")
@@ -396,6 +397,19 @@ def _can_precompute(state: AppState, table: TableMeta, levels: list[list[ColumnM
             and bool(levels) and all(c.type in PRECOMPUTE_KINDS for level in levels for c in level))
 
 
+def _reads_record_id(levels: list[list[ColumnMeta]]) -> bool:
+    """Whether a column computed here may read the record's id (``fields["id"]``): a
+    JavaScript formula (what it reads is not all known before it runs), or a formula or
+    parser naming ``id``. Only then must a create's ids exist before its evaluation."""
+    for level in levels:
+        for c in level:
+            if c.type == ColumnType.FORMULA and (c.config or {}).get("language", "excel") != "excel":
+                return True
+            if "id" in names_read(c.type.value, c.formula, c.config or {}):
+                return True
+    return False
+
+
 @dataclass(frozen=True)
 class InsertFirst:
     """:func:`create_computed`'s answer when the write must insert first and run after."""
@@ -460,21 +474,39 @@ async def create_computed(
             return await rec.stage_records(conn, table=table, rows=rows)
 
     local = rec.stage_locally(table, rows)  # plain numbers, text, booleans: typed here, no round trip
-    if local is not None:
+    allocating: asyncio.Task[list[int]] | None = None
+    if local is None:
+        ids, staged = await asyncio.gather(allocate(), stage())  # two pooled connections, one round trip
+    elif _reads_record_id(levels):
         ids, staged = await allocate(), local
     else:
-        ids, staged = await asyncio.gather(allocate(), stage())  # two pooled connections, one round trip
+        # nothing computed reads the record id: the ids' round trip overlaps the evaluation,
+        # which runs under provisional keys (-1, -2, ...) re-keyed when the ids arrive
+        allocating = asyncio.ensure_future(allocate())
+        ids, staged = [-(i + 1) for i in range(len(rows))], local
     for row, rid in zip(staged, ids):
         row["id"] = rid
-    inp = pipeline_input(principal, table, ids, "create", levels)
-    wid = workflow_id(table, "create", ids)
-    fused = FusedInput(pipeline=inp, run_id=wid, now=datetime.now(UTC).isoformat())
+    inp = pipeline_input(principal, table, [] if allocating else ids, "create", levels)
+    # evaluate_pure reads neither the record ids nor the run id
+    fused = FusedInput(pipeline=inp, run_id="", now=datetime.now(UTC).isoformat())
     try:
         ledger = await asyncio.wait_for(evaluate_pure(fused, decode_rows(table, staged)),
                                         timeout=inp.time_budget_s + GRACE_S)
-    except Exception as exc:  # a timeout, a lost sandbox (a formula's own error is an outcome): run as usual
-        log.warning("pipeline %s not computed before its insert (%s); inserting first", wid, type(exc).__name__)
+    except BaseException as exc:  # a timeout, a lost sandbox (a formula's error is an outcome): run as usual
+        if allocating is not None:
+            allocating.cancel()  # ids taken or not, a sequence's gap is harmless
+            with suppress(BaseException):
+                await allocating
+        if not isinstance(exc, Exception):
+            raise  # cancelled: the request is gone
+        log.warning("pipeline for %d row(s) of table %s not computed before its insert (%s); inserting first",
+                    len(rows), table.id, type(exc).__name__)
         return InsertFirst(charged=True)
+    if allocating is not None:
+        provisional, ids = ids, await allocating
+        ledger.rekey({str(p): str(r) for p, r in zip(provisional, ids, strict=True)})
+        inp.record_ids = ids
+    wid = workflow_id(table, "create", ids)
     result, updates = ledger.result(wid, json_keys=False)
     by_id = {u["id"]: u for u in updates}  # one per staged row
     computed = [by_id[rid]["values"] for rid in ids]

@@ -96,3 +96,30 @@ def test_two_api_processes_sharing_redis_enforce_one_limit(make_workspace, extra
             r = c.get("/tables")
             assert r.status_code == 429 and r.json()["code"] == "PLAN_RATE_LIMIT_API"
             assert 1 <= int(r.headers["Retry-After"]) <= 60
+
+
+def test_the_in_process_window_store_sweeps_inline_and_answers_exactly():
+    """The rate limiter's in-process store (limits' synchronous MemoryStorage, called from
+    the event loop) starts no sweep thread, refuses the hit past the limit, and its inline
+    sweep drops expired windows without changing an answer."""
+    import threading
+    import time
+
+    from limits import RateLimitItemPerSecond
+
+    from api.services.limits import _SyncMemoryStorage
+
+    before = threading.active_count()
+    store = _SyncMemoryStorage()
+    item = RateLimitItemPerSecond(3)
+    key = item.key_for("tok", "1")
+    assert [store.acquire_entry(key, 3, 1) for _ in range(4)] == [True, True, True, False]
+    assert not store.timer.is_alive() and threading.active_count() == before
+    assert store.acquire_entry("other", 3, 60)  # a window that stays
+    time.sleep(1.05)  # the first window's entries expire
+    store._swept = 0.0  # a sweep is due on the next hit
+    assert store.acquire_entry(key, 3, 1)  # room again, as without a sweep
+    assert len(store.events[key]) == 1 and len(store.events["other"]) == 1
+    store._swept = 0.0
+    store._sweep(time.time() + 61)  # everything expired: windows and their locks go
+    assert store.events == {} and key not in store.locks
