@@ -57,6 +57,19 @@ def _normal(result: dict[str, Any]) -> dict[str, Any]:
     return {"fields": rec["fields"], "status": pipeline.get("status"), "errors": pipeline.get("errors")}
 
 
+def _both_ways(ws: Any, insert_first_url: str, table_id: int, rows: list[dict[str, Any]]) -> tuple[Any, Any]:
+    """The batch written by this API (staged) and by the insert-first one: both answers,
+    checked to say the same of every row."""
+    staged = ws.api.post(f"/tables/{table_id}/records/batch", json={"rows": rows})
+    with ws.client(ws.builder_token) as c:
+        c.base_url = f"{insert_first_url}/functions/v1/rest-api"
+        first = c.post(f"/tables/{table_id}/records/batch", json={"rows": rows})
+    assert staged.status_code == first.status_code == 200, (staged.text, first.text)
+    a, b = staged.json(), first.json()
+    assert [_normal(r) for r in a["results"]] == [_normal(r) for r in b["results"]]
+    return a, b
+
+
 def test_staged_and_insert_first_batches_answer_alike(ws, insert_first_url):
     other = ws.create_table("Other", [{"name": "N", "type": "text"}])
     linked = ws.api.post(f"/tables/{other['id']}/records", json={"fields": {"N": "x"}}).json()["id"]
@@ -65,13 +78,7 @@ def test_staged_and_insert_first_batches_answer_alike(ws, insert_first_url):
     rows[3]["fields"]["Link"] = linked
     rows[7]["fields"]["Link"] = 987654  # a missing record: this row alone fails
     rows.append({"fields": {"A": "not a number"}})  # refused before anything runs
-    staged = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows})
-    with ws.client(ws.builder_token) as c:
-        c.base_url = f"{insert_first_url}/functions/v1/rest-api"
-        first = c.post(f"/tables/{t['id']}/records/batch", json={"rows": rows})
-    assert staged.status_code == first.status_code == 200, (staged.text, first.text)
-    a, b = staged.json(), first.json()
-    assert [_normal(r) for r in a["results"]] == [_normal(r) for r in b["results"]]
+    a, b = _both_ways(ws, insert_first_url, t["id"], rows)
     assert a["results"][7]["code"] == "INVALID_VALUE" and a["results"][40]["code"] == "INVALID_VALUE"
     assert a["pipeline"]["status"] == b["pipeline"]["status"] == "error"  # 1 / 0 in row 0
     assert len(a["pipeline"]["run_ids"]) == 1 and a["pipeline"]["run_id"] == a["pipeline"]["run_ids"][0]
@@ -109,13 +116,7 @@ def test_a_batch_evaluated_before_its_ids_exist_lands_on_the_right_records(ws, s
     order = list(range(30))
     random.Random(4).shuffle(order)  # values unrelated to the ids' order
     rows = [{"fields": {"A": a, "Name": f"n{a}"}} for a in order]
-    staged = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows})
-    with ws.client(ws.builder_token) as c:
-        c.base_url = f"{insert_first_url}/functions/v1/rest-api"
-        first = c.post(f"/tables/{t['id']}/records/batch", json={"rows": rows})
-    assert staged.status_code == first.status_code == 200, (staged.text, first.text)
-    a, b = staged.json(), first.json()
-    assert [_normal(r) for r in a["results"]] == [_normal(r) for r in b["results"]]
+    a, _ = _both_ways(ws, insert_first_url, t["id"], rows)
     ids = [r["record"]["id"] for r in a["results"]]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     run_id = a["pipeline"]["run_id"]
