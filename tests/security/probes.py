@@ -51,8 +51,31 @@ class Bystander:
                 self._stop.wait(self.every_s)
 
     def __enter__(self) -> Bystander:
+        self.wait_healthy()
         self._thread.start()
         return self
+
+    def wait_healthy(self, timeout_s: float = 30.0) -> None:
+        """Start from a ready service: what an earlier test left running (a backlog of
+        workflows, a restarted worker) must not count as this attack's harm.
+
+        Raises:
+            AssertionError: ``/healthz`` did not answer 200 within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        last = ""
+        with httpx.Client(timeout=10) as client:
+            while time.monotonic() < deadline:
+                try:
+                    r = client.get(f"{self.base_url}/healthz")
+                except httpx.HTTPError as exc:
+                    last = type(exc).__name__
+                else:
+                    if r.status_code == 200:
+                        return
+                    last = f"{r.status_code} {r.text[:200]}"
+                time.sleep(0.1)
+        raise AssertionError(f"the service was not ready before the attack: {last}")
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
