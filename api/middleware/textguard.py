@@ -1,4 +1,5 @@
-"""Refuse JSON bodies whose strings cannot be text: lone UTF-16 surrogates.
+"""Refuse JSON bodies whose strings cannot be text: lone UTF-16 surrogates, and bodies
+that are not UTF-8.
 
 JSON may write any UTF-16 code unit as an escape, so ``"\\ud800"`` is valid JSON, and
 Python's ``json`` (which FastAPI parses bodies with) turns it into a ``str`` that holds an
@@ -11,7 +12,13 @@ changes nothing.
 Object uploads (``/storage/v1/object/…``) are file bytes streamed to the store under its
 size limit, whatever their content type: they pass untouched and unbuffered.
 
-It costs one substring search per JSON body: only a body with an escape in the surrogate
+A body that is not ASCII must decode as UTF-8: Python's ``json`` reads bytes with
+``surrogatepass``, so the three bytes of a surrogate (``ED A0 80``) became one in a
+``str`` the same way (400 ``INVALID_VALUE``); other encodings are refused with 400
+``VALIDATION_ERROR`` (RFC 8259: JSON between systems is UTF-8).
+
+It costs one substring search per JSON body (and a UTF-8 check of a body that is not
+ASCII): only a body with an escape in the surrogate
 range (``\\uD800``–``\\uDFFF``) is parsed with orjson, which refuses unpaired surrogates and
 accepts pairs (an emoji written as two escapes); when orjson refuses it, Python's parse
 decides whether a lone surrogate is the reason (other leniencies of Python's parser, such
@@ -34,6 +41,7 @@ _METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _UPLOADS = "/storage/v1/object/"
 _SIGN = "/storage/v1/object/sign/"
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_RAW_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")  # U+D800–U+DFFF written as UTF-8 bytes
 
 
 def applies(method: str, path: str, content_type: bytes | None) -> bool:
@@ -43,7 +51,21 @@ def applies(method: str, path: str, content_type: bytes | None) -> bool:
 
 
 def refusal(body: bytes) -> Response | None:
-    """The 400 ``INVALID_VALUE`` answer when ``body`` holds a lone surrogate escape, else ``None``."""
+    """The 400 answer when ``body`` is not UTF-8 (``INVALID_VALUE`` when it holds a
+    surrogate encoded as bytes, ``VALIDATION_ERROR`` otherwise) or holds a lone surrogate
+    escape (``INVALID_VALUE``), else ``None``."""
+    if not body.isascii():
+        try:
+            body.decode()
+        except UnicodeDecodeError:
+            # Python's json decodes bytes with "surrogatepass" and would read the bytes of
+            # a surrogate (ED A0 80 …) as one; other encodings (UTF-16, Latin-1) are not JSON's
+            if _RAW_SURROGATE.search(body):
+                return error_response(
+                    400, "a value cannot be stored: the body holds a UTF-16 surrogate encoded as"
+                    " bytes, which is not text", "INVALID_VALUE")
+            return error_response(400, "the body is not UTF-8 text; JSON bodies must be encoded in UTF-8",
+                                  "VALIDATION_ERROR")
     if b"\\u" in body and _SURROGATE_ESCAPE.search(body) and _lone_surrogate(body):
         return error_response(
             400, "a value cannot be stored: a string holds an unpaired UTF-16 surrogate escape"

@@ -82,3 +82,39 @@ def test_lone_surrogate_escapes_are_refused_before_any_route(ws, base_url):
                          (b'{"fields": {"A": "\\\\ud800"}}', "\\ud800")]:
         r = ws.api.post(records, content=body, headers=js)
         assert r.status_code == 201 and r.json()["fields"]["A"] == stored, r.text
+
+
+def test_bodies_that_are_not_utf8_are_refused_before_any_route(ws, base_url):
+    """Python's json reads bytes with "surrogatepass": the three bytes of a lone surrogate
+    (ED A0 80) became a str no encoder can write, and every route that stored or hashed it
+    answered 500 (even the token-less signup and public form). A body that is not UTF-8 is
+    400 and changes nothing: INVALID_VALUE when it holds a surrogate's bytes, else
+    VALIDATION_ERROR (UTF-16, Latin-1)."""
+    t = ws.create_table("Raw", [{"name": "A", "type": "text"}])
+    records = f"/tables/{t['id']}/records"
+    made = ws.api.post(records, json={"fields": {"A": "kept"}}).json()
+    js = {"Content-Type": "application/json"}
+    raw = b'"\xed\xa0\x80"'
+    for path, body, method in [
+        (records, b'{"fields": {"A": ' + raw + b'}}', "POST"),
+        (f"{records}/batch", b'{"rows": [{"fields": {"A": "fine"}}, {"fields": {"A": ' + raw + b'}}]}', "POST"),
+        (f"{records}/{made['id']}", b'{"fields": {"A": ' + raw + b'}}', "PATCH"),
+        ("/tables", b'{"name": ' + raw + b', "columns": []}', "POST"),
+        (f"/tables/{t['id']}/columns", b'{"name": ' + raw + b', "type": "text"}', "POST"),
+        ("/agents", b'{"name": ' + raw + b'}', "POST"),
+    ]:
+        r = ws.api.request(method, path, content=body, headers=js)
+        assert r.status_code == 400 and r.json()["code"] == "INVALID_VALUE", (path, r.text)
+    for url in (f"{base_url}/functions/v1/auth/signup", f"{base_url}/p/no-such-share"):  # no token needed
+        r = httpx.post(url, content=b'{"workspace_id": 1, "email": ' + raw + b', "password": "Correct-Horse-9"}',
+                       headers=js)
+        assert r.status_code == 400 and r.json()["code"] == "INVALID_VALUE", (url, r.text)
+    for body in ('{"fields": {"A": "é"}}'.encode("latin-1"), '{"fields": {"A": "é"}}'.encode("utf-16")):
+        r = ws.api.post(records, content=body, headers=js)
+        assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
+        assert "UTF-8" in r.json()["error"]
+    # nothing changed; UTF-8 text (with a BOM-less emoji) still goes in
+    assert [x["fields"]["A"] for x in ws.api.get(records).json()["records"]] == ["kept"]
+    assert [x["name"] for x in ws.api.get("/tables").json()] == ["Raw"]
+    r = ws.api.post(records, content='{"fields": {"A": "é😀"}}'.encode(), headers=js)
+    assert r.status_code == 201 and r.json()["fields"]["A"] == "é😀", r.text
