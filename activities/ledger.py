@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from activities.types import ColumnSnap, PipelineInput, PipelineResult, RecordOutcome
-from storage.schema import value_fits
+from storage.schema import UNSTORABLE_TEXT, storable, value_fits
 
 BUDGET_EXCEEDED = "budget_exceeded"
 SKIPPED = "skipped: a column it depends on failed"
@@ -104,6 +104,9 @@ class Ledger:
                 self.fail(rid, cid, errors[rid])
             elif rid in values:
                 value = values[rid]
+                if not storable(value):  # a NUL or a lone surrogate: this record's error, not the write's
+                    self.fail(rid, cid, UNSTORABLE_TEXT)
+                    continue
                 kept[rid][cid] = value
                 fields[rid][name] = value
                 if not value_fits(value_type, value):

@@ -102,6 +102,35 @@ def value_fits(value_type: str | None, value: Any) -> bool:
         return False
     return True
 
+UNSTORABLE_TEXT = ("#VALUE! the result holds text that cannot be stored: a NUL character (\\u0000)"
+                   " or an unpaired UTF-16 surrogate")
+
+
+def storable(value: Any) -> bool:
+    """Whether PostgreSQL can store ``value`` (a computed result) as jsonb: no string in it,
+    key or value at any depth, holds a NUL character or an unpaired surrogate (which no
+    UTF-8 text can hold). A step or formula can make either (``CHAR(0)``, a JavaScript
+    ``"\\ud800"``, an HTTP body); refused here, it is that record's step error instead of
+    a write that fails as a whole. Pure (activities/ledger.py checks every result with it)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return False
+            if not item.isascii():
+                try:
+                    item.encode()
+                except UnicodeEncodeError:
+                    return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return True
+
+
 # System columns visible as record attributes (not inside ``fields``).
 SYSTEM_COLUMNS = ("id", "created_at", "updated_at")
 

@@ -121,6 +121,47 @@ def test_integers_beyond_64_bits_are_answered_exactly_by_every_read(ws, base_url
     assert data["fields"]["Huge"] == 3 * 10**20
 
 
+def test_a_result_postgresql_cannot_store_is_that_records_error_not_the_writes(ws):
+    """A formula can make text no UTF-8 column holds: a NUL ("\\u0000") or an unpaired
+    surrogate (a JavaScript "\\ud800"). Such a result broke the whole write (500 on a
+    create, a refused batch, an edit whose run failed and lost every other value); now it
+    is that column's error for that record, and the rest of the pipeline goes on."""
+    from storage.schema import UNSTORABLE_TEXT
+
+    t = ws.create_table("Odd", [
+        {"name": "S", "type": "text"},
+        {"name": "Good", "type": "formula", "formula": '{S} & "!"'},
+        {"name": "Nul", "type": "formula", "formula": '{S} & "\\u0000"'},
+        {"name": "Lone", "type": "formula", "formula": 'fields.S === "ok" ? "fine" : fields.S + "\\ud800"',
+         "config": {"language": "javascript"}},
+        {"name": "After", "type": "formula", "formula": '{Nul} & "x"'},
+    ])
+    tid = t["id"]
+
+    def check(record: dict, s: str) -> None:
+        fields, pipeline = record["fields"], record["pipeline"]
+        assert fields["S"] == s and fields["Good"] == s + "!" and fields["Nul"] is None, record
+        assert pipeline["status"] == "error" and pipeline["errors"]["Nul"] == UNSTORABLE_TEXT, record
+        assert pipeline["errors"]["After"].startswith("skipped"), record
+        if s == "ok":
+            assert fields["Lone"] == "fine" and "Lone" not in pipeline["errors"], record
+        else:
+            assert fields["Lone"] is None and pipeline["errors"]["Lone"] == UNSTORABLE_TEXT, record
+
+    r = ws.api.post(f"/tables/{tid}/records", json={"fields": {"S": "hello"}})
+    assert r.status_code == 201, r.text
+    check(r.json(), "hello")
+    rid = r.json()["id"]
+    r = ws.api.post(f"/tables/{tid}/records/batch", json={"rows": [{"fields": {"S": "a"}}, {"fields": {"S": "ok"}}]})
+    assert r.status_code == 200, r.text
+    for result, s in zip(r.json()["results"], ["a", "ok"], strict=True):
+        check(result["record"], s)
+    r = ws.api.patch(f"/tables/{tid}/records/{rid}", json={"fields": {"S": "ok"}})
+    assert r.status_code == 200, r.text
+    check(r.json(), "ok")
+    check(ws.api.get(f"/tables/{tid}/records/{rid}").json(), "ok")
+
+
 async def test_a_waiting_write_hands_its_committed_rows_to_the_run():
     """activities/written.py: the rows a write committed go with its wait to the run, which
     reads its records from them (RecordIO._load) instead of the database; forgetting the
