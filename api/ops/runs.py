@@ -158,11 +158,12 @@ async def get_run(state: AppState, principal: Principal, run_id: str) -> dict[st
     the rows that failed (the first 100, with their errors by column).
 
     Raises:
-        NotFound: no such run in the principal's workspace.
+        NotFound: no such run in the principal's workspace, or a run of a table the
+            principal may not read (its failed rows name records and their errors).
     """
     async with state.db.connection() as conn:
         row = await runs.get_run(conn, workspace_id=principal.workspace_id, run_id=run_id)
-    if row is None:
+    if row is None or (row.get("table_id") is not None and not principal.can(row["table_id"], Action.READ)):
         raise NotFound(f"run {run_id} not found")
     errors = row.get("errors") or {}
     out = {k: row[k] for k in ("total", "done", "failed", "status", "workflow_id", "kind")} | {"run_id": row["id"]}

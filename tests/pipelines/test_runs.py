@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from tests.pipelines.test_backfill import wait_run as wait_final
+
 
 def wait_run(ws, run_id, timeout=60):
     deadline = time.monotonic() + timeout
@@ -59,6 +61,26 @@ def test_run_actions_over_filters_reports_progress(ws):
     assert done["done"] == 350 and done["failed"] == 0
     got = ws.api.get(f"/tables/{t['id']}/records?A=in.(99,100,449)&order=A.asc").json()["records"]
     assert [x["fields"]["B"] for x in got] == [None, 200, 898]
+
+
+def test_a_run_is_visible_only_to_tokens_that_may_read_its_table(ws):
+    """A run's failed rows name records and their errors (cell-derived text): a token
+    without read on the run's table gets 404, as for a run that does not exist."""
+    t = ws.create_table("Runs", [{"name": "A", "type": "number"},
+                                 {"name": "Leak", "type": "formula", "formula": 'ERROR("secret-" & {A})'}])
+    ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"fields": {"A": 1}}], "run_pipeline": False})
+    run_id = ws.api.post(f"/tables/{t['id']}/run-actions", json={"filters": {}}).json()["run_id"]
+    done = wait_final(ws, run_id)  # completed_with_errors is final too
+    assert done["failed"] == 1 and "secret-1" in str(done["failed_rows"])
+    other = ws.create_table("Other", [{"name": "A", "type": "number"}])
+    blind = ws.client(ws.token("rest_api", profile_id=ws.profile([])["id"])["token"])
+    elsewhere = ws.client(ws.token("rest_api", profile_id=ws.profile([{"table_id": other["id"], "read": True}])["id"])["token"])
+    reader = ws.client(ws.token("rest_api", profile_id=ws.profile([{"table_id": t["id"], "read": True}])["id"])["token"])
+    for c in (blind, elsewhere):
+        r = c.get(f"/runs/{run_id}")
+        assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND" and "secret" not in r.text, r.text
+    r = reader.get(f"/runs/{run_id}")
+    assert r.status_code == 200 and r.json()["failed"] == 1, r.text
 
 
 def test_run_actions_over_ids_and_bad_input(ws):
