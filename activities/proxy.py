@@ -115,15 +115,37 @@ class Credential:
         # the secret is "user:password": RFC 7617 is base64 of exactly that
         return base64.b64encode(self.secret.encode()).decode()
 
-    def redact(self, data: bytes) -> bytes:
-        """Remove the secret from what a receiver echoed back (cells and errors hold this)."""
+    def _forms(self) -> list[str]:
+        """The forms of the secret a receiver may echo, longest first."""
         forms = {self.secret, quote(self.secret, safe=""), quote(self.secret)}
         if self.type == "basic":
             forms.add(self._basic())
-        for form in sorted(forms, key=len, reverse=True):
-            if form and len(form) >= 4:
-                data = data.replace(form.encode(), b"[redacted]")
+        return [f for f in sorted(forms, key=len, reverse=True) if f and len(f) >= 4]
+
+    def redact(self, data: bytes) -> bytes:
+        """Remove the secret from what a receiver echoed back (cells and errors hold this)."""
+        for form in self._forms():
+            data = data.replace(form.encode(), b"[redacted]")
         return data
+
+    def redact_value(self, value: Any) -> Any:
+        """:meth:`redact` over a parsed body: every string in it, keys too. JSON may write
+        any character as an escape (``\\u0042earer …``), which the bytes do not show."""
+        forms = self._forms()
+
+        def clean(item: Any) -> Any:
+            if isinstance(item, str):
+                for form in forms:
+                    if form in item:
+                        item = item.replace(form, "[redacted]")
+                return item
+            if isinstance(item, dict):
+                return {clean(k): clean(v) for k, v in item.items()}
+            if isinstance(item, list):
+                return [clean(v) for v in item]
+            return item
+
+        return clean(value)
 
 
 async def load_credentials(
@@ -340,12 +362,17 @@ async def send(
             if isinstance(exc, (httpx.UnsupportedProtocol, httpx.LocalProtocolError)):
                 return Outcome(error=f"invalid request ({type(exc).__name__})", attempts=attempt)
         else:
+            value = None
             if req.credential is not None:
                 body = req.credential.redact(body)
+                value = req.credential.redact_value(parse_body(body, resp_headers.get("content-type", "")))
             if 200 <= status < 300:
-                return Outcome(value=parse_body(body, resp_headers.get("content-type", "")), status=status,
-                               attempts=attempt)
-            snippet = body[:200].decode("utf-8", errors="replace").strip()
+                if req.credential is None:
+                    value = parse_body(body, resp_headers.get("content-type", ""))
+                return Outcome(value=value, status=status, attempts=attempt)
+            # with a credential, a JSON body's snippet is written from its redacted value
+            shown = orjson.dumps(value) if value is not None and not isinstance(value, str) else body
+            snippet = shown[:200].decode("utf-8", errors="replace").strip()
             if status not in TRANSIENT_STATUS:
                 return Outcome(error=f"HTTP {status}" + (f": {snippet}" if snippet else ""), status=status,
                                attempts=attempt)

@@ -50,11 +50,15 @@ def listener() -> ServerThread:
 
     async def echo(request: web.Request) -> web.Response:
         # what carries a credential first: an error keeps only the first 200 characters
-        return web.json_response({"authorization": request.headers.get("Authorization"),
-                                  "x-api-key": request.headers.get("X-Api-Key"),
-                                  "api_key": request.query.get("api_key"),
-                                  "method": request.method, "path": request.path, "query": dict(request.query),
-                                  "headers": dict(request.headers)}, status=int(request.query.get("status", "200")))
+        data = {"authorization": request.headers.get("Authorization"),
+                "x-api-key": request.headers.get("X-Api-Key"),
+                "api_key": request.query.get("api_key"),
+                "method": request.method, "path": request.path, "query": dict(request.query),
+                "headers": dict(request.headers)}
+        status = int(request.query.get("status", "200"))
+        if request.query.get("escape"):  # every character of every string as a JSON \\u escape
+            return web.Response(body=_escaped(data).encode(), status=status, content_type="application/json")
+        return web.json_response(data, status=status)
 
     async def redirect(request: web.Request) -> web.Response:
         return web.Response(status=302, headers={"Location": request.query["to"]})
@@ -71,6 +75,15 @@ def echo() -> Iterator[ServerThread]:
     server = listener()
     yield server
     server.stop()
+
+
+def _escaped(value: Any) -> str:
+    """JSON with every character of every string written as ``\\uXXXX``."""
+    if isinstance(value, str):
+        return '"' + "".join(f"\\u{ord(c):04x}" for c in value) + '"'
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_escaped(k)}:{_escaped(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)
 
 
 @pytest.fixture(scope="module")
@@ -368,6 +381,27 @@ def test_the_secret_is_never_recorded(ws, rest, echo, services, chatty, kind, he
     # the process logged at DEBUG (the worker's activities among it): the check is not vacuous
     assert "DEBUG" in log and "http_step" in log
     assert secret not in log
+
+
+def test_a_secret_echoed_in_json_escapes_is_redacted_too(ws, rest, echo):
+    """The bytes of ``"\\u0042\\u0065…"`` do not show the secret, its parsed value does:
+    the proxy redacts the parsed body as well, in the cell and in an error's snippet."""
+    secret = secret_for("bearer")
+    bound(ws, "esc", "bearer", secret, ["127.0.0.1"])
+    t = table(rest, [{"name": "Status", "type": "text"}, {"name": "Tag", "type": "text"},
+                     call(echo.url + "/echo?escape=1&status={{ Status }}&tag={{ Tag }}", credential="esc")])
+    escaped = "".join(f"\\u{ord(c):04x}" for c in secret)
+    ok = write(rest, t, {"Status": "200", "Tag": secrets.token_hex(4)})
+    failed = write(rest, t, {"Status": "418", "Tag": secrets.token_hex(4)})
+    assert ok["pipeline"]["status"] == "ok" and ok["fields"]["Call"]["authorization"] == "Bearer [redacted]", ok
+    assert failed["pipeline"]["errors"]["Call"].startswith("HTTP 418") and "[redacted]" in str(failed["pipeline"])
+    for rec in (ok, failed):
+        stored = rest.get(f"/tables/{t['id']}/records/{rec['id']}")
+        assert stored.status_code == 200
+        for text in (stored.text, str(stored.json())):
+            assert secret not in text and escaped not in text and escaped.lower() not in text.lower()
+    listed = rest.post("/sql", json={"query": f"SELECT Call FROM \"{t['name']}\""})
+    assert listed.status_code == 200 and secret not in str(listed.json())
 
 
 # --------------------------------------------------------------------------- upgrade
