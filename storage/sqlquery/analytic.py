@@ -763,6 +763,9 @@ class _Translator:
                 DATE if DATE in types else INTERVAL)
             return _E(sql.SQL("({} " + op + " {})").format(left.sql, right.sql), out, _loose(left, right),
                       left.agg or right.agg)
+        if op == "%":  # PostgreSQL has no % for double precision (number columns): mod over numeric
+            return _E(sql.SQL("mod(({})::numeric, ({})::numeric)").format(self.numeric(left), self.numeric(right)),
+                      NUMBER, _loose(left, right), left.agg or right.agg)
         return _E(sql.SQL("({} " + op + " {})").format(self.numeric(left), self.numeric(right)), NUMBER,
                   _loose(left, right), left.agg or right.agg)
 

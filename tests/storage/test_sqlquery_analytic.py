@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import random
 import secrets
@@ -309,6 +310,12 @@ def _cases() -> list[tuple[str, Callable[[World], list[dict[str, Any]]], bool]]:
         lambda w: [{"id": r["id"]} for r in D(w) if "alpha" in r["Title"].lower()])
     case("SELECT id, Amount * 2 + 1 AS x FROM Deals WHERE Amount IS NOT NULL")(
         lambda w: [{"id": r["id"], "x": r["Amount"] * 2 + 1} for r in D(w) if r["Amount"] is not None])
+    # PostgreSQL has no % for double precision: mod over numeric (the sign follows the dividend)
+    case("SELECT id, Amount % 7 AS m, SUM(Amount) % 1000 AS t FROM Deals WHERE Amount IS NOT NULL GROUP BY id, Amount")(
+        lambda w: [{"id": r["id"], "m": math.fmod(r["Amount"], 7), "t": math.fmod(r["Amount"], 1000)}
+                   for r in D(w) if r["Amount"] is not None])
+    case("SELECT id FROM Deals WHERE Amount % 2 = 0")(
+        lambda w: [{"id": r["id"]} for r in D(w) if r["Amount"] is not None and math.fmod(r["Amount"], 2) == 0])
     case("SELECT id, lower(Title) l, upper(Title) u, length(Title) n FROM Deals")(
         lambda w: [{"id": r["id"], "l": r["Title"].lower(), "u": r["Title"].upper(), "n": len(r["Title"])}
                    for r in D(w)])
