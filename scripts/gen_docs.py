@@ -129,6 +129,8 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     "TOOL_ROUNDS_EXCEEDED": ("Agent chat: the model kept calling tools past the round limit; the answer stops with an `error` event.", ""),
     # on other branches at the time of writing: rendered once the code uses them
     "LOSSY_CHANGE": ("Changing a column's type, or removing select options, would lose values of some records; `count` and `record_ids` say which; send `allow_loss: true` to change it anyway.", "count, record_ids"),
+    "CREDENTIAL_HOSTS_REQUIRED": ("Creating a credential without `hosts`, or with `[]`: a credential is sent only to the hosts it is bound to, so it must name them (docs/security.md). Nothing is stored.", ""),
+    "INVALID_HOST_PATTERN": ("A credential's `hosts` is not a list of host patterns, has more than 50, or holds a malformed one (a URL, a path, a bad port, a misplaced wildcard). Nothing is stored.", ""),
     "CREDENTIAL_HOST_MISMATCH": ("A step would send a credential to a URL host outside the credential's `hosts` (checked at column creation for literal URLs, at run time for templated ones and redirects).", ""),
     "DATABASE_LIMIT_EXCEEDED": ("A statement hit one of PostgreSQL's fixed limits (SQLSTATE class 54: a value or list too large to store or compare, too many arguments, a statement too complex). Retrying it unchanged fails the same way; nothing was written by the failed statement.", ""),
     "QUERY_TIMEOUT": ("A statement ran past the database's statement timeout (every request has one).", ""),
@@ -345,11 +347,17 @@ def scan_codes() -> dict[str, CodeUse]:
 
     for path in _py_files():
         tree = ast.parse(path.read_text(), filename=str(path))
+        # module constants that hold a code (``HOSTS_REQUIRED = "CREDENTIAL_HOSTS_REQUIRED"``,
+        # then ``code=HOSTS_REQUIRED``)
+        named = {t.id: _const_str(stmt.value) for stmt in tree.body if isinstance(stmt, ast.Assign)
+                 for t in stmt.targets if isinstance(t, ast.Name) and _const_str(stmt.value)}
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 kw = {k.arg: k.value for k in node.keywords if k.arg}
                 name = _callee(node)
                 code = _const_str(kw.get("code"))
+                if code is None and isinstance(kw.get("code"), ast.Name):
+                    code = named.get(kw["code"].id)  # type: ignore[union-attr]
                 cls = classes.get(name)
                 if name in POSITIONAL_CODE:
                     index, cls_name = POSITIONAL_CODE[name]

@@ -47,6 +47,7 @@ from storage.query import DEFAULT_LIMIT, MAX_LIMIT, Query, parse_arguments
 from storage.query.listing import CountMode, count_mode
 from storage.query.parse import terms_text
 from storage.schema import COMPUTED_TYPES, DATA_TYPES
+from storage.sqlquery.parse import MAX_QUERY_CHARS
 
 MCP_DEFAULT_LIMIT = DEFAULT_LIMIT  # pages as REST does (spec "Limits": default 100, at most 1000)
 MCP_MAX_LIMIT = MAX_LIMIT
@@ -344,7 +345,7 @@ DATA_TOOLS: list[ToolSpec] = [
           read_only=True, idempotent=True),
     _spec("sql_query", "Read-only SQL", _SQL_DESCRIPTION,
           sql_query, obj({"query": string("one SELECT statement, with the tables' and columns' human names",
-                                          maxLength=20_000),
+                                          maxLength=MAX_QUERY_CHARS),
                           "count": boolean("also count every result row for total (reads every"
                                            " match; default false)")},
                          ("query",)),
