@@ -521,12 +521,16 @@ def parse_filter_object(obj: Mapping[str, Any]) -> tuple[Filter | Group, ...]:
     return tuple(out)
 
 
+_FILTER_ITEM_KEYS = frozenset({"column", "op", "value", "negate"})
+
+
 def parse_filter_list(items: Sequence[Mapping[str, Any]]) -> tuple[Filter | Group, ...]:
     """Parse a list of ``{column, op, value}`` objects (run-actions, write-by-filter).
 
     ``op`` may carry ``not.`` (``"not.eq"``) or the item may set ``"negate": true``;
-    ``value`` may be text, a number, a boolean, ``null`` or a list (for ``in``/``cs``).
-    An item ``{"or": "(...)"}`` (or ``and``, ``not.or``, ``not.and``) is a group.
+    ``value`` may be text, a number, a boolean, ``null`` or a list (for ``in``/``cs``), and
+    must be there (``null`` is ``is.null``); other keys are refused. An item
+    ``{"or": "(...)"}`` (or ``and``, ``not.or``, ``not.and``) is a group.
 
     >>> parse_filter_list([{"column": "Score", "op": "not.lt", "value": 2}])
     (Filter(column='Score', op=<Op.LT: 'lt'>, value='2', negate=True),)
@@ -543,6 +547,14 @@ def parse_filter_list(items: Sequence[Mapping[str, Any]]) -> tuple[Filter | Grou
             continue
         if not isinstance(item, Mapping) or not isinstance(item.get("column"), str):
             raise ValidationError("each filter needs a string 'column'")
+        unknown = set(item) - _FILTER_ITEM_KEYS
+        if unknown:
+            raise ValidationError(f"unknown filter key(s) {', '.join(sorted(map(str, unknown)))}: a filter item is"
+                                  " {column, op, value, negate}")
+        if "value" not in item:  # a forgotten value never silently means "is null"
+            raise ValidationError(f"the filter on {item['column']!r} needs a 'value' (null for is.null)")
+        if "negate" in item and not isinstance(item["negate"], bool):
+            raise ValidationError("a filter's 'negate' is true or false")
         op_text = item.get("op", "eq")
         if not isinstance(op_text, str):
             raise UnknownOperator(f"unknown operator {op_text!r}")

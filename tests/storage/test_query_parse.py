@@ -237,6 +237,12 @@ def test_filter_list_form(items: list[dict[str, Any]], expected: tuple[Filter, .
         ([{"column": "Name", "op": "eq", "value": {"a": 1}}], "INVALID_VALUE"),
         ([{"column": "Done", "op": "is", "value": "maybe"}], "INVALID_VALUE"),
         ("Name=eq.x", "VALIDATION_ERROR"),
+        # a forgotten value never silently means is.null; typos in keys are refused
+        ([{"column": "Points"}], "VALIDATION_ERROR"),
+        ([{"column": "Points", "op": "eq"}], "VALIDATION_ERROR"),
+        ([{"column": "Points", "op": "eq", "value": 1, "extra": 1}], "VALIDATION_ERROR"),
+        ([{"column": "Points", "op": "eq", "valeu": 1}], "VALIDATION_ERROR"),
+        ([{"column": "Points", "op": "eq", "value": 1, "negate": "yes"}], "VALIDATION_ERROR"),
     ],
 )
 def test_filter_list_errors(items: Any, code: str) -> None:
