@@ -108,7 +108,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     "REPEATED_PARAMETER": ("A single-valued query parameter (`limit`, `offset`, `select`, `expand`, `view`, `count`, `order`/`sort`) given twice; `order` and `sort` together count as a repeat.", ""),
     "UNKNOWN_PARAMETER": ("A parameter a door cannot honour: anything but `select`/`expand` on GET by id, `run_pipeline` on a read, unknown keys in a realtime subscription, an argument an MCP tool does not take.", ""),
     "PAYLOAD_TOO_LARGE": ("A body, upload, chat message, SQL text or search query larger than allowed.", ""),
-    "UNSUPPORTED_MEDIA_TYPE": ("The framework's 415 (a body in a content type the endpoint does not take), rendered in the `{error, code}` shape.", ""),
+    "UNSUPPORTED_MEDIA_TYPE": ("A body in a media type the endpoint does not take: REST and SQL take `application/json` (or another `+json` type) only, so a `text/plain`, XML or form body is refused before anything runs (an empty body is let through). Also the framework's own 415, in the `{error, code}` shape.", ""),
     "CHAT_SESSION_INVALID": ("Agent web chat: a `session_id` sent without the `session_key` issued with it (or with a wrong one, or an id the server never issued). The same answer whether or not the session exists; omit `session_id` to start a new session.", ""),
     # 429
     "PLAN_RATE_LIMIT_API": ("The workspace's requests per minute (by plan) are used up; `Retry-After` says when to retry.", "upgrade"),

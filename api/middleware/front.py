@@ -228,6 +228,10 @@ class Front:
         headers = call.st[HEADERS_KEY]
         path: str = scope["path"]
         body: bytes | None = None
+        refused = textguard.media_refusal(call.door, method, headers.get(b"content-type"), headers.get(b"content-length"))
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
         if textguard.applies(method, path, headers.get(b"content-type")):
             read = await read_body(receive)
             if read is None:  # the client left

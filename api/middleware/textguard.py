@@ -37,6 +37,8 @@ from starlette.responses import Response
 from api.errors import error_response
 
 _METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_JSON_DOORS = frozenset({"rest", "sql"})  # every body of theirs is JSON (api.middleware.usage.door_of)
 # object uploads are file bytes, streamed to the store under a size limit: never buffered here
 _UPLOADS = "/storage/v1/object/"
 _SIGN = "/storage/v1/object/sign/"
@@ -71,6 +73,20 @@ def refusal(body: bytes) -> Response | None:
             400, "a value cannot be stored: a string holds an unpaired UTF-16 surrogate escape"
             " (\\ud800–\\udfff without its pair), which is not text", "INVALID_VALUE",
         )
+    return None
+
+
+def media_refusal(door: str | None, method: str, content_type: bytes | None,
+                  content_length: bytes | None) -> Response | None:
+    """415 ``UNSUPPORTED_MEDIA_TYPE`` for a body of another media type than JSON sent to
+    REST or SQL, whose every body is JSON (FastAPI would not parse it and answered its
+    model's validation message). A body without a media type is read as JSON, and an empty
+    one (``curl -X POST -d ''``) is let through."""
+    if (door in _JSON_DOORS and method in _BODY_METHODS and content_type is not None
+            and not _json_media(content_type) and content_length != b"0"):
+        media = content_type.partition(b";")[0].strip().decode("latin-1")[:100]
+        return error_response(415, f"this endpoint takes JSON bodies (Content-Type: application/json), not {media!r}",
+                              "UNSUPPORTED_MEDIA_TYPE")
     return None
 
 

@@ -118,3 +118,26 @@ def test_bodies_that_are_not_utf8_are_refused_before_any_route(ws, base_url):
     assert [x["name"] for x in ws.api.get("/tables").json()] == ["Raw"]
     r = ws.api.post(records, content='{"fields": {"A": "é😀"}}'.encode(), headers=js)
     assert r.status_code == 201 and r.json()["fields"]["A"] == "é😀", r.text
+
+
+def test_a_body_that_is_not_json_is_415_on_rest_and_sql(ws):
+    """REST and SQL take JSON bodies only: another media type was answered with the body
+    model's validation message ("Input should be a valid dictionary ..."); it is 415
+    UNSUPPORTED_MEDIA_TYPE, naming what to send, and changes nothing."""
+    t = ws.create_table("Media", [{"name": "A", "type": "text"}])
+    records = f"/tables/{t['id']}/records"
+    for media, body in [("text/plain", b'{"fields": {"A": "x"}}'), ("application/xml", b"<a/>"),
+                        ("application/x-www-form-urlencoded", b'{"fields": {"A": "x"}}'),
+                        ("multipart/form-data; boundary=x", b"--x--")]:
+        for path in (records, f"{records}/batch", "/sql", "/tables"):
+            r = ws.api.post(path, content=body, headers={"Content-Type": media})
+            assert r.status_code == 415, (media, path, r.text)
+            assert r.json()["code"] == "UNSUPPORTED_MEDIA_TYPE" and "application/json" in r.json()["error"]
+    assert ws.api.get(records).json()["records"] == []
+    # JSON media types are read as before; an empty body (curl -X POST -d '') goes on to the route
+    for headers in ({"Content-Type": "application/json; charset=utf-8"}, {"Content-Type": "application/merge+json"}):
+        r = ws.api.post(records, content=b'{"fields": {"A": "x"}}', headers=headers)
+        assert r.status_code == 201, (headers, r.text)
+    rid = ws.api.get(records).json()["records"][0]["id"]
+    r = ws.api.post(f"{records}/{rid}/run", content=b"", headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code != 415, r.text
