@@ -135,7 +135,8 @@ def test_turning_search_off_drops_the_index(cws: Workspace, db: psycopg.Connecti
 @pytest.mark.parametrize("body,status,code", [
     ({"query": ""}, 400, "VALIDATION_ERROR"),
     ({"query": "x", "limit": 0}, 400, "VALIDATION_ERROR"),
-    ({"query": "x", "limit": 101}, 400, "VALIDATION_ERROR"),
+    ({"query": "x", "limit": 101}, 400, "LIMIT_TOO_LARGE"),  # as a list's limit (errors.md)
+    ({"query": "x", "limit": 1000}, 400, "LIMIT_TOO_LARGE"),
     ({"query": "x", "filters": {"Nope": "eq.1"}}, 400, "UNKNOWN_COLUMN"),
     ({"query": "x", "filters": {"Score": "near.1"}}, 400, "UNKNOWN_OPERATOR"),
     ({"query": "x" * 8001}, 413, "PAYLOAD_TOO_LARGE"),

@@ -21,7 +21,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": ErrorOut} for s in (400,
 class SearchIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str = Field(description="what to look for, in plain words")
-    limit: int = Field(ops.DEFAULT_LIMIT, ge=1, le=sem.SEARCH_MAX_LIMIT)
+    # the maximum is checked by the operation (400 LIMIT_TOO_LARGE, as a list's limit), not here
+    limit: int = Field(ops.DEFAULT_LIMIT, ge=1, description=f"results, at most {sem.SEARCH_MAX_LIMIT}")
     filters: dict[str, Any] | list[dict[str, Any]] | None = Field(
         None, description="{column: \"op.value\"} or [{column, op, value}], ANDed, as on list queries")
 
