@@ -9,6 +9,8 @@ import orjson
 from jmespath.exceptions import JMESPathError
 
 from activities.types import ColumnSnap
+from storage.errors import ValidationError
+from storage.pipelines import register_config_check
 
 
 def check_config(config: dict[str, Any]) -> str | None:
@@ -23,6 +25,15 @@ def check_config(config: dict[str, Any]) -> str | None:
     except JMESPathError as exc:
         return f"invalid JMESPath expression: {exc}"
     return None
+
+
+def _check_column(name: str, config: dict[str, Any]) -> None:
+    problem = check_config(config)
+    if problem:
+        raise ValidationError(f"{name}: {problem}")
+
+
+register_config_check("json_parser", _check_column)  # refused at column creation, not at the first run
 
 
 def evaluate_batch(col: ColumnSnap, records: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], dict[str, str]]:

@@ -13,9 +13,9 @@ from temporalio import activity
 
 from activities.bulkplan import dependants_map
 from activities.metrics import timed_step
+from activities.sandbox import sandbox
 from activities.snap import caller_can, table_snap
 from activities.steps import column_for_step
-from activities.sandbox import sandbox
 from activities.templates import render_many
 from activities.types import StepInput, StepResult
 from storage import meta
@@ -23,11 +23,11 @@ from storage import records as rec
 from storage.access import Action
 from storage.db import Database
 from storage.errors import ServiceError
-from storage.pipelines import plan_steps
+from storage.pipelines import FETCH_MAX, plan_steps
 from storage.query import Query, list_records, parse_filter_object, plan_query
 from storage.schema import TableMeta, WorkspaceSchema
 
-MAX_FETCH = 100
+MAX_FETCH = FETCH_MAX  # checked at column creation too (storage.pipelines.check_config)
 _TEMPLATED = ("table_id", "record_id", "fields", "filters")  # the config keys holding templates
 
 

@@ -32,8 +32,14 @@ def register_config_check(kind: str, check: ConfigCheck) -> None:
     _CONFIG_CHECKS[kind] = check
 
 
+DELAY_MAX_S = 366 * 86400  # a delay step's longest wait (workflows/pipeline.py enforces it at run time too)
+FETCH_MAX = 100  # fetch_records' largest limit (activities/records.py MAX_FETCH)
+
+
 def check_config(name: str, kind: str, config: dict[str, Any]) -> None:
-    """Run the registered check of ``kind`` (and of a loop's sub-step) over ``config``.
+    """Run the check of ``kind`` (and of a loop's sub-step) over ``config``: the built-in
+    ones below, then the one its implementation registered. What a run would refuse for
+    every record is refused here, when the column is written.
 
     Raises:
         ValidationError: the configuration is refused.
@@ -41,11 +47,23 @@ def check_config(name: str, kind: str, config: dict[str, Any]) -> None:
     if kind == "loop":
         step = config.get("step")
         if isinstance(step, dict) and isinstance(step.get("type"), str):
+            if step["type"] in ("loop", "delay"):
+                raise ValidationError(f"{name}: a loop's step may be any kind but loop or delay")
             sub = step.get("config") or {}
             if not isinstance(sub, dict):
                 raise ValidationError(f"{name}: config.step.config must be an object")
             check_config(name, step["type"], sub)
         return
+    if kind == "delay":
+        seconds = config.get("seconds", 0)
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds <= DELAY_MAX_S:
+            raise ValidationError(f"{name}: delay needs config.seconds, a number between 0 and {DELAY_MAX_S:,}")
+    if kind == "fetch_records":
+        limit = config.get("limit", 10)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= FETCH_MAX:
+            raise ValidationError(f"{name}: fetch_records config.limit must be a whole number between 1 and {FETCH_MAX}")
+        if not isinstance(config.get("filters") or {}, dict):
+            raise ValidationError(f"{name}: fetch_records config.filters must be an object {{column: 'op.value'}}")
     check = _CONFIG_CHECKS.get(kind)
     if check is not None:
         check(name, config)

@@ -181,7 +181,7 @@ class PipelineWorkflow:
             seconds = float(col.config.get("seconds", 0))
         except (TypeError, ValueError):
             seconds = -1
-        if not 0 <= seconds <= 366 * 86400:
+        if not 0 <= seconds <= 366 * 86400:  # storage.pipelines.DELAY_MAX_S (checked at column creation too)
             for rid in rids:
                 self.ledger.fail(rid, cid, "delay needs config.seconds between 0 and 31,622,400")
             return

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def test_create_get_and_list_columns(ws):
     t = ws.create_table("C")
@@ -96,3 +98,34 @@ def test_patch_with_nothing_or_unknown_fields_is_refused(ws):
     cid = t["columns"][0]["id"]
     assert ws.api.patch(f"/tables/{t['id']}/columns/{cid}", json={}).json()["code"] == "VALIDATION_ERROR"
     assert ws.api.patch(f"/tables/{t['id']}/columns/{cid}", json={"colour": "x"}).json()["code"] == "VALIDATION_ERROR"
+
+
+@pytest.mark.parametrize("col", [
+    {"name": "F", "type": "fetch_records", "config": {"table": "Cfg", "limit": 0}},
+    {"name": "F", "type": "fetch_records", "config": {"table": "Cfg", "limit": 101}},
+    {"name": "F", "type": "fetch_records", "config": {"table": "Cfg", "limit": "5"}},
+    {"name": "F", "type": "fetch_records", "config": {"table": "Cfg", "filters": ["A.eq.1"]}},
+    {"name": "L", "type": "loop", "config": {"source_column": "A", "step": {"type": "delay", "config": {"seconds": 1}}}},
+    {"name": "L", "type": "loop", "config": {"source_column": "A", "step": {"type": "loop", "config": {}}}},
+    {"name": "L", "type": "loop", "config": {"source_column": "A",
+                                             "step": {"type": "fetch_records", "config": {"table": "Cfg", "limit": 500}}}},
+    {"name": "D", "type": "delay", "config": {"seconds": -1}},
+    {"name": "D", "type": "delay", "config": {"seconds": 1e12}},
+    {"name": "D", "type": "delay", "config": {"seconds": "soon"}},
+    {"name": "J", "type": "json_parser", "config": {"source_column": "A", "path": "[[[["}},
+    {"name": "J", "type": "json_parser", "config": {"source_column": "A"}},
+])
+def test_a_config_every_run_would_refuse_is_refused_when_the_column_is_written(ws, col):
+    """What a run refuses for every record (a fetch limit out of range, a loop over a loop
+    or a delay, a delay out of range, a JMESPath that does not compile) is 400
+    VALIDATION_ERROR at creation, and no column is made; in range, it is accepted."""
+    t = ws.create_table("Cfg", [{"name": "A", "type": "text"}])
+    r = ws.api.post(f"/tables/{t['id']}/columns", json=col)
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
+    assert col["name"] + ":" in r.json()["error"]
+    assert [c["name"] for c in ws.api.get(f"/tables/{t['id']}").json()["columns"]] == ["A"]
+    fine = {"fetch_records": {"table": "Cfg", "limit": 100}, "delay": {"seconds": 0},
+            "json_parser": {"source_column": "A", "path": "a.b"},
+            "loop": {"source_column": "A", "step": {"type": "formula", "formula": "{item}"}}}[col["type"]]
+    r = ws.api.post(f"/tables/{t['id']}/columns", json={**col, "config": fine})
+    assert r.status_code == 201, r.text
