@@ -1,7 +1,7 @@
 """Idempotency keys of record writes, scoped to a token (``wds.idempotency_keys``).
 
 A key is claimed before the write runs (``status = 0``), then completed with the first
-response; a repeat with the same key and request replays that response; the same key
+response's JSON text (m0019: ``json``, kept byte for byte); a repeat with the same key and request replays that response; the same key
 with a different request is a conflict. Keys are kept 24 hours.
 """
 
@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from psycopg import AsyncConnection
-from psycopg.types.json import Jsonb
 
 Conn = AsyncConnection[Any]
 RETENTION = "24 hours"
@@ -23,7 +22,7 @@ class Claim:
 
     state: str
     status: int = 0
-    response: Any = None
+    response: str | None = None  # the first answer's JSON text, as it was sent
 
 
 async def claim(conn: Conn, *, token_id: int, key: str, request_hash: str) -> Claim:
@@ -38,7 +37,8 @@ async def claim(conn: Conn, *, token_id: int, key: str, request_hash: str) -> Cl
     if await cur.fetchone() is not None:
         return Claim("new")
     cur = await conn.execute(
-        "SELECT request_hash, status, response FROM wds.idempotency_keys WHERE token_id = %s AND key = %s",
+        "SELECT request_hash, status, response::text AS response FROM wds.idempotency_keys"
+        " WHERE token_id = %s AND key = %s",
         (token_id, key),
     )
     row = await cur.fetchone()
@@ -51,10 +51,12 @@ async def claim(conn: Conn, *, token_id: int, key: str, request_hash: str) -> Cl
     return Claim("replay", row["status"], row["response"])
 
 
-async def complete(conn: Conn, *, token_id: int, key: str, status: int, response: Any) -> None:
+async def complete(conn: Conn, *, token_id: int, key: str, status: int, response: bytes | None) -> None:
+    """Store the first answer's JSON text (``json``: kept as written, so a replay is the
+    same bytes; jsonb would reorder the keys)."""
     await conn.execute(
-        "UPDATE wds.idempotency_keys SET status = %s, response = %s WHERE token_id = %s AND key = %s",
-        (status, Jsonb(response), token_id, key),
+        "UPDATE wds.idempotency_keys SET status = %s, response = %s::json WHERE token_id = %s AND key = %s",
+        (status, response.decode() if response else None, token_id, key),
     )
 
 

@@ -23,7 +23,7 @@ from api.deps import resolve_principal
 from api.errors import error_response
 from api.middleware.bodies import read_body, replay
 from api.services.limits import PRINCIPAL_KEY
-from storage import idempotency, jsontext
+from storage import idempotency
 from storage.errors import ServiceError
 
 log = logging.getLogger("wds.idempotency")
@@ -92,7 +92,7 @@ async def serve(app: ASGIApp, scope: Scope, receive: Receive, send: Send, key_he
         return
     if claim.state == "replay":
         headers = [(b"content-type", b"application/json"), (b"idempotent-replayed", b"true")]
-        payload = jsontext.dumps(claim.response)
+        payload = claim.response.encode() if claim.response is not None else b"null"  # the first answer's bytes
         await send({"type": "http.response.start", "status": claim.status,
                     "headers": [*headers, (b"content-length", str(len(payload)).encode())]})
         await send({"type": "http.response.body", "body": payload})
@@ -130,10 +130,11 @@ async def _finish(state: Any, token_id: int, key: str, status: int, payload: byt
                 await idempotency.release(conn, token_id=token_id, key=key)
                 return
             try:
-                response = orjson.loads(payload) if payload else None
+                if payload:
+                    orjson.loads(payload)  # JSON (the json column checks it again), or not kept
             except orjson.JSONDecodeError:
                 await idempotency.release(conn, token_id=token_id, key=key)
                 return
-            await idempotency.complete(conn, token_id=token_id, key=key, status=status, response=response)
+            await idempotency.complete(conn, token_id=token_id, key=key, status=status, response=payload or None)
     except ServiceError as exc:  # database gone: the claim expires with the retention window
         log.warning("idempotency key not recorded: %s", exc.message)
