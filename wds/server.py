@@ -164,7 +164,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._refusal = None
             self._refuse(status, message, code)
             return
-        super().send_400_response(msg)
+        # uvicorn's own answer is text/plain ("Invalid HTTP request received."): every error
+        # of the service is {error, code}
+        self._refuse(400, "the request is not valid HTTP/1.1 (a malformed request line or header);"
+                     " nothing was done", "VALIDATION_ERROR")
 
     # ------------------------------------------------------------------ helpers
     def _arm(self, delay: float) -> None:

@@ -55,6 +55,20 @@ def test_a_huge_header_is_refused_before_it_ends(base_url):
     assert status == 431 and json.loads(body)["code"] == "HEADERS_TOO_LARGE"
 
 
+@pytest.mark.parametrize("request_head", [
+    b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n",  # a space in a header name
+    b"GET /a b c HTTP/1.1\r\nHost: x\r\n\r\n",  # a request line that does not parse
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # TLS spoken to the plain port
+])
+def test_a_request_that_is_not_http_is_answered_in_the_error_shape(base_url, request_head):
+    """uvicorn answered these with text/plain "Invalid HTTP request received."."""
+    with _connect(base_url) as sock:
+        sock.sendall(request_head)
+        status, headers, body = _response(sock)
+    assert status == 400 and headers["content-type"] == "application/json" and headers["connection"] == "close"
+    assert json.loads(body)["code"] == "VALIDATION_ERROR"
+
+
 def test_normal_requests_with_many_small_headers_pass(base_url):
     with _connect(base_url) as sock:
         sock.sendall(_head(base_url) + b"".join(b"X-Pad-%d: 1\r\n" % i for i in range(50)) + b"\r\n")
