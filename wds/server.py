@@ -109,6 +109,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_fields = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._refusal: tuple[int, str, str] | None = None
+        self._chunk = 0  # bytes of the data being parsed
 
     # ------------------------------------------------------------------ connection
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -126,6 +127,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None:
             return
+        self._chunk = len(data)  # what send_400_response may blame, if the parser fails on it
         super().data_received(data)
         if self._head_open and self._refusal is None:
             # every byte since the request began is head until its headers are complete
@@ -166,6 +168,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         # uvicorn's own answer is text/plain ("Invalid HTTP request received."): every error
         # of the service is {error, code}
+        # the parser (or uvicorn's URL parse, when the head completes) gave up on a head
+        # longer than the limit, before data_received counted its last bytes
+        if self._head_bytes + self._chunk > self._max_head:
+            self._refuse(431, f"the request line and headers exceed {self._max_head:,} bytes", "HEADERS_TOO_LARGE")
+            return
         self._refuse(400, "the request is not valid HTTP/1.1 (a malformed request line or header);"
                      " nothing was done", "VALIDATION_ERROR")
 

@@ -69,6 +69,13 @@ def test_a_request_that_is_not_http_is_answered_in_the_error_shape(base_url, req
     assert json.loads(body)["code"] == "VALIDATION_ERROR"
 
 
+def test_a_url_longer_than_the_head_limit_is_431(base_url):
+    with _connect(base_url) as sock:
+        sock.sendall(_head(base_url, path="/healthz?q=" + "a" * 70_000) + b"\r\n")
+        status, _, body = _response(sock)
+    assert status == 431 and json.loads(body)["code"] == "HEADERS_TOO_LARGE"
+
+
 def test_normal_requests_with_many_small_headers_pass(base_url):
     with _connect(base_url) as sock:
         sock.sendall(_head(base_url) + b"".join(b"X-Pad-%d: 1\r\n" % i for i in range(50)) + b"\r\n")
