@@ -11,6 +11,7 @@ Physical naming (DESIGN §3): workspace ``W`` lives in schema ``ws_W``; table ``
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -112,22 +113,34 @@ def storable(value: Any) -> bool:
     UTF-8 text can hold). A step or formula can make either (``CHAR(0)``, a JavaScript
     ``"\\ud800"``, an HTTP body); refused here, it is that record's step error instead of
     a write that fails as a whole. Pure (activities/ledger.py checks every result with it)."""
+    for text in strings_in(value):
+        if "\x00" in text or not encodable(text):
+            return False
+    return True
+
+
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string in a JSON-like value, object keys included, at any depth."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                return False
-            if not item.isascii():
-                try:
-                    item.encode()
-                except UnicodeEncodeError:
-                    return False
+            yield item
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
+
+
+def encodable(text: str) -> bool:
+    """Whether ``text`` is text UTF-8 can hold (no unpaired surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
     return True
 
 

@@ -35,6 +35,7 @@ import orjson
 from starlette.responses import Response
 
 from api.errors import error_response
+from storage.schema import encodable, strings_in
 
 _METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -116,18 +117,4 @@ def _lone_surrogate(body: bytes) -> bool:
 
 
 def _holds_surrogate(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if not item.isascii():
-                try:
-                    item.encode()
-                except UnicodeEncodeError:
-                    return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
+    return not all(encodable(text) for text in strings_in(value))
