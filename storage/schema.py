@@ -113,10 +113,11 @@ def storable(value: Any) -> bool:
     UTF-8 text can hold). A step or formula can make either (``CHAR(0)``, a JavaScript
     ``"\\ud800"``, an HTTP body); refused here, it is that record's step error instead of
     a write that fails as a whole. Pure (activities/ledger.py checks every result with it)."""
-    for text in strings_in(value):
-        if "\x00" in text or not encodable(text):
-            return False
-    return True
+    if isinstance(value, str):  # most results are a number, a boolean or one string
+        return "\x00" not in value and encodable(value)
+    if not isinstance(value, dict | list | tuple):
+        return True
+    return all("\x00" not in text and encodable(text) for text in strings_in(value))
 
 
 def strings_in(value: Any) -> Iterator[str]:
