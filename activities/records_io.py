@@ -6,7 +6,9 @@ import time
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities import formula, json_parser, written
 from activities.ledger import Ledger
@@ -72,9 +74,16 @@ class RecordIO:
         # with the rows as loaded, they are built here rather than decoded from the database
         run_id = str((updates[0][2] or {}).get("run_id") or "") if updates else ""
         waited = written.waiting(run_id)
-        async with self.db.connection() as conn:  # one autocommit statement
-            count, rows = await rec.write_computed(conn, table=table, updates=updates, returning=waited,
-                                                   loaded=loaded, unless_superseded=bulk_run_id)
+        try:
+            async with self.db.connection() as conn:  # one autocommit statement
+                count, rows = await rec.write_computed(conn, table=table, updates=updates, returning=waited,
+                                                       loaded=loaded, unless_superseded=bulk_run_id)
+        except psycopg.DataError as exc:
+            # values the database refuses (the ledger keeps out what it knows of: storage.schema.storable):
+            # a retry fails alike, and the run's errors get the reason, not the server's
+            # DETAIL and CONTEXT lines, which quote the statement's parameters
+            raise ApplicationError(f"the computed values could not be stored: {exc.diag.message_primary or 'refused'}",
+                                   type="UNSTORABLE", non_retryable=True) from None
         if waited:  # committed
             written.notify(run_id, rows)
         return count

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def test_formula_chain_runs_on_create_and_edit(ws):
     t = ws.create_table("P", [
@@ -181,3 +183,44 @@ async def test_a_waiting_write_hands_its_committed_rows_to_the_run():
         written.forget("run-a")
         written.forget("run-b")
     assert written.given_rows("run-a") is None and not written.waiting("run-a")
+
+
+def test_values_the_database_refuses_fail_the_write_step_with_a_clean_non_retryable_reason(ws, services):
+    """write_results refused by PostgreSQL (a value it cannot store that got past the
+    ledger) fails for good, saying why in one line: psycopg's text carries DETAIL and
+    CONTEXT lines that quote the statement's parameters (cell values) into the run's errors."""
+    import asyncio
+
+    from temporalio.exceptions import ApplicationError
+
+    from activities.records_io import RecordIO
+    from activities.snap import table_snap
+    from activities.types import WriteInput
+    from storage import meta
+    from storage.db import Database
+
+    t = ws.create_table("Refused", [{"name": "A", "type": "text"},
+                                    {"name": "B", "type": "formula", "formula": '{A} & "!"'}])
+    rid = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": "secret-cell"}}).json()["id"]
+    b_id = next(c["id"] for c in t["columns"] if c["name"] == "B")
+
+    async def go() -> ApplicationError:
+        db = Database(services.pg.dsn, min_size=1, max_size=2)
+        await db.open()
+        try:
+            async with db.connection() as conn:
+                table = (await meta.load_schema(conn, workspace_id=ws.id)).tables[t["id"]]
+            update = {"id": rid, "values": {str(b_id): "secret-cell\x00!"},
+                      "outcome": {"status": "ok", "run_id": "run-x", "errors": {}}}
+            with pytest.raises(ApplicationError) as info:
+                await RecordIO(db).write_results(WriteInput(table=table_snap(table), updates=[update]))
+            return info.value
+        finally:
+            await db.close()
+
+    err = asyncio.run(go())
+    assert err.non_retryable and err.type == "UNSTORABLE"
+    assert err.message.startswith("the computed values could not be stored:") and "\n" not in err.message
+    assert "secret-cell" not in err.message and "$1" not in err.message
+    got = ws.api.get(f"/tables/{t['id']}/records/{rid}").json()
+    assert got["fields"]["B"] == "secret-cell!"  # the stored value is untouched
