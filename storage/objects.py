@@ -149,7 +149,9 @@ def sign(key: bytes, bucket_id: int, path: str, expires: int) -> str:
 
 def verify(key: bytes, bucket_id: int, path: str, token: str | None, now: float | None = None) -> bool:
     """True when ``token`` signs this object and has not expired."""
-    if not token or "." not in token or len(token) > 200:
+    # ASCII only: str.isdigit takes other scripts' digits ("²") that int() refuses, and
+    # hmac.compare_digest refuses non-ASCII text
+    if not token or "." not in token or len(token) > 200 or not token.isascii():
         return False
     exp_text, _, mac = token.partition(".")
     if not exp_text.isdigit():

@@ -106,6 +106,9 @@ def test_signed_urls_work_without_a_token_until_they_expire(ws):
     tampered = url.replace("report.pdf", "other.pdf")
     assert _anon(ws).get(tampered).json()["code"] == "INVALID_SIGNATURE"
     assert _anon(ws).get(url[:-3] + "AAA").status_code == 403
+    unicode_digits = url.split("?")[0] + "?token=%C2%B2.AAAA"  # "²": a digit to str.isdigit, not to int()
+    r = _anon(ws).get(unicode_digits)
+    assert r.status_code == 403 and r.json()["code"] == "INVALID_SIGNATURE", r.text
     short = st.post("/object/sign/files/report.pdf", json={"expires_in": 1}).json()["signed_url"]
     time.sleep(2.1)
     assert _anon(ws).get(short).json()["code"] == "INVALID_SIGNATURE"
