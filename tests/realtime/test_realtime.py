@@ -86,6 +86,9 @@ def test_bad_subscriptions_answer_errors_and_keep_the_socket(ws):
             conn.send(json.dumps(msg))
             got = recv(conn)
             assert got["type"] == "error" and got["code"] == code, got
+        conn.send(b"\x00\x01")  # a binary frame: an error, and the socket stays (it was dropped)
+        got = recv(conn)
+        assert got["type"] == "error" and got["code"] == "VALIDATION_ERROR" and "text" in got["error"], got
         conn.send(json.dumps({"type": "ping"}))
         assert recv(conn) == {"type": "pong"}
 
@@ -135,6 +138,12 @@ def test_auth_by_query_or_first_message_and_refusals(ws):
     with open_ws(ws.base_url) as conn:
         conn.send(json.dumps({"type": "auth", "token": ws.builder_token}))
         subscribe(conn, t["id"])
+    with open_ws(ws.base_url) as conn:  # a binary first message: refused as a missing auth message
+        conn.send(b"\x00\x01")
+        assert recv(conn)["code"] == "UNAUTHORIZED"
+        with pytest.raises(ConnectionClosed) as info:
+            conn.recv(timeout=5)
+        assert info.value.rcvd.code == 1008
     for token, code in (("wds_rest_nope", "UNAUTHORIZED"), (ws.token("user_mcp")["token"], "WRONG_PROTOCOL")):
         with open_ws(ws.base_url, token) as conn:
             assert recv(conn)["code"] == code

@@ -68,12 +68,25 @@ def _since(value: Any) -> int | None:
     return max(0, int(value))
 
 
+async def _receive_text(ws: WebSocket) -> str | None:
+    """The next message's text; ``None`` for a binary frame (``ws.receive_text`` fails on
+    one with a KeyError, which dropped the socket without a word).
+
+    Raises:
+        WebSocketDisconnect: the client left.
+    """
+    message = await ws.receive()
+    ws._raise_on_disconnect(message)
+    text = message.get("text")
+    return text if isinstance(text, str) else None
+
+
 async def _authenticate(ws: WebSocket, hub: Hub) -> tuple[str, Any] | None:
     token = ws.query_params.get("token")
     if not token:
         try:
-            raw = await asyncio.wait_for(ws.receive_text(), timeout=AUTH_TIMEOUT_S)
-            msg = orjson.loads(raw) if len(raw) <= MAX_MESSAGE else None
+            raw = await asyncio.wait_for(_receive_text(ws), timeout=AUTH_TIMEOUT_S)
+            msg = orjson.loads(raw) if raw is not None and len(raw) <= MAX_MESSAGE else None
         except (asyncio.TimeoutError, orjson.JSONDecodeError):
             msg = None
         if not isinstance(msg, dict) or msg.get("type") != "auth" or not isinstance(msg.get("token"), str):
@@ -199,13 +212,15 @@ async def realtime(ws: WebSocket) -> None:
     client.sender = asyncio.create_task(client.send_loop(settings.realtime_heartbeat_s))
     try:
         while not client.closed:
-            receive = asyncio.ensure_future(ws.receive_text())
+            receive = asyncio.ensure_future(_receive_text(ws))
             done, _ = await asyncio.wait({receive, client.sender}, return_when=asyncio.FIRST_COMPLETED)
             if receive not in done:  # the sender ended (socket error or killed)
                 receive.cancel()
                 break
             raw = receive.result()
             try:
+                if raw is None:
+                    raise ValidationError("binary frames are not read here: send each message as JSON text")
                 await _handle(client, raw, default_since)
             except ServiceError as exc:
                 client.put({"type": "error", "code": exc.code, "error": exc.message})
