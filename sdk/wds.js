@@ -275,17 +275,32 @@ class QueryBuilder {
     return this;
   }
 
+  /** A copy to build on: `select`, `insert`, `update` and `delete` start one, so a builder
+   * kept in a variable (`const t = client.from("Tasks")`) is never changed by a query made
+   * from it. Filters and modifiers change the builder they are called on, as in supabase-js. */
+  _clone() {
+    const q = Object.assign(Object.create(QueryBuilder.prototype), this);
+    q._filters = [...this._filters];
+    q._groups = [...this._groups];
+    q._order = [...this._order];
+    q._expand = [...this._expand];
+    q._opts = { ...this._opts };
+    return q;
+  }
+
   /** Columns to return: `"a,b,Rel(X,Y)"` (the REST grammar) or an array of names.
    * Options: `count: "exact" | "planned" | "estimated"` fills `count` (the server's
    * `Prefer: count=...`: planned is the planner's estimate, estimated is exact below
    * 100,000 estimated rows); `flatten: false` returns the raw shape. */
   select(columns = "*", options = {}) {
+    // a read starts a new query; after insert/update/delete it names what they return
+    const q = this._action === "select" ? this._clone() : this;
     if (Array.isArray(columns)) columns = columns.map(selectItem).join(",");
     // "" (or []) selects no field, as `select=` does on every door; "*" every field
-    this._select = columns === null || columns === undefined || columns.trim() === "*" ? null : columns;
-    if (options.count) this._count = COUNT_MODES.includes(options.count) ? options.count : "exact";
-    if (options.flatten !== undefined) this._flatten = options.flatten !== false;
-    return this;
+    q._select = columns === null || columns === undefined || columns.trim() === "*" ? null : columns;
+    if (options.count) q._count = COUNT_MODES.includes(options.count) ? options.count : "exact";
+    if (options.flatten !== undefined) q._flatten = options.flatten !== false;
+    return q;
   }
 
   /** Equals; `eq(col, null)` is `is.null`, as on the JSON doors. */
@@ -453,27 +468,30 @@ class QueryBuilder {
 
   /** Create one record (object) or many (array, sent in batches of 500). */
   insert(values, options = {}) {
-    this._action = "insert";
-    this._values = values;
-    this._opts = options;
-    if (options.flatten !== undefined) this._flatten = options.flatten !== false;
-    return this;
+    const q = this._clone();
+    q._action = "insert";
+    q._values = values;
+    q._opts = options;
+    if (options.flatten !== undefined) q._flatten = options.flatten !== false;
+    return q;
   }
 
   /** Change the sent fields of the matching records (`.eq("id", 5)` or any filters). */
   update(values, options = {}) {
-    this._action = "update";
-    this._values = values;
-    this._opts = options;
-    if (options.flatten !== undefined) this._flatten = options.flatten !== false;
-    return this;
+    const q = this._clone();
+    q._action = "update";
+    q._values = values;
+    q._opts = options;
+    if (options.flatten !== undefined) q._flatten = options.flatten !== false;
+    return q;
   }
 
   /** Delete the matching records (`.eq("id", 5)` or any filters). */
   delete(options = {}) {
-    this._action = "delete";
-    this._opts = options;
-    return this;
+    const q = this._clone();
+    q._action = "delete";
+    q._opts = options;
+    return q;
   }
 
   then(onFulfilled, onRejected) {

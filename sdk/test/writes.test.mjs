@@ -207,3 +207,28 @@ test("a write whose answer is lost is retried with the same key and applied once
     await close(server);
   }
 });
+
+test("a builder kept in a variable is never changed by the queries made from it", async () => {
+  // before, select() kept the earlier insert's action: every later "read" on t inserted again
+  const t = client.from(table.id);
+  const reused = async () => (await rawList(table.id, { Tag: "eq.reuse", limit: "1000" })).length;
+  assert.equal(await reused(), 0);
+  const ins = await t.insert([{ N: 901, Tag: "reuse" }, { N: 902, Tag: "reuse" }]);
+  assert.equal(ins.error, null);
+  const read = await t.select("N,Tag").eq("Tag", "reuse").order("N");
+  assert.equal(read.error, null);
+  assert.deepEqual(read.data.map((r) => r.N), [901, 902]);
+  const again = await t.select("N").eq("Tag", "reuse").eq("N", 902);
+  assert.deepEqual(again.data.map((r) => r.N), [902]); // the first read's filters did not pile up here
+  assert.equal(await reused(), 2); // nothing was inserted twice
+  // a filtered write from the kept builder leaves it a plain read of every record
+  const del = await t.delete().eq("N", 902);
+  assert.equal(del.error, null);
+  const all = await t.select("N").eq("Tag", "reuse");
+  assert.deepEqual(all.data.map((r) => r.N), [901]);
+  // insert(...).select(...) still names what the insert returns
+  const named = await t.insert({ N: 903, Tag: "reuse" }).select("N");
+  assert.equal(named.error, null);
+  assert.equal(named.data.N, 903);
+  assert.equal(await reused(), 2);
+});
