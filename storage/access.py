@@ -82,8 +82,10 @@ class Principal:
     read_only: bool
     expires_at: datetime | None
     grants: dict[int, Perms] = field(default_factory=dict)
-    # app-user sessions act through the relay profile; their user id is kept for audit
+    # app-user sessions act through the relay profile; their user id (the id of their row
+    # in the workspace's Users table, users_table_id) is kept for audit and confines them
     app_user_id: int | None = None
+    users_table_id: int | None = None
     # authenticated buckets need a grant (m0009); the buckets a token created are its own
     bucket_grants: dict[int, BucketPerms] = field(default_factory=dict)
 
@@ -94,7 +96,17 @@ class Principal:
     def perms(self, table_id: int) -> Perms:
         if self.all_tables:
             return FULL
-        return self.grants.get(table_id, NONE)
+        perms = self.grants.get(table_id, NONE)
+        if self.own_row_only(table_id):
+            # accounts are made by sign-up and removed by the workspace: an app user never
+            # creates or deletes a profile row, and updates only its own (own_row_only)
+            return Perms(perms.read, False, perms.update, False)
+        return perms
+
+    def own_row_only(self, table_id: int) -> bool:
+        """Whether writes to ``table_id`` are confined to the caller's own record: an app
+        user's on the workspace's Users table (docs/security.md)."""
+        return self.app_user_id is not None and table_id == self.users_table_id
 
     def can(self, table_id: int, action: Action) -> bool:
         return self.perms(table_id).allows(action)

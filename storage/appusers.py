@@ -289,7 +289,7 @@ async def session_principal_row(
     ``None`` when the user no longer exists or the session's family is revoked.
     """
     cur = await conn.execute(
-        "SELECT w.plan, w.read_only, w.relay_profile_id, u.id AS user_id,"
+        "SELECT w.plan, w.read_only, w.relay_profile_id, u.id AS user_id, u.table_id AS users_table_id,"
         " coalesce((SELECT jsonb_agg(jsonb_build_array(g.table_id, g.can_read, g.can_create,"
         "   g.can_update, g.can_delete)) FROM wds.grants g WHERE g.profile_id = w.relay_profile_id), '[]')"
         "   AS grants, "

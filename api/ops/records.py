@@ -33,7 +33,7 @@ from api.services.pipelines import (
     will_run,
 )
 from api.state import AppState
-from storage import jsontext, objects
+from storage import appusers, jsontext, objects
 from storage import records as rec
 from storage.access import Action, Principal
 from storage.errors import Forbidden, NotFound, ServiceError, ValidationError
@@ -322,9 +322,11 @@ async def update_record(state: AppState, principal: Principal, table_ref: int | 
     require_writable(principal)
     table = await table_for(state, principal, table_ref, Action.UPDATE)
     fields = _fields(fields, row_data)
+    rid = record_id(ref)
+    if principal.own_row_only(table.id):
+        _own_profile_row(principal, rid, fields)
     prepared = rec.prepare_fields(table, fields, creating=False)
     await _files(state, principal, table, prepared)
-    rid = record_id(ref)
 
     async def write(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
         row = await rec.update_record(conn, table=table, record_id=rid, row=prepared)
@@ -335,6 +337,20 @@ async def update_record(state: AppState, principal: Principal, table_ref: int | 
     if not rows:
         raise NotFound(f"record {ref} not found")
     return _with_pipeline(rec.row_to_record(table, rows[0]), outcome)
+
+
+def _own_profile_row(principal: Principal, rid: int, fields: dict[str, Any]) -> None:
+    """An app user writes only its own row of the Users table, and not its e-mail (the
+    one it signed up with, which signs it in).
+
+    Raises:
+        Forbidden: another user's row, or the e-mail column.
+    """
+    if rid != principal.app_user_id:
+        raise Forbidden("an app user may change only its own row of the Users table")
+    if appusers.EMAIL_COLUMN in fields:
+        raise Forbidden(f"{appusers.EMAIL_COLUMN} is the e-mail the account signs in with: it is not changed by a"
+                        " record write")
 
 
 async def delete_record(state: AppState, principal: Principal, table_ref: int | str,
@@ -450,6 +466,8 @@ async def update_matching(state: AppState, principal: Principal, table_ref: int 
     require_writable(principal)
     table = await table_for(state, principal, table_ref, Action.UPDATE)
     require(principal, table, Action.READ)
+    if principal.own_row_only(table.id):
+        raise Forbidden("an app user changes its row of the Users table by its id, not by filter")
     planned = plan_filters(parse_filter_object(filters) if isinstance(filters, dict)
                            else parse_filter_list(filters), table)
     prepared = rec.prepare_fields(table, fields, creating=False)

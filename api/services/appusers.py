@@ -142,7 +142,8 @@ async def app_user_principal(state: AppState, token: str) -> Principal:
             token_id=-int(row["user_id"]), workspace_id=workspace_id, type=TokenType.REST_API,
             profile_id=row["relay_profile_id"], plan=row["plan"], read_only=row["read_only"],
             expires_at=datetime.fromtimestamp(claims["exp"], timezone.utc), grants=grants,
-            app_user_id=record_id, bucket_grants=bucket_grants_of(row["bucket_grants"]),
+            app_user_id=record_id, users_table_id=row["users_table_id"],
+            bucket_grants=bucket_grants_of(row["bucket_grants"]),
         )
 
     key = "app:" + hashlib.sha256(token.encode()).hexdigest()

@@ -178,3 +178,40 @@ def test_app_users_use_storage_under_their_own_prefix_and_realtime_through_the_r
         subscribe(conn, "Notes")
         ws.api.post(f"/tables/{app['notes']['id']}/records", json={"fields": {"Title": "live"}})
         assert recv(conn)["record"]["fields"]["Title"] == "live"
+
+
+def test_an_app_user_changes_only_its_own_profile_row_and_never_its_email(ws, admin):
+    """Even with every right on the Users table in the relay profile, an app user may not
+    create, delete or change another user's profile row, nor its own e-mail (which signs it
+    in): an app user could rename, delete or take another's e-mail (security.md)."""
+    app = _app(ws, admin)
+    ada = _signup(ws, "ada@example.com").json()
+    bob = _signup(ws, "bob@example.com").json()
+    users_id = next(t["id"] for t in ws.api.get("/tables").json() if t["name"] == "Users")
+    assert ws.api.post(f"/tables/{users_id}/columns", json={"name": "Bio", "type": "text"}).status_code == 201
+    r = admin.put(f"/workspaces/{ws.id}/profiles/{app['profile']['id']}/grants",
+                  json=[{"table_id": users_id, "read": True, "create": True, "update": True, "delete": True}])
+    assert r.status_code == 200, r.text
+    time.sleep(0.3)
+    user = _as_user(ws, ada["access_token"])
+    me, other = ada["user"]["id"], bob["user"]["id"]
+    refused = [
+        user.patch(f"/tables/{users_id}/records/{other}", json={"fields": {"Bio": "hacked"}}),
+        user.delete(f"/tables/{users_id}/records/{other}"),
+        user.delete(f"/tables/{users_id}/records/{me}"),
+        user.post(f"/tables/{users_id}/records", json={"fields": {"Email": "ghost@example.com"}}),
+        user.post(f"/tables/{users_id}/records/batch", json={"rows": [{"fields": {"Email": "g2@example.com"}}]}),
+        user.patch(f"/tables/{users_id}/records/{me}", json={"fields": {"Email": "bob@example.com"}}),
+    ]
+    for r in refused:
+        assert r.status_code == 403 and r.json()["code"] == "FORBIDDEN", r.text
+    ok = user.patch(f"/tables/{users_id}/records/{me}", json={"fields": {"Bio": "mine"}})
+    assert ok.status_code == 200 and ok.json()["fields"]["Bio"] == "mine", ok.text
+    rows = {r["id"]: r["fields"] for r in ws.api.get(f"/tables/{users_id}/records").json()["records"]}
+    assert rows == {me: {"Email": "ada@example.com", "Name": None, "Bio": "mine"},
+                    other: {"Email": "bob@example.com", "Name": None, "Bio": None}}
+    with _auth(ws.base_url) as auth:
+        who = auth.get("/user", headers={"Authorization": f"Bearer {ada['access_token']}"}).json()
+    assert who["email"] == "ada@example.com"
+    # reading follows the relay profile's grant, as on any table
+    assert user.get(f"/tables/{users_id}/records/{other}").status_code == 200
