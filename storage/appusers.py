@@ -198,6 +198,13 @@ async def get_by_email(conn: Conn, *, workspace_id: int, email: str) -> dict[str
     return await cur.fetchone()
 
 
+async def has_accounts(conn: Conn, *, table_id: int) -> bool:
+    """Whether app users sign in with this table's profile rows (it is their Users table)."""
+    cur = await conn.execute("SELECT EXISTS (SELECT 1 FROM wds.app_users WHERE table_id = %s) AS yes", (table_id,))
+    row = await cur.fetchone()
+    return bool(row and row["yes"])
+
+
 async def get_by_record(conn: Conn, *, workspace_id: int, record_id: int) -> dict[str, Any] | None:
     cur = await conn.execute(
         "SELECT * FROM wds.app_users WHERE workspace_id = %s AND record_id = %s", (workspace_id, record_id)

@@ -12,10 +12,10 @@ from api.schemas import ColumnIn, ColumnPatch
 from api.serialize import column_out
 from api.services.backfill import backfill_after_change
 from api.state import AppState
-from storage import dependents, meta
+from storage import appusers, dependents, meta
 from storage.access import Action, Principal
 from storage.columnspec import parse_column_patch, parse_new_column
-from storage.errors import ColumnInUse, NotFound, ValidationError
+from storage.errors import ColumnInUse, Conflict, NotFound, ValidationError
 from storage.pipelines import check_computed_columns
 from storage.schema import ColumnMeta, TableMeta
 
@@ -77,6 +77,11 @@ async def update_column(
     allow_loss = bool(data.pop("allow_loss", False))
     if not data:
         raise ValidationError("nothing to change: send name, type, required, options, formula or config")
+    if ("name" in data or "type" in data) and await _sign_in_column(state, table, current):
+        spec_now = meta.spec_of(current)
+        if data.get("name", current.name) != current.name or data.get("type", spec_now.type.value) != spec_now.type.value:
+            raise Conflict(f"{table.name}.{current.name} is the e-mail the workspace's app users sign in with:"
+                           " it keeps its name and type")
     spec = parse_column_patch(data, meta.spec_of(current), schema, table)
     untouched = spec.type is current.type and spec.formula == current.formula and spec.config == current.config
     if not (current.broken and untouched):  # a broken column may be renamed before it is fixed
@@ -106,6 +111,9 @@ async def delete_column(
     table = table_or_404(schema, table_ref)
     require_manage(principal, table)
     col = column_or_404(table, column_id)
+    if await _sign_in_column(state, table, col):
+        raise Conflict(f"{table.name}.{col.name} is the e-mail the workspace's app users sign in with: it cannot be"
+                       " deleted while they have accounts")
     async with schema_change(state, principal.workspace_id) as conn:
         users = await dependents.column_dependents(conn, schema=schema, table=table, column=col)
         if users and not force:
@@ -121,6 +129,15 @@ async def delete_column(
     if users:
         out["detached"] = users
     return out
+
+
+async def _sign_in_column(state: AppState, table: TableMeta, col: ColumnMeta) -> bool:
+    """Whether ``col`` is the Email column app users of the workspace sign up and sign in
+    with (sign-up writes it by name: renamed, retyped or deleted, every sign-up failed)."""
+    if table.name != appusers.USERS_TABLE or col.name != appusers.EMAIL_COLUMN:
+        return False
+    async with state.db.connection() as conn:
+        return await appusers.has_accounts(conn, table_id=table.id)
 
 
 async def reorder_columns(

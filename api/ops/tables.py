@@ -14,7 +14,7 @@ from api.services import embeddings as semantic_search
 from api.services.limits import check_table_quota
 from api.services.schedules import delete_table_schedules
 from api.state import AppState
-from storage import access, dependents, meta
+from storage import access, appusers, dependents, meta
 from storage.access import Action, Principal, TokenType
 from storage.columnspec import parse_new_column
 from storage.errors import ColumnInUse, Conflict, ValidationError
@@ -127,6 +127,11 @@ async def update_table(state: AppState, principal: Principal, table_ref: int | s
     fields = body.model_dump(exclude_unset=True)
     if "name" in fields:
         changes["name"] = _table_name(body.name)
+        if changes["name"] != table.name and table.name == appusers.USERS_TABLE:
+            async with state.db.connection() as conn:
+                if await appusers.has_accounts(conn, table_id=table.id):
+                    raise Conflict(f"{table.name} holds the profiles of the workspace's app users (sign-up finds"
+                                   " it by name): it keeps its name")
     if "icon" in fields:
         changes["icon"] = body.icon
     if "semantic_search" in fields:

@@ -215,3 +215,26 @@ def test_an_app_user_changes_only_its_own_profile_row_and_never_its_email(ws, ad
     assert who["email"] == "ada@example.com"
     # reading follows the relay profile's grant, as on any table
     assert user.get(f"/tables/{users_id}/records/{other}").status_code == 200
+
+
+def test_the_sign_in_email_column_and_the_users_table_keep_their_names_while_accounts_exist(ws, admin):
+    """Sign-up writes the Users table's Email column by name: renamed (or retyped, or the
+    table renamed) every sign-up failed with a misleading REQUIRED_FIELD, and a retype
+    with allow_loss wiped every e-mail."""
+    _app(ws, admin)
+    assert _signup(ws, "ada@example.com").status_code == 201
+    users = next(t for t in ws.api.get("/tables").json() if t["name"] == "Users")
+    email = next(c for c in ws.api.get(f"/tables/{users['id']}").json()["columns"] if c["name"] == "Email")
+    path = f"/tables/{users['id']}/columns/{email['id']}"
+    for r in (ws.api.patch(path, json={"name": "Mail"}),
+              ws.api.patch(path, json={"type": "number", "allow_loss": True}),
+              ws.api.delete(path), ws.api.delete(path, params={"force": "true"}),
+              ws.api.patch(f"/tables/{users['id']}", json={"name": "People"})):
+        assert r.status_code == 409 and r.json()["code"] == "CONFLICT", r.text
+    # what sign-up does not depend on still changes: another column, the icon, the same name
+    assert ws.api.patch(path, json={"name": "Email"}).status_code == 200
+    assert ws.api.post(f"/tables/{users['id']}/columns", json={"name": "Bio", "type": "text"}).status_code == 201
+    assert ws.api.patch(f"/tables/{users['id']}", json={"icon": "user"}).status_code == 200
+    assert _signup(ws, "bob@example.com").status_code == 201
+    rows = ws.api.get(f"/tables/{users['id']}/records").json()["records"]
+    assert sorted(r["fields"]["Email"] for r in rows) == ["ada@example.com", "bob@example.com"]
