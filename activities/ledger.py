@@ -65,8 +65,11 @@ class Ledger:
         return list(self.inp.dependants.get(str(cid), []))
 
     def fail(self, rid: str, cid: int, message: str) -> None:
-        """Record a step error for ``rid`` and block every column that reads ``cid``."""
+        """Record a step error for ``rid`` and block every column that reads ``cid``. The
+        cell is written null: an edit's run must not leave the value computed from the
+        record's earlier inputs in place, as if it were this run's (a create's is null too)."""
         self.errors[rid][self.names[cid]] = message
+        self.values[rid][cid] = None
         self.blocked[rid].update(self._dependants(cid))
 
     def exceed(self, rid: str, cid: int) -> None:
@@ -80,6 +83,7 @@ class Ledger:
         for rid in self.values:
             if cid in self.blocked[rid]:
                 self.errors[rid].setdefault(name, SKIPPED)
+                self.values[rid][cid] = None  # skipped: no value from inputs that failed
                 continue
             if over_time or self.steps[rid] + cost > self.inp.step_budget:
                 self.exceed(rid, cid)

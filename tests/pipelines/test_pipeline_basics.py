@@ -224,3 +224,25 @@ def test_values_the_database_refuses_fail_the_write_step_with_a_clean_non_retrya
     assert "secret-cell" not in err.message and "$1" not in err.message
     got = ws.api.get(f"/tables/{t['id']}/records/{rid}").json()
     assert got["fields"]["B"] == "secret-cell!"  # the stored value is untouched
+
+
+def test_an_edit_whose_step_fails_leaves_no_stale_value(ws):
+    """A column that fails on an edit, and the columns it skips, were left holding the
+    values computed from the record's earlier inputs, next to an error saying they were not
+    computed: now they are null, as on a create."""
+    t = ws.create_table("Stale", [{"name": "N", "type": "text"},
+                                  {"name": "Dbl", "type": "formula", "formula": "VALUE({N}) * 2"},
+                                  {"name": "Quad", "type": "formula", "formula": "{Dbl} * 2"},
+                                  {"name": "Echo", "type": "formula", "formula": '{N} & "!"'}])
+    r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"N": "2"}})
+    assert r.status_code == 201 and r.json()["fields"] == {"N": "2", "Dbl": 4, "Quad": 8, "Echo": "2!"}, r.text
+    rid = r.json()["id"]
+    r = ws.api.patch(f"/tables/{t['id']}/records/{rid}", json={"fields": {"N": "abc"}})
+    assert r.status_code == 200, r.text
+    for got in (r.json(), ws.api.get(f"/tables/{t['id']}/records/{rid}").json()):
+        assert got["fields"] == {"N": "abc", "Dbl": None, "Quad": None, "Echo": "abc!"}, got
+        assert got["pipeline"]["status"] == "error" and set(got["pipeline"]["errors"]) == {"Dbl", "Quad"}
+    listed = ws.api.get(f"/tables/{t['id']}/records", params={"Dbl": "is.null"}).json()["records"]
+    assert [x["id"] for x in listed] == [rid]  # the typed, indexed copy is null too
+    r = ws.api.patch(f"/tables/{t['id']}/records/{rid}", json={"fields": {"N": "5"}})
+    assert r.json()["fields"] == {"N": "5", "Dbl": 10, "Quad": 20, "Echo": "5!"} and r.json()["pipeline"]["status"] == "ok"

@@ -55,8 +55,9 @@ def test_the_pipeline_runs_in_the_sandbox_and_answers_as_column_by_column():
         assert ledger.values[str(i)] == {B: i, P: i * 10, C: c, D: c + 1}
         assert ledger.errors[str(i)] == {}
         assert (fields[str(i)]["B"], fields[str(i)]["D"]) == (i, c + 1)  # later steps see the values
-    # the division by zero fails C and skips D, which reads it; B and P keep their values
-    assert ledger.values["2"] == {B: 2, P: 20}
+    # the division by zero fails C and skips D, which reads it: both are written null (an
+    # edit must not keep a value computed from earlier inputs); B and P keep their values
+    assert ledger.values["2"] == {B: 2, P: 20, C: None, D: None}
     assert set(ledger.errors["2"]) == {"C", "D"} and ledger.errors["2"]["D"] == SKIPPED
     assert ledger.steps == {"0": 4, "1": 4, "2": 3, "3": 4}
     result, updates = ledger.result("run-1", json_keys=False)
@@ -67,7 +68,7 @@ def test_the_step_budget_is_charged_column_by_column_in_the_sandbox():
     ledger, _ = _run(_input(step_budget=3))
     # B, P and C fit in 3 steps; D, the fourth, is over the plan's step budget
     assert all(ledger.errors[r]["D"] == STEP_BUDGET_EXCEEDED for r in ("0", "1", "3"))
-    assert all(D not in ledger.values[r] and C in ledger.values[r] for r in ("0", "1", "3"))
+    assert all(ledger.values[r][D] is None and ledger.values[r][C] is not None for r in ("0", "1", "3"))
 
 
 def test_a_batch_out_of_its_wall_clock_budget_fails_its_formulas_and_still_parses():
@@ -75,4 +76,4 @@ def test_a_batch_out_of_its_wall_clock_budget_fails_its_formulas_and_still_parse
     for r in ("0", "1", "2", "3"):
         assert ledger.errors[r]["B"].startswith(formula.BUDGET_EXCEEDED)
         assert ledger.errors[r]["C"] == SKIPPED and ledger.errors[r]["D"] == SKIPPED
-        assert ledger.values[r] == {P: int(r) * 10}
+        assert ledger.values[r] == {B: None, C: None, D: None, P: int(r) * 10}

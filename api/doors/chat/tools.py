@@ -98,6 +98,8 @@ def summarise(ok: bool, data: Mapping[str, Any]) -> str:
     '2 records (more match)'
     >>> summarise(False, {"error": "no read permission", "code": "FORBIDDEN"})
     'FORBIDDEN: no read permission'
+    >>> summarise(True, {"value": None, "pipeline": {"status": "error", "errors": {"C": "#VALUE!"}}})
+    'not computed: the step failed'
     """
     if not ok:
         return f"{data.get('code', 'ERROR')}: {str(data.get('error', ''))[:160]}"
@@ -117,10 +119,12 @@ def summarise(ok: bool, data: Mapping[str, Any]) -> str:
         return f"{len(data['columns'])} columns"
     if data.get("deleted") is True:
         return f"deleted record {data.get('id')}"
+    pipeline = data.get("pipeline")
+    failed = isinstance(pipeline, Mapping) and pipeline.get("status") == "error"
     if "id" in data and "fields" in data:
-        return f"record {data['id']}"
+        return f"record {data['id']}" + (" (some computed columns failed)" if failed else "")
     if "value" in data:
-        return "computed"
+        return "not computed: the step failed" if failed else "computed"
     return "done"
 
 
