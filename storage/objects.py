@@ -299,6 +299,21 @@ async def get_object(conn: Conn, *, bucket_id: int, path: str) -> dict[str, Any]
     return await cur.fetchone()
 
 
+async def path_clash(conn: Conn, *, bucket_id: int, path: str) -> str | None:
+    """An object of the bucket whose path is a folder of ``path`` (``a`` for ``a/b``), or
+    lies under ``path`` taken as a folder (``a/b`` for ``a``): such an object and ``path``
+    cannot both exist (a file system store cannot hold a file and a folder of one name;
+    the rule holds on every store alike). ``None`` when there is none."""
+    parts = path.split("/")
+    folders = ["/".join(parts[:i]) for i in range(1, len(parts))]
+    cur = await conn.execute(
+        "SELECT path FROM wds.objects WHERE bucket_id = %s AND (path = ANY(%s) OR starts_with(path, %s)) LIMIT 1",
+        (bucket_id, folders, path + "/"),
+    )
+    row = await cur.fetchone()
+    return None if row is None else str(row["path"])
+
+
 async def put_object_row(
     conn: Conn, *, workspace_id: int, bucket_id: int, path: str, size: int, content_type: str
 ) -> dict[str, Any]:

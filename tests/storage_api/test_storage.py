@@ -44,6 +44,28 @@ def test_buckets_are_created_listed_unique_and_validated(ws):
     assert _storage(ws, "wds_rest_nope").get("/bucket").json()["code"] == "UNAUTHORIZED"
 
 
+def test_a_path_cannot_be_both_an_object_and_a_folder(ws):
+    """A file system store cannot hold a file and a folder of one name: the second upload
+    answered 503 "object store not reachable" (a permanent clash told as an outage) and
+    left a staging file behind. It is 409 CONFLICT, before any byte is stored."""
+    st = _storage(ws)
+    _bucket(st)
+    assert st.post("/object/files/rep", content=b"a").status_code == 201
+    assert st.post("/object/files/dd/e/f", content=b"b").status_code == 201
+    for path in ("rep/child", "rep/x/y", "dd", "dd/e"):
+        for method in ("post", "put"):
+            r = getattr(st, method)(f"/object/files/{path}", content=b"c")
+            assert r.status_code == 409 and r.json()["code"] == "CONFLICT", (method, path, r.text)
+    # siblings and longer names that only start alike are fine
+    for path in ("report", "rep2/child", "dd/ef", "dd/e2"):
+        assert st.post(f"/object/files/{path}", content=b"d").status_code == 201, path
+    listed = sorted(o["path"] for o in st.get("/object/list/files").json()["objects"])
+    assert listed == ["dd/e/f", "dd/e2", "dd/ef", "rep", "rep2/child", "report"]
+    # once the object is gone, its name may be a folder
+    assert st.delete("/object/files/rep").status_code == 200
+    assert st.post("/object/files/rep/child", content=b"e").status_code == 201
+
+
 def test_upload_download_list_and_delete_in_an_authenticated_bucket(ws):
     st = _storage(ws)
     b = _bucket(st)

@@ -295,9 +295,13 @@ async def _upload(
     quota = plan_of(principal.plan).storage_bytes
     async with state.db.connection() as conn:
         existing = await obj.get_object(conn, bucket_id=bucket["id"], path=path)
+        clash = None if existing is not None else await obj.path_clash(conn, bucket_id=bucket["id"], path=path)
         used = await obj.used_bytes(conn, workspace_id=principal.workspace_id) if quota is not None else 0
     if existing is not None and not upsert:
         raise Conflict(f"object {path!r} already exists; send x-upsert: true to replace it")
+    if clash is not None:
+        raise Conflict(f"object {clash!r} exists: a path cannot be both an object and a folder of objects"
+                       f" ({path!r})")
     max_object = state.settings.storage_max_object_bytes
     room = None if quota is None else quota - used + (existing["size"] if existing else 0)
     declared = request.headers.get("content-length")
