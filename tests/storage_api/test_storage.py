@@ -135,6 +135,9 @@ def test_signed_urls_work_without_a_token_until_they_expire(ws):
     time.sleep(2.1)
     assert _anon(ws).get(short).json()["code"] == "INVALID_SIGNATURE"
     assert st.post("/object/sign/files/missing.pdf", json={"expires_in": 60}).status_code == 404
+    default = st.post("/object/sign/files/report.pdf")  # no body: expires_in is 3600
+    assert default.status_code == 200, default.text
+    assert 3590 <= default.json()["expires_at"] - time.time() <= 3601
     assert st.post("/object/sign/files/report.pdf", json={"expires_in": 0}).status_code == 400
 
 

@@ -210,8 +210,11 @@ async def download_public(bucket_id: str, path: str, state: StateDep) -> Streami
 
 
 @router.post("/object/sign/{bucket}/{path:path}")
-async def sign_object(bucket: str, path: str, body: SignIn, principal: RestPrincipal, state: StateDep) -> JSON:
-    """A URL that downloads the object without a token until it expires."""
+async def sign_object(bucket: str, path: str, principal: RestPrincipal, state: StateDep,
+                      body: SignIn | None = None) -> JSON:
+    """A URL that downloads the object without a token until it expires (``expires_in``
+    3600 s when the body is left out)."""
+    body = body or SignIn()
     path = obj.clean_path(path)
     if not 1 <= body.expires_in <= MAX_SIGN_S:
         raise ValidationError(f"expires_in must be between 1 and {MAX_SIGN_S} seconds")
