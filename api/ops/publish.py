@@ -24,7 +24,7 @@ from api.state import AppState
 from service.config import Settings
 from storage import views
 from storage.access import Perms, Principal, TokenType
-from storage.errors import Forbidden, NotFound, RateLimited, UnknownColumn
+from storage.errors import Forbidden, NotFound, RateLimited, ServiceError, UnknownColumn
 from storage.query import Query as RecordQuery
 from storage.query import list_records, plan_query
 from storage.schema import ColumnMeta, TableMeta
@@ -149,5 +149,13 @@ async def submit_form(state: AppState, form: PublishedForm, fields: dict[str, An
     submitter = Principal(token_id=0, workspace_id=form.view["workspace_id"], type=TokenType.USER_MCP,
                           profile_id=None, plan=form.view["plan"], read_only=False, expires_at=None,
                           grants={table.id: Perms(read=True, create=True)})
-    created = await record_ops.create_record(state, submitter, table.id, fields)
+    try:
+        created = await record_ops.create_record(state, submitter, table.id, fields)
+    except ServiceError as exc:
+        if exc.code == "REQUIRED_FIELD" and not any(f"column {name!r}" in exc.message for name in allowed):
+            # a required column the form does not show: the visitor cannot fix it, and its
+            # name is not theirs to see
+            raise ServiceError("this form cannot be submitted: the table requires a field the form does not"
+                               " show; tell the form's owner", code="REQUIRED_FIELD") from None
+        raise
     return {"id": created["id"], "submitted": True}

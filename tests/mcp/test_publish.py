@@ -76,6 +76,23 @@ def test_published_form_accepts_submissions_through_the_write_path(ws, table):
     assert httpx.post(pub["url"], json={"fields": {"Email": "x@x.io"}}).json()["code"] == "REQUIRED_FIELD"
     assert httpx.post(pub["url"], json={"fields": {"Name": "x", "Secret": "s"}}).json()["code"] == "UNKNOWN_COLUMN"
     assert httpx.post(pub["url"], json={"fields": {"Name": "x", "Tier": "gold"}}).json()["code"] == "INVALID_OPTION"
+    # a key beside "fields" is refused, not ignored (api.md: unknown body keys are refused)
+    r = httpx.post(pub["url"], json={"fields": {"Name": "x"}, "extra": 1})
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
+
+
+def test_a_form_never_names_the_hidden_columns_it_cannot_fill(ws, table):
+    """A required column the form does not show: the visitor is told the form cannot be
+    submitted, not the hidden column's name."""
+    pub = publish(ws, table, "form", {"fields": ["Name", "Email"]})
+    secret = next(c for c in table["columns"] if c["name"] == "Secret")
+    r = ws.api.patch(f"/tables/{table['id']}/columns/{secret['id']}", json={"required": True})  # after publishing
+    assert r.status_code == 200, r.text
+    r = httpx.post(pub["url"], json={"fields": {"Name": "a", "Email": "a@x.io"}})
+    assert r.status_code == 400 and r.json()["code"] == "REQUIRED_FIELD", r.text
+    assert "Secret" not in r.json()["error"] and "form's owner" in r.json()["error"]
+    r = httpx.post(pub["url"], json={"fields": {"Email": "a@x.io"}})  # a field the form shows: named
+    assert r.json()["code"] == "REQUIRED_FIELD" and "Name" in r.json()["error"]
 
 
 def test_html_form_posts_create_records(ws, table):
@@ -88,6 +105,10 @@ def test_html_form_posts_create_records(ws, table):
     assert [x["fields"]["Score"] for x in found] == [7]
     bad = httpx.post(pub["url"], params={"format": "html"}, data={"Score": "1"})
     assert bad.status_code == 400 and "required" in bad.text
+    # a posted name the form does not have is refused, as in JSON, not silently dropped
+    extra = httpx.post(pub["url"], data={"Name": "eve2", "Secret": "inj"})
+    assert extra.status_code == 400 and extra.json()["code"] == "UNKNOWN_COLUMN", extra.text
+    assert ws.api.get(f"/tables/{table['id']}/records", params={"Name": "eq.eve2"}).json()["records"] == []
 
 
 def test_forms_are_refused_on_read_only_plans_and_views_take_no_posts(ws, table, admin):

@@ -106,11 +106,12 @@ async def _submitted_fields(request: Request, form: dict[str, Any]) -> dict[str,
         except ValueError:
             raise ServiceError("the request body is not valid JSON") from None
         sent = body.get("fields") if isinstance(body, dict) else None
-        if not isinstance(sent, dict):
-            raise ServiceError("send {\"fields\": {...}} keyed by the form's field names")
+        if not isinstance(sent, dict) or set(body) != {"fields"}:
+            raise ServiceError("send {\"fields\": {...}} keyed by the form's field names, and nothing else")
         return sent
     data = await request.form()
-    fields: dict[str, Any] = {}
+    # a name the form does not have is refused, as in JSON (ops.submit_form), not dropped
+    fields: dict[str, Any] = {name: data.get(name) for name in data.keys() if name not in kinds}
     for name, kind in kinds.items():
         raw = data.get(name)
         if kind == "checkbox":
