@@ -12,6 +12,7 @@ are not caught up after downtime.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -65,12 +66,34 @@ def normalize_filters(table: TableMeta, filters: list[dict[str, Any]] | dict[str
     return out
 
 
+_CRON_MACROS = frozenset({"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"})
+
+
+def _standard_cron(cron: str) -> bool:
+    """Five fields of cron characters, or a named period (no time zone, no ``@every``).
+
+    >>> [_standard_cron(c) for c in ("*/15 * * * *", "0 3 * * MON-FRI", "@daily", "@every 1s",
+    ...                              "CRON_TZ=Europe/Paris 0 3 * * *", "0 3 * *")]
+    [True, True, True, False, False, False]
+    """
+    text = cron.strip()
+    if text.lower() in _CRON_MACROS:
+        return True
+    fields = text.split()
+    return len(fields) == 5 and all(re.fullmatch(r"[0-9A-Za-z*/,?LW#-]+", f) for f in fields)
+
+
 def _spec(table: TableMeta, data: dict[str, Any]) -> dict[str, Any]:
     cron, every = data.get("cron"), data.get("interval_seconds")
     if (cron is None) == (every is None):
         raise ValidationError("a schedule needs exactly one of cron or interval_seconds")
     if cron is not None and (not isinstance(cron, str) or not cron.strip() or len(cron) > 200):
         raise ValidationError("cron must be a cron expression such as '*/15 * * * *'")
+    if isinstance(cron, str) and not _standard_cron(cron):
+        # Temporal also reads "CRON_TZ=…" (cron is UTC here) and "@every 1s" (which skips
+        # interval_seconds' bounds): refused, so what is stored is what the docs promise
+        raise ValidationError("cron takes five fields in UTC ('*/15 * * * *') or @yearly, @monthly, @weekly,"
+                              " @daily or @hourly; for a fixed period send interval_seconds")
     if every is not None and (isinstance(every, bool) or not isinstance(every, int)
                               or not MIN_INTERVAL_S <= every <= MAX_INTERVAL_S):
         raise ValidationError(f"interval_seconds must be an integer from {MIN_INTERVAL_S} to {MAX_INTERVAL_S}")

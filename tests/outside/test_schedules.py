@@ -83,6 +83,9 @@ async def _describe(address: str, schedule_id: str):
     ({"name": "x", "cron": "* * * * *", "interval_seconds": 60}, "VALIDATION_ERROR"),
     ({"name": "x", "interval_seconds": 0}, "VALIDATION_ERROR"),
     ({"name": "x", "cron": "not a cron"}, "VALIDATION_ERROR"),
+    ({"name": "x", "cron": "@every 1s"}, "VALIDATION_ERROR"),  # would skip interval_seconds' bounds
+    ({"name": "x", "cron": "CRON_TZ=Europe/Paris 0 3 * * *"}, "VALIDATION_ERROR"),  # cron is UTC
+    ({"name": "x", "cron": "0 3 * * * *"}, "VALIDATION_ERROR"),
     ({"name": "x", "interval_seconds": 60, "column_ids": [999999]}, "VALIDATION_ERROR"),
     ({"name": "x", "interval_seconds": 60, "filters": {"Nope": "eq.1"}}, "UNKNOWN_COLUMN"),
 ])
