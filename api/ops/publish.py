@@ -14,6 +14,7 @@ The REST door (``api/doors/rest/publish.py``) parses the request and renders JSO
 
 from __future__ import annotations
 
+import re
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
@@ -49,8 +50,13 @@ class PublishedForm:
     form: dict[str, Any]
 
 
+_SHARE_ID = re.compile(r"[A-Za-z0-9_-]+")
+
+
 async def _load(state: AppState, share_id: str) -> tuple[dict[str, Any], TableMeta]:
-    if len(share_id) > 64:
+    # share ids are URL-safe base64 (secrets.token_urlsafe): anything else is no page, and
+    # never reaches the database (a NUL in it was a 400 INVALID_VALUE)
+    if len(share_id) > 64 or not _SHARE_ID.fullmatch(share_id):
         raise NotFound("no published page here")
     async with state.db.connection() as conn:
         cur = await conn.execute(

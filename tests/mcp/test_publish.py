@@ -123,3 +123,7 @@ def test_forms_are_refused_on_read_only_plans_and_views_take_no_posts(ws, table,
 def test_unknown_share_is_404(base_url):
     r = httpx.get(f"{base_url}/p/nope")
     assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND"
+    for odd in ("%00", "a%00b", "%C3%A9", "a.b", "x" * 65):  # not a share id: no page, not a 400
+        r = httpx.get(f"{base_url}/p/{odd}")
+        assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND", (odd, r.text)
+        assert httpx.post(f"{base_url}/p/{odd}", json={"fields": {}}).status_code == 404
