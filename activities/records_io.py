@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import datetime
 from typing import Any
@@ -16,6 +17,7 @@ from activities.metrics import observe_step
 from activities.sandbox import SandboxLost, lost_message, sandbox
 from activities.snap import step_decoder, table_meta
 from activities.types import FusedInput, LoadInput, PipelineResult, TableSnap, WriteInput
+from storage import meta
 from storage import records as rec
 from storage.db import Database
 from storage.schema import TableMeta
@@ -38,9 +40,29 @@ class RecordIO:
         if given is not None and all(rid in by_id for rid in inp.record_ids):
             rows = [by_id[rid] for rid in inp.record_ids]
         else:
-            async with self.db.connection() as conn:
-                rows = await rec.get_record_rows(conn, table=table, record_ids=inp.record_ids)
+            try:
+                async with self.db.connection() as conn:
+                    rows = await rec.get_record_rows(conn, table=table, record_ids=inp.record_ids)
+            except psycopg.errors.UndefinedColumn:  # a column was deleted since the run began
+                table = table_meta(await self._still_there(inp.table))
+                async with self.db.connection() as conn:
+                    rows = await rec.get_record_rows(conn, table=table, record_ids=inp.record_ids)
         return decode_rows(table, rows), {row["id"]: row for row in rows}
+
+    async def _still_there(self, snap: TableSnap) -> TableSnap:
+        """``snap`` without the columns deleted since it was taken (a run's table snapshot
+        is taken when the run starts; a schema change may commit while it runs).
+
+        Raises:
+            ApplicationError: the table itself is gone (non-retryable).
+        """
+        async with self.db.connection() as conn:
+            now = (await meta.load_schema(conn, workspace_id=snap.workspace_id)).tables.get(snap.id)
+        if now is None:
+            raise ApplicationError("the table was deleted while the run went on", type="TABLE_GONE",
+                                   non_retryable=True)
+        ids = {c.id for c in now.columns}
+        return dataclasses.replace(snap, columns=[c for c in snap.columns if c.id in ids])
 
     @activity.defn(name="load_records")
     async def load_records(self, inp: LoadInput) -> dict[str, dict[str, Any]]:
@@ -75,9 +97,19 @@ class RecordIO:
         run_id = str((updates[0][2] or {}).get("run_id") or "") if updates else ""
         waited = written.waiting(run_id)
         try:
-            async with self.db.connection() as conn:  # one autocommit statement
-                count, rows = await rec.write_computed(conn, table=table, updates=updates, returning=waited,
-                                                       loaded=loaded, unless_superseded=bulk_run_id)
+            try:
+                async with self.db.connection() as conn:  # one autocommit statement
+                    count, rows = await rec.write_computed(conn, table=table, updates=updates, returning=waited,
+                                                           loaded=loaded, unless_superseded=bulk_run_id)
+            except psycopg.errors.UndefinedColumn:
+                # a column was deleted since the run began: write what still has a column
+                snap = await self._still_there(snap)
+                table = table_meta(snap)
+                ids = {c.id for c in snap.columns}
+                updates = [(rid, {k: v for k, v in values.items() if k in ids}, out) for rid, values, out in updates]
+                async with self.db.connection() as conn:
+                    count, rows = await rec.write_computed(conn, table=table, updates=updates, returning=waited,
+                                                           loaded=None, unless_superseded=bulk_run_id)
         except psycopg.DataError as exc:
             # values the database refuses (the ledger keeps out what it knows of: storage.schema.storable):
             # a retry fails alike, and the run's errors get the reason, not the server's

@@ -246,3 +246,46 @@ def test_an_edit_whose_step_fails_leaves_no_stale_value(ws):
     assert [x["id"] for x in listed] == [rid]  # the typed, indexed copy is null too
     r = ws.api.patch(f"/tables/{t['id']}/records/{rid}", json={"fields": {"N": "5"}})
     assert r.json()["fields"] == {"N": "5", "Dbl": 10, "Quad": 20, "Echo": "5!"} and r.json()["pipeline"]["status"] == "ok"
+
+
+def test_a_run_whose_table_lost_a_column_meanwhile_reads_and_writes_what_is_left(ws, services):
+    """A run's table snapshot is taken when it starts: a column deleted while it runs made
+    every load and write of the run fail ("column c_35 does not exist", with a HINT quoting
+    the SQL), so a backfill racing an unrelated delete failed all its rows."""
+    import asyncio
+
+    from activities.records_io import RecordIO
+    from activities.snap import table_snap
+    from activities.types import LoadInput, WriteInput
+    from storage import meta
+    from storage.db import Database
+
+    t = ws.create_table("Race", [{"name": "A", "type": "number"}, {"name": "Gone", "type": "text"},
+                                 {"name": "Twice", "type": "formula", "formula": "{A} * 2"}])
+    rid = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": 4, "Gone": "x"}}).json()["id"]
+    ids = {c["name"]: c["id"] for c in t["columns"]}
+
+    async def snapshot() -> tuple[Database, object]:
+        db = Database(services.pg.dsn, min_size=1, max_size=2)
+        await db.open()
+        async with db.connection() as conn:
+            return db, table_snap((await meta.load_schema(conn, workspace_id=ws.id)).tables[t["id"]])
+
+    async def go() -> tuple[dict, int]:
+        db, snap = await snapshot()  # taken before the delete, as a run's is
+        try:
+            assert ws.api.delete(f"/tables/{t['id']}/columns/{ids['Gone']}").status_code == 200
+            io = RecordIO(db)
+            fields = await io.load_records(LoadInput(table=snap, record_ids=[rid]))
+            update = {"id": rid, "values": {str(ids["Twice"]): 99, str(ids["Gone"]): "y"},
+                      "outcome": {"status": "ok", "run_id": "run-race", "errors": {}}}
+            written = await io.write_results(WriteInput(table=snap, updates=[update]))
+            return fields, written
+        finally:
+            await db.close()
+
+    fields, written = asyncio.run(go())
+    assert fields[str(rid)]["A"] == 4 and "Gone" not in fields[str(rid)]
+    assert written == 1
+    got = ws.api.get(f"/tables/{t['id']}/records/{rid}").json()
+    assert got["fields"] == {"A": 4, "Twice": 99}, got
