@@ -188,8 +188,8 @@ def parse_new_column(data: Any, schema: WorkspaceSchema, table: TableMeta | None
         raise ValidationError("only relation columns take relation_table_id")
     config, formula = _config(data, col_type)
     position = data.get("position")
-    if position is not None and (not isinstance(position, int) or isinstance(position, bool) or position < 0):
-        raise ValidationError("position must be a non-negative integer")
+    if position is not None:
+        position = _position(position)
     return ColumnSpec(
         name=name, type=col_type, required=required, options=options, config=config,
         formula=formula, relation_table_id=relation[0], relation_label_column_id=relation[1],
@@ -244,8 +244,20 @@ def parse_column_patch(data: Any, current: ColumnSpec, schema: WorkspaceSchema, 
         config, formula = _config(base, spec.type)
         spec = replace(spec, config=config, formula=formula)
     if "position" in data:
-        pos = data["position"]
-        if not isinstance(pos, int) or isinstance(pos, bool) or pos < 0:
-            raise ValidationError("position must be a non-negative integer")
-        spec = replace(spec, position=pos)
+        spec = replace(spec, position=_position(data["position"]))
     return spec
+
+
+MAX_POSITION = 10_000  # a column's position past the table's last is its last (storage.meta)
+
+
+def _position(value: Any) -> int:
+    """A column position: an integer from 0 to :data:`MAX_POSITION`.
+
+    Raises:
+        ValidationError: anything else (a position of 2^31 overflowed the column table and
+            stopped the table taking columns).
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_POSITION:
+        raise ValidationError(f"position must be an integer from 0 to {MAX_POSITION:,}")
+    return value

@@ -222,12 +222,13 @@ async def create_column(
     Raises:
         UnknownColumn: a formula or config names a column that does not exist.
     """
-    if spec.position is None:
-        cur = await conn.execute(
-            "SELECT coalesce(max(position) + 1, 0) AS p FROM wds.columns WHERE table_id = %s", (table_id,)
-        )
-        prow = await cur.fetchone()
-        position = prow["p"] if prow else 0
+    cur = await conn.execute(
+        "SELECT coalesce(max(position) + 1, 0) AS p FROM wds.columns WHERE table_id = %s", (table_id,)
+    )
+    prow = await cur.fetchone()
+    after_last = prow["p"] if prow else 0
+    if spec.position is None or spec.position >= after_last:  # past the last column: the last
+        position = after_last
     else:
         position = spec.position
         await conn.execute(

@@ -129,3 +129,21 @@ def test_a_config_every_run_would_refuse_is_refused_when_the_column_is_written(w
             "loop": {"source_column": "A", "step": {"type": "formula", "formula": "{item}"}}}[col["type"]]
     r = ws.api.post(f"/tables/{t['id']}/columns", json={**col, "config": fine})
     assert r.status_code == 201, r.text
+
+
+def test_a_position_past_the_last_column_is_the_last_and_an_absurd_one_is_refused(ws):
+    """A position of 2^31 - 1 was accepted, and every later column of the table then failed
+    with "integer out of range" (INTERNAL over MCP)."""
+    t = ws.create_table("Pos", [{"name": "A", "type": "text"}])
+    cols = f"/tables/{t['id']}/columns"
+    for bad in (2147483647, 10_001, -1):
+        r = ws.api.post(cols, json={"name": "X", "type": "text", "position": bad})
+        assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", (bad, r.text)
+    assert ws.api.post(cols, json={"name": "Far", "type": "text", "position": 9999}).status_code == 201
+    assert ws.api.post(cols, json={"name": "Next", "type": "text"}).status_code == 201
+    assert ws.api.post(cols, json={"name": "First", "type": "text", "position": 0}).status_code == 201
+    got = ws.api.get(f"/tables/{t['id']}").json()["columns"]
+    assert [(c["name"], c["position"]) for c in got] == [("First", 0), ("A", 1), ("Far", 2), ("Next", 3)]
+    far = next(c for c in got if c["name"] == "Far")
+    r = ws.api.patch(f"{cols}/{far['id']}", json={"position": 2147483647})
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text

@@ -86,6 +86,9 @@ async def test_create_record_runs_the_pipeline_and_returns_computed_values(ws, m
     ("list_records", {"filters": {"Score": "zz.1"}}, "UNKNOWN_OPERATOR"),
     ("list_records", {"order": "Nope.desc"}, "UNKNOWN_COLUMN"),
     ("list_records", {"limit": 1001}, "LIMIT_TOO_LARGE"),
+    # integers past 64 bits were INTERNAL (the memo key's encoder refused them); REST's codes
+    ("list_records", {"offset": 10**20}, "VALIDATION_ERROR"),
+    ("list_records", {"view": 10**20}, "NOT_FOUND"),
     ("semantic_search", {"query": "urgent things"}, "NOT_CONFIGURED"),
 ])
 async def test_data_tool_errors_carry_the_rest_codes(ws, mcp, table, tool, args, code):

@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import orjson
-
 from api.doors.mcp.spec import (
     DELETED_OUT,
     FIELDS,
@@ -40,6 +38,7 @@ from api.ops.catalogue import INTEGRATION_SOURCES
 from api.ops.sql import execute_sql
 from api.serialize import column_out, table_summary
 from api.state import AppState
+from storage import jsontext
 from storage.access import Action, Principal
 from storage.errors import ServiceError
 from storage.formula.functions import describe_functions
@@ -130,7 +129,8 @@ async def list_records_tool(state: AppState, principal: Principal, args: dict[st
     # the statements are memoised per table and arguments for this schema version; a
     # view's filters are read from the database and each cursor is another statement
     memoise = args.get("view") is None and args.get("after") is None
-    req = ops_records.ListRequest(("mcp", orjson.dumps([args.get(k) for k in _LIST_KEYS])),
+    # jsontext: an integer past 64 bits (an absurd offset or view id) is a key too, refused below
+    req = ops_records.ListRequest(("mcp", jsontext.dumps([args.get(k) for k in _LIST_KEYS])),
                                   lambda: _query(args), memoise=memoise, probe_empty=True)
     mode = count_mode(args.get("count"))
     counting = mode is CountMode.EXACT
