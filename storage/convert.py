@@ -317,8 +317,11 @@ def label_query(old: ColumnMeta, new: ColumnMeta, target: sql.Composable) -> sql
         labels = sql.SQL("ARRAY[btrim({}, {})]").format(tf, _lit(_WS))
     else:
         labels = sql.SQL("pg_temp.wds_split({})").format(tf)
+    # first appearance: the lowest record id, then the place in that record's value (two
+    # labels first seen in one record keep their order there, not an arbitrary one)
     return sql.SQL(
-        "SELECT label FROM (SELECT label, min(r.id) AS first FROM {t} r, unnest({labels}) AS label"
+        "SELECT label FROM (SELECT label, min(ARRAY[r.id, u.n::bigint]) AS first FROM {t} r,"
+        " unnest({labels}) WITH ORDINALITY AS u(label, n)"
         " WHERE {v} IS NOT NULL AND label <> '' GROUP BY label) x ORDER BY first"
     ).format(t=target, labels=labels, v=v)
 

@@ -221,6 +221,25 @@ def test_text_to_select_creates_options_with_palette_colors(ws):
     assert r.json()["conversion"] == {"converted": 4, "lost": 0}
 
 
+def test_labels_first_seen_in_one_value_become_options_in_their_order_there(ws):
+    """type-conversions.md: options are made in the order the values first appear (lowest
+    record id first). Two labels first seen in one record came out in alphabetical order."""
+    t = ws.create_table("M", [{"name": "V", "type": "text"}])
+    for v in ["zulu, alpha", "mike", "alpha, kilo"]:
+        ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"V": v}})
+    r = ws.api.patch(f"/tables/{t['id']}/columns/{t['columns'][0]['id']}", json={"type": "multi_select"})
+    assert r.status_code == 200, r.text
+    assert [o["label"] for o in r.json()["options"]] == ["zulu", "alpha", "mike", "kilo"]
+    # a formula's list, as the report found it
+    f = ws.create_table("FL", [{"name": "A", "type": "text"},
+                               {"name": "L", "type": "formula", "formula": 'SPLIT({A}, ",")'}])
+    for v in ["zulu,alpha", "mike"]:
+        ws.api.post(f"/tables/{f['id']}/records", json={"fields": {"A": v}})
+    r = ws.api.patch(f"/tables/{f['id']}/columns/{f['columns'][1]['id']}", json={"type": "multi_select"})
+    assert r.status_code == 200, r.text
+    assert [o["label"] for o in r.json()["options"]] == ["zulu", "alpha", "mike"]
+
+
 def test_relation_to_another_table_is_a_loss(ws):
     a = ws.create_table("A", [{"name": "Name", "type": "text"}])
     b = ws.create_table("B", [{"name": "Name", "type": "text"}])
