@@ -272,10 +272,11 @@ async def create_token(
 
 
 async def rotate_token(conn: Conn, *, workspace_id: int, token_id: int) -> tuple[dict[str, Any], str] | None:
-    """Issue a new secret with the same rights and revoke the old one."""
+    """Issue a new secret with the same rights and revoke the old one. ``None`` for a
+    token that is revoked or expired: rotating is not a way to bring one back."""
     cur = await conn.execute(
         "UPDATE wds.tokens SET revoked_at = now() WHERE id = %s AND workspace_id = %s AND revoked_at IS NULL"
-        " RETURNING *",
+        " AND (expires_at IS NULL OR expires_at > now()) RETURNING *",
         (token_id, workspace_id),
     )
     old = await cur.fetchone()

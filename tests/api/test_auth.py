@@ -60,7 +60,7 @@ def test_grant_changes_take_effect_immediately(ws, admin):
     assert c.get(f"/tables/{t['id']}/records").status_code == 200
 
 
-def test_expired_token_is_401(ws):
+def test_expired_token_is_401(ws, admin):
     tok = ws.token("rest_api", expires_in_seconds=1)
     c = ws.client(tok["token"])
     assert c.get("/tables").status_code == 200
@@ -68,6 +68,10 @@ def test_expired_token_is_401(ws):
     time.sleep(1.2)
     r = c.get("/tables")
     assert r.status_code == 401 and r.json()["code"] == "UNAUTHORIZED"
+    # rotating an expired token does not bring it back (it issued a working successor)
+    r = admin.post(f"/workspaces/{ws.id}/tokens/{tok['id']}/rotate")
+    assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND", r.text
+    assert c.get("/tables").status_code == 401
 
 
 def test_rotation_issues_a_new_secret_and_revokes_the_old(ws, admin):
