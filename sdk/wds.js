@@ -468,18 +468,17 @@ class QueryBuilder {
 
   /** Create one record (object) or many (array, sent in batches of 500). */
   insert(values, options = {}) {
-    const q = this._clone();
-    q._action = "insert";
-    q._values = values;
-    q._opts = options;
-    if (options.flatten !== undefined) q._flatten = options.flatten !== false;
-    return q;
+    return this._writing("insert", values, options);
   }
 
   /** Change the sent fields of the matching records (`.eq("id", 5)` or any filters). */
   update(values, options = {}) {
+    return this._writing("update", values, options);
+  }
+
+  _writing(action, values, options) {
     const q = this._clone();
-    q._action = "update";
+    q._action = action;
     q._values = values;
     q._opts = options;
     if (options.flatten !== undefined) q._flatten = options.flatten !== false;
