@@ -208,3 +208,14 @@ def test_argument_validation_memo_keeps_only_valid_arguments():
     huge = {"table_id": 2**70}  # beyond orjson: validated without the memo
     catalog.validate_arguments(spec, huge)
     assert len(catalog._VALID) == 1
+
+
+def test_get_opens_no_stream_that_never_ends(ws, base_url):
+    """Stateless: the SDK answered GET with an event stream it never wrote to nor closed,
+    outside every limit. The transport lets a server answer 405 instead."""
+    r = httpx.get(f"{base_url}{MCP_PATH}", timeout=10,
+                  headers={"Authorization": f"Bearer {ws.builder_token}", "Accept": "text/event-stream"})
+    assert r.status_code == 405 and r.json()["code"] == "METHOD_NOT_ALLOWED", r.text
+    assert "POST" in r.headers["allow"]
+    r = httpx.get(f"{base_url}{MCP_PATH}", timeout=10, headers={"Accept": "text/event-stream"})
+    assert r.status_code == 401  # a token first, as on every call

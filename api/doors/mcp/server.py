@@ -189,7 +189,15 @@ class McpDoor:
             await error_response(exc.status, exc.message, exc.code, headers or None, **exc.extra)(scope, receive, send)
             return
         scope[SCOPE_KEY] = principal
-        if scope["method"] != "POST":  # the server-to-client stream (GET) and session end (DELETE)
+        if scope["method"] == "GET":
+            # stateless: nothing is ever sent on a server-to-client stream, and the SDK held
+            # one open for good, outside every limit (a tenant could pile them up). The MCP
+            # transport lets a server answer 405 instead; clients then just POST
+            await error_response(405, "this MCP server is stateless and opens no server-to-client stream:"
+                                 " POST each JSON-RPC message", "METHOD_NOT_ALLOWED",
+                                 {"Allow": "POST, DELETE"})(scope, receive, send)
+            return
+        if scope["method"] != "POST":  # session end (DELETE)
             await self.manager.handle_request(scope, receive, send)
             return
         try:
