@@ -318,6 +318,18 @@ async def _exchange(
     raise RequestInvalid(f"more than {MAX_REDIRECTS} redirects")
 
 
+def _received(credential: Credential | None, body: bytes, content_type: str) -> tuple[Any, bytes]:
+    """A response body's cell value, and the bytes an error quotes from it. With a
+    credential its secret is redacted from both: from the bytes, and from every string of
+    the parsed value (a JSON ``\\uXXXX`` escape hides it from the bytes), whose text the
+    error then quotes."""
+    if credential is None:
+        return parse_body(body, content_type), body
+    body = credential.redact(body)
+    value = credential.redact_value(parse_body(body, content_type))
+    return value, (orjson.dumps(value) if value is not None and not isinstance(value, str) else body)
+
+
 def _redacted(req: OutboundRequest, message: str) -> str:
     """An error message without the request's secret (a redirect's URL may carry it back)."""
     if req.credential is None:
@@ -362,16 +374,9 @@ async def send(
             if isinstance(exc, (httpx.UnsupportedProtocol, httpx.LocalProtocolError)):
                 return Outcome(error=f"invalid request ({type(exc).__name__})", attempts=attempt)
         else:
-            value = None
-            if req.credential is not None:
-                body = req.credential.redact(body)
-                value = req.credential.redact_value(parse_body(body, resp_headers.get("content-type", "")))
+            value, shown = _received(req.credential, body, resp_headers.get("content-type", ""))
             if 200 <= status < 300:
-                if req.credential is None:
-                    value = parse_body(body, resp_headers.get("content-type", ""))
                 return Outcome(value=value, status=status, attempts=attempt)
-            # with a credential, a JSON body's snippet is written from its redacted value
-            shown = orjson.dumps(value) if value is not None and not isinstance(value, str) else body
             snippet = shown[:200].decode("utf-8", errors="replace").strip()
             if status not in TRANSIENT_STATUS:
                 return Outcome(error=f"HTTP {status}" + (f": {snippet}" if snippet else ""), status=status,

@@ -27,7 +27,6 @@ from storage.pipelines import FETCH_MAX, plan_steps
 from storage.query import Query, list_records, parse_filter_object, plan_query
 from storage.schema import TableMeta, WorkspaceSchema
 
-MAX_FETCH = FETCH_MAX  # checked at column creation too (storage.pipelines.check_config)
 _TEMPLATED = ("table_id", "record_id", "fields", "filters")  # the config keys holding templates
 
 
@@ -143,8 +142,9 @@ class RecordSteps:
             if not isinstance(filters_cfg, dict):
                 raise StepFailure("fetch_records filters must be an object {column: 'op.value'}")
             limit = config.get("limit", 10)
-            if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_FETCH:
-                raise StepFailure(f"fetch_records limit must be between 1 and {MAX_FETCH}")
+            # checked when the column is written too (storage.pipelines.check_config)
+            if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= FETCH_MAX:
+                raise StepFailure(f"fetch_records limit must be between 1 and {FETCH_MAX}")
             query = Query(filters=parse_filter_object(filters_cfg), limit=limit)
             plan = plan_query(
                 query, table,

@@ -41,13 +41,15 @@ class RecordIO:
             rows = [by_id[rid] for rid in inp.record_ids]
         else:
             try:
-                async with self.db.connection() as conn:
-                    rows = await rec.get_record_rows(conn, table=table, record_ids=inp.record_ids)
+                rows = await self._read(table, inp.record_ids)
             except psycopg.errors.UndefinedColumn:  # a column was deleted since the run began
                 table = table_meta(await self._still_there(inp.table))
-                async with self.db.connection() as conn:
-                    rows = await rec.get_record_rows(conn, table=table, record_ids=inp.record_ids)
+                rows = await self._read(table, inp.record_ids)
         return decode_rows(table, rows), {row["id"]: row for row in rows}
+
+    async def _read(self, table: TableMeta, record_ids: list[int]) -> list[dict[str, Any]]:
+        async with self.db.connection() as conn:
+            return await rec.get_record_rows(conn, table=table, record_ids=record_ids)
 
     async def _still_there(self, snap: TableSnap) -> TableSnap:
         """``snap`` without the columns deleted since it was taken (a run's table snapshot
@@ -97,28 +99,34 @@ class RecordIO:
         run_id = str((updates[0][2] or {}).get("run_id") or "") if updates else ""
         waited = written.waiting(run_id)
         try:
-            try:
-                async with self.db.connection() as conn:  # one autocommit statement
-                    count, rows = await rec.write_computed(conn, table=table, updates=updates, returning=waited,
-                                                           loaded=loaded, unless_superseded=bulk_run_id)
-            except psycopg.errors.UndefinedColumn:
-                # a column was deleted since the run began: write what still has a column
-                snap = await self._still_there(snap)
-                table = table_meta(snap)
-                ids = {c.id for c in snap.columns}
-                updates = [(rid, {k: v for k, v in values.items() if k in ids}, out) for rid, values, out in updates]
-                async with self.db.connection() as conn:
-                    count, rows = await rec.write_computed(conn, table=table, updates=updates, returning=waited,
-                                                           loaded=None, unless_superseded=bulk_run_id)
-        except psycopg.DataError as exc:
-            # values the database refuses (the ledger keeps out what it knows of: storage.schema.storable):
-            # a retry fails alike, and the run's errors get the reason, not the server's
-            # DETAIL and CONTEXT lines, which quote the statement's parameters
-            raise ApplicationError(f"the computed values could not be stored: {exc.diag.message_primary or 'refused'}",
-                                   type="UNSTORABLE", non_retryable=True) from None
+            count, rows = await self._store(table, updates, waited, loaded, bulk_run_id)
+        except psycopg.errors.UndefinedColumn:
+            # a column was deleted since the run began: write what still has a column
+            snap = await self._still_there(snap)
+            ids = {c.id for c in snap.columns}
+            updates = [(rid, {k: v for k, v in values.items() if k in ids}, out) for rid, values, out in updates]
+            count, rows = await self._store(table_meta(snap), updates, waited, None, bulk_run_id)
         if waited:  # committed
             written.notify(run_id, rows)
         return count
+
+    async def _store(self, table: TableMeta, updates: list[tuple[int, dict[int, Any], dict[str, Any]]],
+                     waited: bool, loaded: dict[int, dict[str, Any]] | None,
+                     bulk_run_id: str | None) -> tuple[int, list[dict[str, Any]]]:
+        """One autocommit statement writing ``updates``.
+
+        Raises:
+            ApplicationError: values the database refuses (the ledger keeps out what it knows
+                of: storage.schema.storable). A retry fails alike; the reason is one line,
+                not the server's DETAIL and CONTEXT lines, which quote the parameters.
+        """
+        try:
+            async with self.db.connection() as conn:
+                return await rec.write_computed(conn, table=table, updates=updates, returning=waited,
+                                                loaded=loaded, unless_superseded=bulk_run_id)
+        except psycopg.DataError as exc:
+            raise ApplicationError(f"the computed values could not be stored: {exc.diag.message_primary or 'refused'}",
+                                   type="UNSTORABLE", non_retryable=True) from None
 
 
 def decode_rows(table: TableMeta, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -76,7 +76,8 @@ async def _receive_text(ws: WebSocket) -> str | None:
         WebSocketDisconnect: the client left.
     """
     message = await ws.receive()
-    ws._raise_on_disconnect(message)
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000), message.get("reason"))
     text = message.get("text")
     return text if isinstance(text, str) else None
 
