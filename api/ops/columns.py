@@ -77,12 +77,10 @@ async def update_column(
     allow_loss = bool(data.pop("allow_loss", False))
     if not data:
         raise ValidationError("nothing to change: send name, type, required, options, formula or config")
-    if ("name" in data or "type" in data) and await _sign_in_column(state, table, current):
-        spec_now = meta.spec_of(current)
-        if data.get("name", current.name) != current.name or data.get("type", spec_now.type.value) != spec_now.type.value:
-            raise Conflict(f"{table.name}.{current.name} is the e-mail the workspace's app users sign in with:"
-                           " it keeps its name and type")
     spec = parse_column_patch(data, meta.spec_of(current), schema, table)
+    if (spec.name != current.name or spec.type is not current.type) and await _sign_in_column(state, table, current):
+        raise Conflict(f"{table.name}.{current.name} is the e-mail the workspace's app users sign in with:"
+                       " it keeps its name and type")
     untouched = spec.type is current.type and spec.formula == current.formula and spec.config == current.config
     if not (current.broken and untouched):  # a broken column may be renamed before it is fixed
         check_computed_columns([spec], table, replacing=current.id, schema=schema)

@@ -228,6 +228,7 @@ def test_the_sign_in_email_column_and_the_users_table_keep_their_names_while_acc
     path = f"/tables/{users['id']}/columns/{email['id']}"
     for r in (ws.api.patch(path, json={"name": "Mail"}),
               ws.api.patch(path, json={"type": "number", "allow_loss": True}),
+              ws.api.patch(path, json={"column_type": "number", "allow_loss": True}),  # the alias of type
               ws.api.delete(path), ws.api.delete(path, params={"force": "true"}),
               ws.api.patch(f"/tables/{users['id']}", json={"name": "People"})):
         assert r.status_code == 409 and r.json()["code"] == "CONFLICT", r.text
