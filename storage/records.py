@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 
 from storage import ddl, jsontext, outbox
 from storage.errors import InvalidValue, NotFound, ServiceError, UnknownColumn
+from storage.formula.insql import OutOfRange, SqlArithmetic
 from storage.query import build_where
 from storage.query.render import field_keys, record_json_renderable, record_text, record_text_spaced
 from storage.schema import COMPUTED_PG_TYPE, ColumnMeta, ColumnType, TableMeta
@@ -379,12 +380,14 @@ async def insert_computed_json(
     conn: Conn, *, table: TableMeta, rows: Sequence[PreparedRow], ids: Sequence[int],
     computed: Sequence[Mapping[int, Any]], outcomes: Sequence[Mapping[str, Any] | None],
     ok_outcome: Mapping[str, Any] | None = None, outbox_payload: dict[str, Any] | None = None,
+    arithmetic: SqlArithmetic | None = None,
 ) -> tuple[list[str], list[bool], int | None]:
     """Insert records with their computed values and pipeline outcome in one statement:
     row ``i`` as record ``ids[i]`` (ascending with the input, as :func:`allocate_ids`
     gives them) with ``computed[i]``
     (column id → JSON value) and ``outcomes[i]`` as ``_pipeline`` (``None``: the run's
-    shared ``ok_outcome``, sent once instead of once a row). Answers each record's
+    shared ``ok_outcome``, sent once instead of once a row); the columns of ``arithmetic``
+    (:mod:`storage.formula.insql`) are computed by the statement from the row's values. Answers each record's
     API JSON with its ``pipeline`` (as write responses show it), rendered by PostgreSQL,
     in input order; per record whether that text is spaced (to be compacted,
     :func:`storage.query.render.record_text_spaced`; a record with its own outcome is
@@ -421,12 +424,16 @@ async def insert_computed_json(
     columns = (("id", "bigint"), *_data_columns(table, data_ids),
                *((f"c_{cid}", COMPUTED_PG_TYPE) for cid in comp_ids), ("_pipeline", "jsonb"))
     key = ("computed", table.workspace_id, table.id, columns, tuple((c.physical, c.type) for c in table.columns),
-           outbox_payload is not None)
+           outbox_payload is not None, arithmetic.key() if arithmetic is not None else None)
     query = _INSERT_JSON_SQL.get(key)
     if query is None:
         names, source = _typed_rows(columns)
         values = sql.SQL(", ").join([*(sql.Identifier(name) for name, _ in columns[:-1]),
                                      sql.SQL("COALESCE(x._pipeline, %s::jsonb)")])
+        if arithmetic is not None:  # computed by PostgreSQL from the typed input values
+            exprs = arithmetic.expressions({cid: sql.Identifier("x", f"c_{cid}") for cid in data_ids})
+            names = sql.SQL(", ").join([names, *(sql.Identifier(f"c_{cid}") for cid in exprs)])
+            values = sql.SQL(", ").join([values, *exprs.values()])
         # the record as the list pages write it (compact, no parse here), its outcome the
         # run's shared one as compact text (the common case, tested once a row in ``s``)
         # or its own, as jsonb renders it (then the record is spaced)
@@ -455,6 +462,10 @@ async def insert_computed_json(
         if exc.diag.table_name == "outbox":  # the table (or workspace) was deleted meanwhile
             raise NotFound(f"table {table.name!r} no longer exists") from None
         raise _fk_error(table, exc) from None
+    except psycopg.errors.NumericValueOutOfRange:
+        if arithmetic is None:
+            raise
+        raise OutOfRange("a computed step overflowed or underflowed in PostgreSQL") from None
     answers = await cur.fetchall()  # ORDER BY id: the input order
     return [row[0] for row in answers], [row[1] for row in answers], (answers[0][2] if answers else None)
 

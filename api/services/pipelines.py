@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_client import Histogram
+from prometheus_client import Counter, Histogram
 from psycopg import AsyncConnection
 
 from activities import sandbox, written
 from activities.bulkplan import dependants_map
 from activities.ledger import outcome as record_outcome
+from activities.metrics import observe_step
 from activities.records_io import decode_rows, evaluate_pure
 from activities.snap import caller_of, table_snap
 from activities.types import FusedInput, PipelineInput, PipelineResult, RecordOutcome
@@ -39,10 +40,11 @@ from storage import outbox
 from storage import records as rec
 from storage.access import Principal
 from storage.errors import NotFound, PlanLimit, ServiceError
+from storage.formula.insql import MAX_BOUND, OutOfRange, SqlArithmetic, plan_sql_arithmetic
 from storage.pipelines import plan_steps
 from storage.plans import plan as plan_of
 from storage.refs import names_read
-from storage.schema import ColumnMeta, ColumnType, TableMeta
+from storage.schema import ColumnMeta, ColumnType, TableMeta, value_fits
 
 log = logging.getLogger("wds.pipelines")
 CHUNK = 500  # records per workflow for batches
@@ -59,6 +61,12 @@ PIPELINE_RECORDS = Histogram(
     "Records per write whose pipeline ran",
     ("mode",),
     buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000),
+)
+
+
+FORMULAS_IN_SQL = Counter(
+    "wds_formula_values_in_sql",
+    "Formula values PostgreSQL computed in a create's INSERT (plain arithmetic, storage/formula/insql.py)",
 )
 
 
@@ -474,6 +482,10 @@ async def create_computed(
             return await rec.stage_records(conn, table=table, rows=rows)
 
     local = rec.stage_locally(table, rows)  # plain numbers, text, booleans: typed here, no round trip
+    if local is not None and state.settings.pipeline_sql_arithmetic:
+        in_sql = await _create_in_sql(state, principal, table, rows, levels, local, clock)
+        if in_sql is not None:
+            return in_sql
     allocating: asyncio.Task[list[int]] | None = None
     if local is None:
         ids, staged = await asyncio.gather(allocate(), stage())  # two pooled connections, one round trip
@@ -544,6 +556,67 @@ async def create_computed(
     observe_pipeline("create", status, time.perf_counter() - clock, len(rows))
     await _record_run(state, wid, inp, encoded)
     return Computed(records, {"status": status, "run_id": wid, "run_ids": [wid], "errors": {}}, spaced)
+
+
+def _arithmetic(table: TableMeta, levels: list[list[ColumnMeta]],
+                local: list[dict[str, Any]], step_budget: int) -> SqlArithmetic | None:
+    """The create's columns as PostgreSQL arithmetic (:mod:`storage.formula.insql`) when
+    every one qualifies and no step of this batch can leave ±2^53; else ``None``."""
+    cols = [c for level in levels for c in level]
+    if len(cols) > step_budget:  # the ledger answers the steps over the budget
+        return None
+    for c in cols:
+        if (c.type != ColumnType.FORMULA or c.broken or (c.config or {}).get("language", "excel") != "excel"
+                or not (value_fits(c.value_type, 1) and value_fits(c.value_type, 0.5))):
+            return None
+    plan = plan_sql_arithmetic(
+        tuple((c.id, c.name, c.formula or (c.config or {}).get("formula") or "") for c in cols),
+        tuple((c.name, c.id) for c in table.columns if c.type == ColumnType.NUMBER))
+    if plan is None:
+        return None
+    largest = {cid: max((abs(v) for row in local if (v := row.get(f"c_{cid}")) is not None), default=0.0)
+               for cid in plan.reads}
+    return plan if plan.bound(largest) <= MAX_BOUND else None
+
+
+async def _create_in_sql(
+    state: AppState, principal: Principal, table: TableMeta, rows: list[rec.PreparedRow],
+    levels: list[list[ColumnMeta]], local: list[dict[str, Any]], clock: float,
+) -> Computed | None:
+    """:func:`create_computed` when its formulas are plain arithmetic: PostgreSQL computes
+    them in the INSERT from the typed input values (:mod:`storage.formula.insql`: the same
+    values as the Python evaluator), so nothing is evaluated or encoded here, and every
+    record's outcome is the run's ``ok``. ``None`` when the create does not qualify, or
+    when the statement was refused (a step out of range, a row the database refuses):
+    nothing was stored, and the caller evaluates in Python as usual (taking new ids)."""
+    inp = pipeline_input(principal, table, [], "create", levels)
+    plan = _arithmetic(table, levels, local, inp.step_budget)
+    if plan is None:
+        return None
+    async with state.db.connection() as conn:
+        ids = await rec.allocate_ids(conn, table=table, n=len(rows))
+    inp.record_ids = ids
+    wid = workflow_id(table, "create", ids)
+    ok = record_outcome(wid, {})
+    inp.recorded = PipelineResult(run_id=wid, status="ok", ok=[str(i) for i in ids])
+    encoded = encode_input(inp)
+    try:
+        async with state.db.connection() as conn:
+            texts, spaced, outbox_id = await rec.insert_computed_json(
+                conn, table=table, rows=rows, ids=ids, computed=[{}] * len(rows), outcomes=[None] * len(rows),
+                ok_outcome=ok, outbox_payload={"workflow_id": wid, "input": encoded}, arithmetic=plan)
+    except NotFound:
+        raise
+    except (ServiceError, OutOfRange):
+        return None
+    inp.outbox_id = outbox_id
+    encoded["outbox_id"] = outbox_id
+    elapsed = time.perf_counter() - clock
+    observe_step("formula", "ok", elapsed, len(rows) * len(plan.columns))
+    FORMULAS_IN_SQL.inc(len(rows) * len(plan.columns))
+    observe_pipeline("create", "ok", elapsed, len(rows))
+    await _record_run(state, wid, inp, encoded)
+    return Computed(list(texts), {"status": "ok", "run_id": wid, "run_ids": [wid], "errors": {}}, spaced)
 
 
 async def _insert_computed_rows(

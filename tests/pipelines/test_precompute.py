@@ -17,6 +17,7 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import orjson
 import psycopg
 import pytest
@@ -383,3 +384,74 @@ def test_rows_staged_here_are_what_postgresql_stages(ws, services):
         assert mine.keys() == theirs.keys()
         assert [(type(v), repr(v)) for v in mine.values()] == [(type(v), repr(v)) for v in theirs.values()]
     assert declined == [None, None] and huge is None
+
+
+ARITHMETIC_COLUMNS = [
+    {"name": "A", "type": "number"},
+    {"name": "N", "type": "number"},
+    {"name": "Name", "type": "text"},
+    {"name": "Sum", "type": "formula", "formula": "{A} * 3 + {N} - 0.1"},
+    {"name": "Neg", "type": "formula", "formula": "-{Sum} * 0.5"},
+    {"name": "Same", "type": "formula", "formula": "{N}"},
+]
+
+
+def _in_sql(base_url: str) -> float:
+    """The API's count of formula values PostgreSQL computed in a create's INSERT."""
+    for line in httpx.get(f"{base_url}/metrics").text.splitlines():
+        if line.startswith("wds_formula_values_in_sql_total "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def _typed(results: list[dict[str, Any]]) -> list[Any]:
+    """Each record's fields with each value's JSON type (1 and 1.0 are different answers)."""
+    return [sorted((k, type(v).__name__, v) for k, v in r["record"]["fields"].items()) if "record" in r else r
+            for r in results]
+
+
+def test_arithmetic_formulas_are_computed_by_postgresql_as_the_evaluator_computes_them(
+        ws, services, base_url, insert_first_url):
+    """A create whose formulas are all plain arithmetic over number columns has PostgreSQL
+    compute them in its INSERT (storage/formula/insql.py): the same values, of the same
+    JSON type, as the insert-first path's Python evaluator; the same run recorded in Temporal."""
+    t = ws.create_table("InSql", ARITHMETIC_COLUMNS)
+    rng = random.Random(24)
+    values = [0.0, -0.0, 0.1, 0.2, 1.5, -7, 2**40 + 0.5, 1e-7, None, 123456.789, 3]
+    rows = [{"fields": {"A": rng.choice(values), "N": rng.choice(values), "Name": f"n{i}"}} for i in range(40)]
+    rows.append({"fields": {"Name": "only text"}})  # every number blank
+    before = _in_sql(base_url)
+    a, b = _both_ways(ws, insert_first_url, t["id"], rows)
+    assert _in_sql(base_url) - before == len(rows) * 3  # computed by PostgreSQL, three columns a row
+    assert _typed(a["results"]) == _typed(b["results"])
+    assert a["pipeline"]["status"] == "ok" and all(r["record"]["pipeline"]["status"] == "ok" for r in a["results"])
+    blank = a["results"][-1]["record"]["fields"]
+    assert (blank["Sum"], blank["Neg"], blank["Same"]) == (-0.1, 0.05, None)
+    for res in a["results"][:5]:  # what the answer says is what a read returns
+        assert ws.api.get(f"/tables/{t['id']}/records/{res['record']['id']}").json() == res["record"]
+    result = _run_result(services, a["pipeline"]["run_id"])
+    assert result.status == "ok" and not result.records
+    assert result.ok == [str(r["record"]["id"]) for r in a["results"]]
+
+
+def test_arithmetic_that_could_leave_2_53_or_underflows_is_evaluated_in_python(ws, base_url, insert_first_url):
+    """Past ±2^53 the two would store different text (``9007199254740994.0``), and past the
+    largest double Python answers ``#NUM!`` where PostgreSQL fails: the bound keeps such a
+    batch in Python. A product that underflows makes PostgreSQL refuse the statement:
+    nothing is stored by it, and the batch is evaluated in Python."""
+    t = ws.create_table("Edges", [{"name": "A", "type": "number"},
+                                  {"name": "Sq", "type": "formula", "formula": "{A} * {A}"},
+                                  {"name": "Same", "type": "formula", "formula": "{A}"}])
+    for rows in ([{"fields": {"A": 2.0**53 + 2}}, {"fields": {"A": 3}}],  # past the bound
+                 [{"fields": {"A": 1e200}}, {"fields": {"A": 2}}],  # Sq overflows: #NUM!
+                 [{"fields": {"A": 1e-200}}, {"fields": {"A": 2}}]):  # Sq underflows in PostgreSQL
+        before = _in_sql(base_url)
+        a, b = _both_ways(ws, insert_first_url, t["id"], rows)
+        assert _in_sql(base_url) == before, rows
+        assert _typed(a["results"]) == _typed(b["results"])
+    assert a["results"][0]["record"]["fields"]["Sq"] == 0  # 1e-400 is 0 to Python
+    overflow = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": 1e200}}).json()
+    assert overflow["fields"]["Sq"] is None and overflow["pipeline"]["errors"]["Sq"].startswith("#NUM!")
+    before = _in_sql(base_url)  # within the bound: PostgreSQL again
+    within = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"fields": {"A": 2.0**26}}]}).json()
+    assert within["results"][0]["record"]["fields"]["Sq"] == 2**52 and _in_sql(base_url) == before + 2
