@@ -144,7 +144,7 @@ class Settings(BaseSettings):
     # and then updating every row (api/services/pipelines.py create_computed); off = insert, then run
     pipeline_precompute: bool = True
     # pipelines: such a create whose formulas are all plain arithmetic over number columns
-    # (+ - * of numbers and references; storage/formula/insql.py) has PostgreSQL compute them
+    # (+ - * and / by a constant of numbers and references; storage/formula/insql.py) has PostgreSQL compute them
     # in its INSERT, value for value as the Python evaluator; off = evaluated in Python
     pipeline_sql_arithmetic: bool = True
     # rate limiting on/off (bench compares both); quotas are always on

@@ -3,7 +3,8 @@ the Python evaluator would.
 
 A formula qualifies when its tree holds only number literals (an integer literal within
 ±2^53), references to number columns (stored ``double precision``) or to formulas that
-qualify, unary ``+``/``-`` and the operators ``+``, ``-`` and ``*``. Why both sides then
+qualify, unary ``+``/``-``, the operators ``+``, ``-`` and ``*``, and ``/`` by a constant
+other than 0 (by anything else it may be ``#DIV/0!``, a row's error). Why both sides then
 agree on every value:
 
 * Every input is a double: a number cell is read as the double it stores
@@ -11,9 +12,10 @@ agree on every value:
   exact) and a literal within ±2^53 is exact either way.
 * Each operator's Python result is the exact result when it is an integer within ±2^53
   (``storage.formula.operators.num``), else that result rounded once to the nearest double
-  (Python's ``float()`` of an ``int``, or IEEE arithmetic of two floats). PostgreSQL's
-  ``float8`` arithmetic returns the exact result correctly rounded, which is the same
-  double. So each step, and the chain, matches.
+  (Python's ``float()`` of an ``int``, IEEE arithmetic of two floats, or the true
+  division of two ``int``, which Python rounds correctly too). PostgreSQL's ``float8``
+  arithmetic returns the exact result correctly rounded, which is the same double. So
+  each step, and the chain, matches.
 * Blank reads as 0 in arithmetic (``to_number``): ``COALESCE(x, 0)``. A bare reference
   (``{A}``) keeps blank as blank, as the evaluator does.
 * The stored JSON: ``to_jsonb(float8)`` writes PostgreSQL's shortest exact form of the
@@ -27,12 +29,13 @@ agree on every value:
   intermediate result from the batch's largest inputs (:meth:`SqlArithmetic.bound`
   against :data:`MAX_BOUND`), which also rules out an overflow (Python: infinity, refused
   as ``#NUM!``; PostgreSQL: an error). A product that underflows to 0 (Python: 0;
-  PostgreSQL: an error) makes PostgreSQL refuse the whole statement: nothing is stored,
-  and the caller evaluates in Python instead (:class:`OutOfRange`).
+  PostgreSQL: an error), or a quotient that does, makes PostgreSQL refuse the whole
+  statement: nothing is stored, and the caller evaluates in Python instead
+  (:class:`OutOfRange`).
 
-Everything else (division, functions, text, dates, other column kinds) stays with the
-Python evaluator: the caller takes this path only when every computed column of the
-create qualifies.
+Everything else (division by a reference, ``%``, ``^``, functions, text, dates, other
+column kinds) stays with the Python evaluator: the caller takes this path only when every
+computed column of the create qualifies.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ MAX_EXACT = 2**53
 MAX_BOUND = float(2**53)  # every step within ±2^53 (see the module's doc)
 MIN_LITERAL = 1e-300
 MAX_NODES = 64  # per column, references inlined: longer formulas stay with the evaluator
-SQL_OPERATORS = frozenset({"+", "-", "*"})
+SQL_OPERATORS = frozenset({"+", "-", "*", "/"})  # "/" by a constant other than 0 only
 
 
 class OutOfRange(Exception):
@@ -133,7 +136,21 @@ def _bound(e: _Expr, largest: Mapping[int, float]) -> float:
     left, right = _bound(e.left, largest), _bound(e.right, largest)
     if e.op == "*":
         return left * right if left and right else 0.0
+    if e.op == "/":  # by a constant other than 0 (_convert)
+        return left / abs(_constant(e.right) or math.inf)
     return left + right
+
+
+def _constant(e: _Expr) -> float | None:
+    """The value of an expression without references, else ``None``."""
+    if isinstance(e, _Lit):
+        return e.value
+    if isinstance(e, _Num):
+        return _constant(e.inner)
+    if isinstance(e, _Neg):
+        inner = _constant(e.inner)
+        return None if inner is None else -inner
+    return None
 
 
 def _render(e: _Expr, column: Mapping[int, sql.Composable]) -> sql.Composable:
@@ -242,8 +259,8 @@ def _convert(node: Node, done: Mapping[str, _Expr], number_columns: Mapping[str,
         out: _Expr = _number(value)
         for op, child in node.rest:
             right = _convert(child, done, number_columns)
-            if right is None:
-                return None
+            if right is None or (op == "/" and not _constant(right)):
+                return None  # a division by a reference may be #DIV/0!: a row's error, the evaluator's
             out = _Op(op, out, _number(right))
         return out
     if isinstance(node, Call):

@@ -393,6 +393,7 @@ ARITHMETIC_COLUMNS = [
     {"name": "Sum", "type": "formula", "formula": "{A} * 3 + {N} - 0.1"},
     {"name": "Neg", "type": "formula", "formula": "-{Sum} * 0.5"},
     {"name": "Same", "type": "formula", "formula": "{N}"},
+    {"name": "Per", "type": "formula", "formula": "({A} + {N}) / -4"},
 ]
 
 
@@ -422,11 +423,11 @@ def test_arithmetic_formulas_are_computed_by_postgresql_as_the_evaluator_compute
     rows.append({"fields": {"Name": "only text"}})  # every number blank
     before = _in_sql(base_url)
     a, b = _both_ways(ws, insert_first_url, t["id"], rows)
-    assert _in_sql(base_url) - before == len(rows) * 3  # computed by PostgreSQL, three columns a row
+    assert _in_sql(base_url) - before == len(rows) * 4  # computed by PostgreSQL, four columns a row
     assert _typed(a["results"]) == _typed(b["results"])
     assert a["pipeline"]["status"] == "ok" and all(r["record"]["pipeline"]["status"] == "ok" for r in a["results"])
     blank = a["results"][-1]["record"]["fields"]
-    assert (blank["Sum"], blank["Neg"], blank["Same"]) == (-0.1, 0.05, None)
+    assert (blank["Sum"], blank["Neg"], blank["Same"], blank["Per"]) == (-0.1, 0.05, None, 0)
     for res in a["results"][:5]:  # what the answer says is what a read returns
         assert ws.api.get(f"/tables/{t['id']}/records/{res['record']['id']}").json() == res["record"]
     result = _run_result(services, a["pipeline"]["run_id"])

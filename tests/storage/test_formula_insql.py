@@ -41,6 +41,7 @@ def _plan(*formulas: str):
     ("-{A}", "+{B}", "{A}", "{F2}", "({A} - {B}) * (2.5 + {A}) * -0.1"),
     ("7", "9007199254740992 * {A}", "{A} - -{B}"),
     ("9007199254740993 + {A}",),  # the parser reads an integer past 2^53 as the nearest double, as SQL does
+    ("{A} / 2", "{F0} * 3 / -0.5", "({A} + {B}) / 100"),  # by a constant other than 0
 ])
 def test_plain_arithmetic_over_number_columns_qualifies(formulas):
     plan = _plan(*formulas)
@@ -49,7 +50,8 @@ def test_plain_arithmetic_over_number_columns_qualifies(formulas):
 
 
 @pytest.mark.parametrize("formulas", [
-    ("{A} / 2",),  # #DIV/0! is a per-row error
+    ("{A} / {B}",), ("2 / {A}",),  # #DIV/0! is a row's error
+    ("{A} / 0",), ("{A} / (1 - 1)",), ("{A} / -0",),
     ("{A} % 2",), ("{A} ^ 2",),
     ("ROUND({A}, 1)",), ("{A} & \"x\"",), ("{A} > 1",), ("\"3\" + 1",), ("TRUE + 1",),
     ("{Text} + 1",),  # not a number column: text would be parsed as a number
@@ -75,6 +77,8 @@ def test_the_bound_covers_every_step():
     assert plan.bound({}) == 10  # every input blank: the literal is the largest step
     assert plan.bound({1: 1e200, 2: 0.0}) > MAX_BOUND
     assert plan.bound({1: 2.0**26, 2: 0.0}) == 2.0**52 * 10 > MAX_BOUND  # the last step leaves ±2^53
+    small = _plan("{A} / 0.001")
+    assert small is not None and small.bound({1: 5.0}) == pytest.approx(5000)  # a division may grow the value
 
 
 # --------------------------------------------------------------------------- the property
@@ -104,12 +108,19 @@ OPERAND = st.one_of(
 )
 
 
+DIVISOR = st.one_of(  # constants other than 0: a division by anything else stays with the evaluator
+    st.integers(1, 10**6).map(str), st.integers(1, 10**6).map(lambda i: f"-{i}"),
+    st.floats(min_value=1e-12, max_value=1e12).map(repr), st.sampled_from(["3", "0.1", "7.5", "1e-7", "-3"]),
+)
+
+
 def _expr(refs: list[str]) -> st.SearchStrategy[str]:
     leaf = st.one_of(OPERAND, st.sampled_from(refs)) if refs else OPERAND
     return st.recursive(
         leaf,
         lambda inner: st.one_of(
             st.tuples(inner, st.sampled_from(["+", "-", "*"]), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+            st.tuples(inner, DIVISOR).map(lambda t: f"({t[0]} / {t[1]})"),
             inner.map(lambda e: f"-{e}"),
             inner.map(lambda e: f"+{e}"),
         ),
@@ -193,6 +204,10 @@ def test_the_edge_values_by_hand():
             ("{A} + 1", float(2**53 - 1), "9007199254740992"),
             ("{A} * 1e-7", 1.5, "0.00000015"),
             ("{A} * 1.5", 3.0, "4.5"),
+            ("{A} / 3", 1.0, "0.3333333333333333"),
+            ("{A} / 0.1", 0.3, "2.9999999999999996"),
+            ("{A} / 2", 7.0, "3.5"),
+            ("{A} / -2", 0.0, "0"),
         ]:
             plan = _plan(source)
             assert plan is not None
