@@ -6,7 +6,10 @@ Three fresh single-worker API processes, each on its own task queue, differing o
 ``WDS_FORMULA_INLINE``: ``cheap`` (the default: cheap formulas inline under the slice, the
 rest in the sandbox), ``never`` (every formula in the sandbox) and ``always`` (every
 formula inline on the event loop, unsliced, as before the budgets: the baseline). The
-``never`` figures are why cheap formulas stay inline.
+``never`` figures are why cheap formulas stay inline. All three run with
+``WDS_PIPELINE_SQL_ARITHMETIC=false``: the table's formulas are plain arithmetic, which
+PostgreSQL would otherwise compute in the INSERT, and none of the three would evaluate
+anything.
 
 * single create with the pipeline, sequential, p50 beside the inline process's —
   target: overhead ≤ 10 %;
@@ -225,6 +228,9 @@ def _records_per_cpu_s(t: Turns) -> float | None:
     return t.records / t.cpu_s if t.cpu_s > 0 else None
 
 
+IN_PYTHON = {"WDS_PIPELINE_SQL_ARITHMETIC": "false"}
+
+
 @scenario("pipelines.sandbox", title="3 chained formulas: the default (cheap inline) and all-sandbox vs inline as before",
           target=f"overhead ≤ {(MAX_OVERHEAD - 1) * 100:.0f} % (create p50, batch rows/s)")
 async def sandbox_overhead(ctx: BenchContext) -> list[Figure]:
@@ -233,11 +239,13 @@ async def sandbox_overhead(ctx: BenchContext) -> list[Figure]:
     queue = secrets.token_hex(3)
     rounds = max(MIN_ROUNDS, ctx.config.rounds) | 1  # odd: the median is a measured round
     try:
-        async with ctx.extra_api("formula-cheap", workers=1, WDS_FORMULA_INLINE="cheap",
+        # the formulas are plain arithmetic, which PostgreSQL would compute in the INSERT
+        # (WDS_PIPELINE_SQL_ARITHMETIC): off, so these APIs measure where the evaluator runs
+        async with ctx.extra_api("formula-cheap", workers=1, WDS_FORMULA_INLINE="cheap", **IN_PYTHON,
                                  WDS_TASK_QUEUE=f"bench-cheap-{queue}") as cheap, \
-                ctx.extra_api("formula-sandbox", workers=1, WDS_FORMULA_INLINE="never",
+                ctx.extra_api("formula-sandbox", workers=1, WDS_FORMULA_INLINE="never", **IN_PYTHON,
                               WDS_TASK_QUEUE=f"bench-sandbox-{queue}") as boxed, \
-                ctx.extra_api("formula-inline", workers=1, WDS_FORMULA_INLINE="always",
+                ctx.extra_api("formula-inline", workers=1, WDS_FORMULA_INLINE="always", **IN_PYTHON,
                               WDS_TASK_QUEUE=f"bench-inline-{queue}") as inline:
             procs = (cheap, boxed, inline)
             pids = [p.proc.pid for p in procs]
