@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from storage.errors import ServiceError
+from storage.errors import InvalidValue, SchemaChanged, ServiceError
 
 log = logging.getLogger("wds.api")
 
@@ -58,11 +58,37 @@ def service_error_response(exc: ServiceError) -> Response:
     return error_response(exc.status, exc.message, exc.code, exc.headers or None, **exc.extra)
 
 
-def data_error_response(exc: psycopg.DataError) -> Response:
-    # SQLSTATE class 22 (and psycopg's own check for NUL characters): a value the
-    # client sent cannot be stored as sent, e.g. "\u0000" in text or JSON
-    reason = (exc.diag.message_primary if exc.diag else None) or str(exc).splitlines()[0]
-    return error_response(400, f"a value cannot be stored: {reason}", "INVALID_VALUE")
+# what a request's statement raises when a schema change committed between the request
+# reading the table's shape and running it: a column or table it names is gone, or a
+# column it reads or writes was converted to another type (a function or cast of the old
+# type no longer applies). Our statements are composed from that shape, so these mean it
+# was stale
+SCHEMA_RACES = (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable, psycopg.errors.DatatypeMismatch,
+                psycopg.errors.UndefinedFunction, psycopg.errors.CannotCoerce)
+
+
+def database_error(exc: psycopg.Error) -> ServiceError | None:
+    """The error every door answers for a database error of a request's own statement
+    (REST's routes and fast path, MCP's tools alike), or ``None``: unexpected (a 500)."""
+    if isinstance(exc, psycopg.DataError):
+        # SQLSTATE class 22 (and psycopg's own check for NUL characters): a value the
+        # client sent cannot be stored as sent, e.g. "\u0000" in text or JSON
+        reason = (exc.diag.message_primary if exc.diag else None) or str(exc).splitlines()[0]
+        return InvalidValue(f"a value cannot be stored: {reason}")
+    if isinstance(exc, SCHEMA_RACES):
+        # logged: were it a bug of ours rather than a race, this is where it would show
+        log.warning("statement refused after a schema change (%s): %s", exc.sqlstate,
+                    exc.diag.message_primary if exc.diag else type(exc).__name__)
+        return SchemaChanged("the table changed while this request ran (a column or the table was removed, or a"
+                             " column converted); nothing was written by it: retry the request")
+    return None
+
+
+def data_error_response(exc: psycopg.Error) -> Response:
+    mapped = database_error(exc)
+    if mapped is None:
+        raise exc
+    return service_error_response(mapped)
 
 
 def install(app: FastAPI) -> None:
@@ -85,6 +111,9 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(psycopg.DataError)
     async def _data(_: Request, exc: psycopg.DataError) -> Response:
         return data_error_response(exc)
+
+    for race in SCHEMA_RACES:
+        app.add_exception_handler(race, _data)  # type: ignore[arg-type]
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:

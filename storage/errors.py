@@ -19,6 +19,7 @@ Hierarchy::
     ├── Forbidden           403 FORBIDDEN / WRONG_PROTOCOL / PLAN_READ_ONLY
     ├── NotFound            404 NOT_FOUND
     ├── Conflict            409 CONFLICT
+    ├── SchemaChanged       409 SCHEMA_CHANGED         (a column or table changed under a request's statement)
     ├── ColumnInUse         409 COLUMN_IN_USE          (adds "dependents": [{kind, id, name}])
     │   └── LossyChange     409 LOSSY_CHANGE           (adds "count", "record_ids")
     ├── PlanLimit           402 PLAN_LIMIT_*           (adds "upgrade": true)
@@ -106,6 +107,14 @@ class NotFound(ServiceError):
 class Conflict(ServiceError):
     status = 409
     code = "CONFLICT"
+
+
+class SchemaChanged(ServiceError):
+    """A request's statement named a column or table that a schema change removed or
+    converted after the request read the table's shape: the statement wrote nothing."""
+
+    status = 409
+    code = "SCHEMA_CHANGED"
 
 
 class ColumnInUse(ServiceError):

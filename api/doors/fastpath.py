@@ -52,7 +52,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.deps import resolve_principal
 from api.doors.rest_reads import batch_response, list_response, record_response
-from api.errors import data_error_response, service_error_response
+from api.errors import SCHEMA_RACES, data_error_response, service_error_response
 from api.middleware.bodies import read_body, replay
 from api.middleware.front import HEADERS_KEY
 from api.middleware.usage import RESOLVED_KEY, bearer  # None leaves the 401 to FastAPI
@@ -177,7 +177,7 @@ class FastReads:
             response = await answer(state, principal)
         except ServiceError as exc:
             response = service_error_response(exc)
-        except psycopg.DataError as exc:
+        except (psycopg.DataError, *SCHEMA_RACES) as exc:
             response = data_error_response(exc)
         await response(scope, receive, send)
 

@@ -141,3 +141,38 @@ def test_a_body_that_is_not_json_is_415_on_rest_and_sql(ws):
     rid = ws.api.get(records).json()["records"][0]["id"]
     r = ws.api.post(f"{records}/{rid}/run", content=b"", headers={"Content-Type": "application/x-www-form-urlencoded"})
     assert r.status_code != 415, r.text
+
+
+async def test_a_statement_racing_a_schema_change_is_409_schema_changed_on_every_door(ws, services):
+    """A column deleted after a request read the table's shape (here: its physical column
+    dropped under the API's cached shape, the window a concurrent delete leaves) made the
+    request's statement fail with an unhandled error: 500 ``INTERNAL`` on REST, on MCP too.
+    Every door now answers 409 ``SCHEMA_CHANGED``, and the failed statement wrote nothing."""
+    import psycopg
+    from psycopg import sql
+
+    from tests.mcp.conftest import connect, error_code
+
+    t = ws.create_table("Racy", [{"name": "A", "type": "number"}, {"name": "X", "type": "number"},
+                                 {"name": "F", "type": "formula", "formula": "{A} * 2"}])
+    x = next(c for c in t["columns"] if c["name"] == "X")
+    assert ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": 1}}).status_code == 201  # shape read
+    target = sql.SQL("{}.{}").format(sql.Identifier(f"ws_{ws.id}"), sql.Identifier(f"t_{t['id']}"))
+    with psycopg.connect(services.pg.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(target, sql.Identifier(f"c_{x['id']}")))
+    answers = [
+        ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": 2}}),
+        ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"fields": {"A": 3}}, {"fields": {"A": 4}}]}),
+        ws.api.post(f"/tables/{t['id']}/records/batch",
+                    json={"rows": [{"fields": {"A": 5}}], "run_pipeline": False}),
+        ws.api.get(f"/tables/{t['id']}/records"),
+        ws.api.get(f"/tables/{t['id']}/records", params={"A": "gt.0", "order": "F.desc"}),
+    ]
+    for r in answers:
+        assert r.status_code == 409 and r.json()["code"] == "SCHEMA_CHANGED", r.text
+        assert "retry" in r.json()["error"]
+    async with connect(ws.base_url, ws.builder_token) as c:
+        assert error_code(await c.call_tool("create_record", {"table_id": t["id"], "fields": {"A": 6}})) == "SCHEMA_CHANGED"
+        assert error_code(await c.call_tool("list_records", {"table_id": t["id"]})) == "SCHEMA_CHANGED"
+    with psycopg.connect(services.pg.dsn) as conn:
+        assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(target)).fetchone()[0] == 1  # nothing written

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 import orjson
+import psycopg
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from jsonschema.exceptions import best_match  # type: ignore[import-untyped]
 
@@ -19,6 +20,7 @@ from api.deps import require_writable
 from api.doors.mcp.spec import ToolSpec
 from api.doors.mcp.tools_builder import BUILDER_TOOLS
 from api.doors.mcp.tools_data import DATA_TOOLS
+from api.errors import database_error
 from api.state import AppState
 from storage.access import Principal, TokenType
 from storage.errors import NotFound, ServiceError, ValidationError
@@ -127,6 +129,12 @@ async def run_tool(state: AppState, principal: Principal, spec: ToolSpec, args: 
         return True, await call_tool(state, principal, spec, args)
     except ServiceError as exc:
         return False, exc.body()
+    except psycopg.Error as exc:  # as REST answers it (a value that cannot be stored, a schema race)
+        mapped = database_error(exc)
+        if mapped is not None:
+            return False, mapped.body()
+        log.exception("tool %s failed", spec.name)
+        return False, {"error": "internal error; the tool call was not completed", "code": "INTERNAL"}
     except Exception:  # a tool must answer, never crash the connection
         log.exception("tool %s failed", spec.name)
         return False, {"error": "internal error; the tool call was not completed", "code": "INTERNAL"}
