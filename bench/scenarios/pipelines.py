@@ -8,7 +8,7 @@ Every table here has ``A`` (number) and three chained formulas ``B = {A}+1``,
   interleaved — target p50 ≤ 1.3× the floor.
 * ``pipelines.batch``: every bench row in batches of 500 with the pipeline, beside the
   same batches with ``run_pipeline=false``, call by call, after one unmeasured call of
-  each — target ≥ 75 % of the rows/s.
+  each, in three passes; the figure is the median pass's — target ≥ 75 % of the rows/s.
 * ``pipelines.run_actions``: ``run-actions`` over every row of a table (10,000 in a full
   run), polled at ``GET /runs/{id}`` until completed, beside one workflow per record:
   ``POST .../records/{id}/run`` (mode create: one PipelineWorkflow for one record) for a
@@ -49,6 +49,7 @@ FORMULAS = [
 CREATE_MAX_RATIO = 1.3
 BATCH = 500
 BATCH_TARGET = Target(0.75, "≥ 75 % of run_pipeline=false")  # issue #24 (was 50 %)
+BATCH_PASSES = 3  # odd: the figure is a measured pass
 RUN_TARGET = Target(30.0, "≥ 30× one workflow per record")
 BACKFILL_TARGET = Target(0.25, "≥ 25 % of a plain SQL UPDATE")
 SAMPLE_FULL, SAMPLE_QUICK = 300, 100
@@ -138,13 +139,23 @@ async def batch_with_formulas(ctx: BenchContext) -> list[Figure]:
     for warm in (_batch_ops(ctx, table_id, rows[:BATCH], pipeline=True)
                  + _batch_ops(ctx, table_id, rows[:BATCH], pipeline=False)):
         await warm()
-    # call by call, with and without the pipeline alternate so foreign load hits both alike
-    with_pipeline, without = await run_alternating_batches([
-        _batch_ops(ctx, table_id, rows, pipeline=True), _batch_ops(ctx, table_id, rows, pipeline=False)])
+    # call by call, with and without the pipeline alternate so foreign load hits both alike;
+    # BATCH_PASSES passes over the rows, the figure the median pass's: one slow call in 20
+    # (a checkpoint, an autovacuum on two cores) moves a pass's ratio by ~5 points
+    passes: list[tuple[float, PhaseResult, PhaseResult]] = []
+    for _ in range(BATCH_PASSES):
+        with_pipeline, without = await run_alternating_batches([
+            _batch_ops(ctx, table_id, rows, pipeline=True), _batch_ops(ctx, table_id, rows, pipeline=False)])
+        ratio = (without.elapsed_s / with_pipeline.elapsed_s) if with_pipeline.elapsed_s > 0 else 0.0
+        passes.append((ratio, with_pipeline, without))
+    ordered = sorted(passes, key=lambda p: p[0])
+    _, with_pipeline, without = ordered[len(ordered) // 2]
     rows_per_call = len(rows) / math.ceil(len(rows) / BATCH)  # the last call may be short
     fig = ctx.figure("pipelines.batch", f"batch insert {len(rows):,} rows, {BATCH}/call, 3 formulas", with_pipeline,
                      without, unit="rows/s", scale=rows_per_call, target=BATCH_TARGET,
-                     note="baseline: the same batches with run_pipeline=false, same table, alternating")
+                     note="baseline: the same batches with run_pipeline=false, same table, alternating; the median"
+                          f" of {BATCH_PASSES} passes (passes' ratios"
+                          f" {', '.join(f'{r * 100:.1f} %' for r, _, _ in passes)})")
     fig.baseline_label = "run_pipeline=false"
     return [fig]
 
