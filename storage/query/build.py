@@ -23,6 +23,7 @@ sends both statements in one pipeline (one round trip).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 from psycopg import sql
@@ -255,6 +256,12 @@ def _after(order: Sequence[PlannedOrder], values: Sequence[Any], table: sql.Comp
                                " AND md5({x}.{c}) = %s::text), %s::text)").format(
                     x=sql.Identifier("_cursor_row"), c=sql.Identifier(term.target.physical), tbl=table)
                 v = _Bound((row_id, digest, head))
+        if term.target.value_type == "number" and isinstance(v, float):
+            # a cursor's float, bound as the numeric the computed value is compared as: the
+            # float8 → numeric cast keeps 15 digits, so 0.6666666666666666 came back as
+            # 0.666666666666667 and the next page started before the cursor row (repeated
+            # forever) or after rows it had not shown
+            v = Decimal(repr(v))
         if term.option_ids is not None:
             expr = sql.SQL("array_position(%s::text[], {})").format(expr)
             eparams = [list(term.option_ids)]

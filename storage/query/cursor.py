@@ -24,7 +24,7 @@ import hmac
 import math
 import secrets
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -73,7 +73,7 @@ def canonical(kind: Kind, value: Any) -> Any:
         return int(value)
     if kind is Kind.DATE:
         ts = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-        return iso_text(ts.astimezone(timezone.utc))
+        return iso_text(ts.astimezone(UTC))
     if kind is Kind.BOOL:
         return bool(value)
     if kind is Kind.TEXT and isinstance(value, list):
@@ -131,9 +131,7 @@ def decode(text: str, fp: str, kinds: Sequence[Kind]) -> tuple[Any, ...]:
 
 
 def _typed(kind: Kind, value: Any) -> Any:
-    if value is None:
-        if kind is Kind.INT:
-            raise invalid("the cursor does not match this list's order")
+    if value is None:  # a row with a blank key (a relation's is an INT: NULL when empty)
         return None
     if kind is Kind.TEXT and isinstance(value, list):
         ok = (len(value) == 2 and all(isinstance(x, str) for x in value) and len(value[0]) == CURSOR_TEXT

@@ -230,3 +230,31 @@ async def test_a_deep_cursor_page_reads_the_index_without_sorting(ws, services):
                 # one range scan of the btree from the cursor on, no sort: limit + 1 rows read
                 assert not any("Sort" in n for n in types), (order, types)
                 assert len(scans) == 1 and scans[0]["Actual Rows"] == 21, (order, scans)
+
+
+@pytest.mark.parametrize("select", [None, "N,F,R,Files"])  # PostgreSQL-rendered, Python-decoded
+def test_paging_by_cursor_on_fractional_formulas_and_empty_relations(ws, select):
+    """Two cursors that broke: a formula's fraction (``{N} / 3``) bound as a float and
+    cast to numeric came back with 15 digits, so on the Python-decoded pages (a file
+    column) the next page started at the cursor row again, for ever; and a cursor ending
+    on a row whose relation is empty was refused (``INVALID_CURSOR``)."""
+    other = ws.create_table("Others", [{"name": "Name", "type": "text"}])
+    made = ws.api.post(f"/tables/{other['id']}/records/batch",
+                       json={"rows": [{"fields": {"Name": f"o{i}"}} for i in range(3)]}).json()["results"]
+    others = [x["record"]["id"] for x in made]
+    t = ws.create_table("Thirds", [{"name": "N", "type": "number"},
+                                   {"name": "F", "type": "formula", "formula": "{N} / 3"},
+                                   {"name": "R", "type": "relation", "relation_table_id": other["id"]},
+                                   {"name": "Files", "type": "file"}])
+    rows = [{"fields": {"N": i % 4 + (0.1 if i % 5 == 0 else 0), **({"R": others[i % 3]} if i % 4 else {})}}
+            for i in range(30)]
+    assert ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows}).status_code == 200
+    url = f"/tables/{t['id']}/records"
+    for order in ("F.desc", "F.asc", "R.desc", "R.asc", "R.asc.nullsfirst", "N.asc,R.desc", "F.desc,R.asc"):
+        params = {"order": order, **({"select": select} if select else {})}
+        whole = ws.api.get(url, params={**params, "limit": "1000"}).json()
+        expected = [x["id"] for x in whole["records"]]
+        assert len(expected) == 30
+        for limit in ("1", "7"):
+            ids, _ = _pages(ws.api, url, {**params, "limit": limit})
+            assert ids == expected, (order, limit)
