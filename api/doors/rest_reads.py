@@ -44,7 +44,9 @@ async def list_response(
     if page.total is not None:
         # X-Total-Count and Content-Range: first-last/total (*/total when empty)
         headers["X-Total-Count"] = str(page.total)
-        headers["Content-Range"] = (f"{page.offset}-{page.offset + page.n - 1}/{page.total}" if page.n
+        # a page after a cursor has no known position (it is not counted): the total only
+        keyset = not memoise and any(k == "after" for k, _ in params)
+        headers["Content-Range"] = (f"{page.offset}-{page.offset + page.n - 1}/{page.total}" if page.n and not keyset
                                     else f"*/{page.total}")
     if isinstance(page.records, ops.RawJson):
         body = b'{"records":%s,"limit":%d,"offset":%d,"next":%s}' % (

@@ -175,6 +175,8 @@ def test_mcp_list_records_pages_by_cursor(ws, table, base_url):
             if after is None:
                 break
             assert "after=" in page["hint"]
+            # offset only on an offset page: a cursor page's position is not known
+            assert ("offset=" in page["hint"]) is (len(ids) == len(page["records"])), page["hint"]
         assert ids == expected, order
     first = call_tool_sync(base_url, ws.builder_token, "list_records", {**args, "order": "Score.asc", "limit": 2})
 
@@ -258,3 +260,18 @@ def test_paging_by_cursor_on_fractional_formulas_and_empty_relations(ws, select)
         for limit in ("1", "7"):
             ids, _ = _pages(ws.api, url, {**params, "limit": limit})
             assert ids == expected, (order, limit)
+
+
+def test_a_cursor_page_counts_the_total_but_claims_no_range(ws, table):
+    """``Content-Range`` of a page asked with ``after`` says ``*/<total>``: the page's
+    position is not counted (it said ``0-4/<total>``, the first page's range)."""
+    url, params = f"/tables/{table['id']}/records", {"order": "Score.asc", "limit": "5", "Title": "neq.skip"}
+    count = {"Prefer": "count=exact"}
+    first = ws.api.get(url, params=params, headers=count)
+    assert first.headers["Content-Range"] == f"0-4/{ROWS - 3}", first.headers
+    second = ws.api.get(url, params={**params, "after": first.json()["next"]}, headers=count)
+    assert second.status_code == 200 and len(second.json()["records"]) == 5
+    assert second.headers["Content-Range"] == f"*/{ROWS - 3}" and second.headers["X-Total-Count"] == str(ROWS - 3)
+    by_offset = ws.api.get(url, params={**params, "offset": "5"}, headers=count)
+    assert by_offset.headers["Content-Range"] == f"5-9/{ROWS - 3}"
+    assert [x["id"] for x in by_offset.json()["records"]] == [x["id"] for x in second.json()["records"]]

@@ -157,7 +157,9 @@ async def list_records_tool(state: AppState, principal: Principal, args: dict[st
     page["has_more"] = more
     if more:
         left = f"{matching - end} more record(s) match" if counting and args.get("after") is None else "more records match"
-        page["hint"] = (f"{left}; call list_records again with after=<this page's next> (or offset={end})"
+        # offset only when this page came by offset: a cursor page's position is not known
+        by_offset = "" if args.get("after") is not None else f" (or offset={end})"
+        page["hint"] = (f"{left}; call list_records again with after=<this page's next>{by_offset}"
                         " to continue, or narrow the result with filters or select")
     elif not records and offset:
         page["hint"] = (f"offset {offset} is past the last of {matching} matching record(s)" if matching
