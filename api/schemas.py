@@ -6,7 +6,7 @@ are checked by ``storage`` so that REST, MCP and the SDK share them.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -225,11 +225,15 @@ class RunIn(BaseModel):
     changed_columns: list[str] = Field(default_factory=list)
 
 
+# an id in a body: a JSON integer of 1 or more (not true, not "1", which lax parsing took)
+BodyId = Annotated[int, Field(strict=True, ge=1)]
+
+
 class RunActionsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    record_ids: list[int] | None = None
+    record_ids: list[BodyId] | None = None
     filters: list[dict[str, Any]] | dict[str, Any] | None = None
-    column_ids: list[int] | None = None
+    column_ids: list[BodyId] | None = None
 
 
 class ViewIn(BaseModel):

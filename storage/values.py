@@ -78,21 +78,40 @@ def parse_datetime(value: str) -> datetime:
     return dt
 
 
+# numeric text a write takes: JSON's number syntax (ASCII digits; a leading "+", a bare
+# ".5" or "5." too), not Python's float() extras (underscores, other scripts' digits)
+_NUMBER_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def _encode_number(col: ColumnMeta, value: Any) -> float:
     if isinstance(value, bool):
         raise InvalidValue(f"column {col.name!r} expects a number, got a boolean")
     if isinstance(value, (int, float)):
-        num = float(value)
-    elif isinstance(value, str):
         try:
-            num = float(value.strip())
-        except ValueError:
-            raise InvalidValue(f"column {col.name!r} expects a number, got {value!r}") from None
+            num = float(value)
+        except OverflowError:  # an integer of 309+ digits
+            raise InvalidValue(f"column {col.name!r} expects a finite number (a double holds at most"
+                               " ±1.8e308)") from None
+    elif isinstance(value, str):
+        text = value.strip()
+        if not _NUMBER_TEXT.fullmatch(text):
+            raise InvalidValue(f"column {col.name!r} expects a number, got {short_repr(value)}")
+        num = float(text)
+        if num == 0 and any(c in "123456789" for c in re.split("[eE]", text)[0]):
+            # never stored as 0 without a word: the client sent a number other than 0
+            raise InvalidValue(f"column {col.name!r}: {short_repr(value)} is too small for a double"
+                               " (it would be stored as 0)")
     else:
         raise InvalidValue(f"column {col.name!r} expects a number")
     if not math.isfinite(num):
         raise InvalidValue(f"column {col.name!r} expects a finite number")
     return num
+
+
+def short_repr(value: str, limit: int = 60) -> str:
+    """``repr`` of a value in an error message, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _encode_date(col: ColumnMeta, value: Any) -> datetime:

@@ -88,10 +88,12 @@ async def start_bulk(
     if state.temporal is None:
         raise Unavailable("the pipeline engine (Temporal) is not reachable; retry shortly")
     planned = plan_filters(parse_filter_list(filters), table) if filters else ()
+    missing: list[int] | None = None
     async with state.db.connection() as conn:
         if record_ids is not None:
             ids = sorted(await rec.existing_ids(conn, table=table, ids=record_ids))
             total = len(ids)
+            missing = sorted(set(record_ids) - set(ids))[:100]  # said in the answer, not silently skipped
         else:
             ids = None
             total = await rec.count_matching(conn, table=table, filters=planned)
@@ -117,7 +119,10 @@ async def start_bulk(
         async with state.db.connection() as conn:
             await runs.abandon(conn, run_id=run_id, previous=None, error=f"could not start: {exc.status.name}")
         raise Unavailable("the pipeline engine (Temporal) did not answer in time; nothing was started, retry shortly") from None
-    return {"run_id": run_id, "status": "running", "total": total, "done": 0, "failed": 0, "workflow_id": wid}
+    out = {"run_id": run_id, "status": "running", "total": total, "done": 0, "failed": 0, "workflow_id": wid}
+    if missing:
+        out["missing"] = missing
+    return out
 
 
 async def run_actions(state: AppState, principal: Principal, table_ref: int | str, *,

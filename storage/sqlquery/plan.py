@@ -271,14 +271,18 @@ def _typed(field: Field, lit: Lit, op: Op) -> Any:
     kind = field.kind
 
     def bad(expected: str) -> InvalidSQL:
-        return InvalidSQL(f"column {field.name!r} is compared with {value!r}, expected {expected}")
+        shown = repr(value) if not isinstance(value, int) or abs(value) < 10**40 else f"a {len(str(abs(value)))}-digit integer"
+        return InvalidSQL(f"column {field.name!r} is compared with {shown[:80]}, expected {expected}")
 
     if kind == ColumnType.TEXT:
         if not isinstance(value, str):
             raise bad("a 'single-quoted' string")
         return value
     if kind == ColumnType.NUMBER:
-        return float(_number(value, bad))  # bound as double precision, like the column
+        try:
+            return float(_number(value, bad))  # bound as double precision, like the column
+        except OverflowError:  # an integer of 309+ digits
+            raise bad("a number a double holds (at most ±1.8e308)") from None
     if kind in (ColumnType.DATE, KIND_TIMESTAMP):
         if not isinstance(value, str):
             raise bad("an ISO date string such as '2024-03-01'")
@@ -288,7 +292,7 @@ def _typed(field: Field, lit: Lit, op: Op) -> Any:
             raise bad("an ISO date string such as '2024-03-01'") from None
     if kind in (ColumnType.RELATION, KIND_ID):
         num = _number(value, bad)
-        if not float(num).is_integer() or abs(num) > _MAX_BIGINT:
+        if abs(num) > _MAX_BIGINT or not float(num).is_integer():
             raise bad("a record id")
         return int(num)
     if kind == ColumnType.CHECKBOX:

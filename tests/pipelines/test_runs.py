@@ -88,7 +88,11 @@ def test_run_actions_over_ids_and_bad_input(ws):
     ids = [ws.api.post(f"/tables/{t['id']}/records?run_pipeline=false", json={"fields": {"A": i}}).json()["id"] for i in range(3)]
     r = ws.api.post(f"/tables/{t['id']}/run-actions", json={"record_ids": ids + [999999]})
     assert r.status_code == 202 and r.json()["total"] == 3
+    assert r.json()["missing"] == [999999]  # said, not silently skipped
     wait_run(ws, r.json()["run_id"])
+    for bad in ([True], ["1"], [-1], [0], [1.5]):  # lax parsing ran record 1 for true and "1"
+        refused = ws.api.post(f"/tables/{t['id']}/run-actions", json={"record_ids": bad})
+        assert refused.status_code == 400 and refused.json()["code"] == "VALIDATION_ERROR", (bad, refused.text)
     assert ws.api.post(f"/tables/{t['id']}/run-actions", json={"filters": {"Nope": "eq.1"}}).json()["code"] == "UNKNOWN_COLUMN"
     assert ws.api.post(f"/tables/{t['id']}/run-actions", json={"column_ids": [999]}).json()["code"] == "VALIDATION_ERROR"
     assert ws.api.get("/runs/run-nope").status_code == 404

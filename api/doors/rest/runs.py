@@ -34,6 +34,9 @@ class RunOut(BaseModel):
     workflow_id: str | None = None
     kind: str | None = None  # run_actions | schedule | backfill | embeddings
     failed_rows: list[FailedRow] = Field(default_factory=list)
+    # run-actions given record_ids: those that are no record of the table (nothing ran for
+    # them; the first 100), in the answer that starts the run
+    missing: list[int] | None = None
     superseded_by: str | None = None
     # why a schedule firing was skipped (status skipped) or a run could not start (failed)
     reason: str | None = None
