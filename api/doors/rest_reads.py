@@ -16,6 +16,7 @@ from api.responses import JSON
 from api.state import AppState
 from storage.access import Principal
 from storage.query import parse_params
+from storage.query.parse import COUNT_MODES, count_param, parse_count
 from storage.query.listing import CountMode
 
 _PREFER_COUNT = re.compile(r"(?:^|[\s,;])count=(exact|planned|estimated)(?![\w-])")
@@ -34,9 +35,14 @@ async def list_response(
     """``GET {rest}/tables/{id}/records``: the page, with ``X-Total-Count`` and
     ``Content-Range`` when a count was asked (``view``: the request's ``view`` parameter)."""
     want_count = prefer_count(prefer)
-    if want_count is None and any(k == "count" for k, _ in params):
-        # a memo hit means these exact parameters parsed before: a count parameter is count=exact
-        want_count = CountMode.EXACT
+    if want_count is None:
+        # the count parameter names a mode as Prefer does (checked when the parameters parse;
+        # a memo hit means these exact parameters parsed before)
+        named = count_param(params)
+        if named in COUNT_MODES:
+            want_count = CountMode(named)
+        elif named is not None:
+            parse_count(named)  # raises: not a mode
     memoise = view is None and not any(k == "after" for k, _ in params)
     req = ops.ListRequest(("rest", tuple(params)), lambda: parse_params(params), memoise=memoise)
     page = await ops.list_records(state, principal, table_id, req, count=want_count)

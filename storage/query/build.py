@@ -425,6 +425,9 @@ def _condition(f: PlannedFilter, c: sql.Composable) -> Fragment:
         return _json_condition(op, value, c)
     if kind is Kind.MULTI:
         # eq and cs: contains (all of) the option ids; in: overlaps any of them
+        if op is not Op.IN and not value:
+            # every set contains the empty one, a never-set cell (NULL, read as []) too
+            return sql.SQL("TRUE"), []
         template = "{} && %s::text[]" if op is Op.IN else "{} @> %s::text[]"
         return sql.SQL(template).format(c), [list(value)]
     if kind is Kind.BOOL:

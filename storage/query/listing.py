@@ -48,6 +48,8 @@ def count_mode(count: bool | str | CountMode | None) -> CountMode | None:
         return None
     if count is True:
         return CountMode.EXACT
+    if isinstance(count, str):
+        return CountMode(count.strip().lower())  # as REST's count parameter and Prefer header
     return CountMode(count)
 
 

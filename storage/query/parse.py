@@ -279,7 +279,7 @@ def parse_arguments(args: Mapping[str, Any], *, default_limit: int = DEFAULT_LIM
     count = args.get("count")
     if count is None:
         count = False
-    if isinstance(count, str) and count in ("exact", "planned", "estimated"):
+    if isinstance(count, str) and count.strip().lower() in COUNT_MODES:
         count = True  # the door reads the mode itself (storage.query.listing.count_mode)
     if not isinstance(count, bool):
         raise ValidationError('count must be true, false, "exact", "planned" or "estimated"')
@@ -318,11 +318,23 @@ def parse_expand(text: str) -> tuple[str, ...]:
     return tuple(unquote_name(p) for p in split_top(text) if p.strip())
 
 
+COUNT_MODES = ("exact", "planned", "estimated")
+
+
 def parse_count(text: str) -> bool:
-    """``count=exact`` (as ``Prefer: count=exact``); nothing else is accepted."""
-    if text.strip().lower() != "exact":
-        raise ValidationError("count must be exact (count=exact)")
+    """``count=exact|planned|estimated`` (as ``Prefer: count=...``, and MCP's ``count``);
+    the door reads the mode itself (:func:`count_param`)."""
+    if text.strip().lower() not in COUNT_MODES:
+        raise ValidationError("count must be exact, planned or estimated (count=exact)")
     return True
+
+
+def count_param(params: Sequence[tuple[str, str]]) -> str | None:
+    """The count mode a list's ``count`` query parameter names (lower case), if any."""
+    for key, text in params:
+        if key == "count":
+            return text.strip().lower()
+    return None
 
 
 def parse_group(key: str, text: str, *, depth: int = 0) -> Group:

@@ -117,6 +117,19 @@ def test_count_mode_among_other_preferences_and_unknown_modes(small: Loaded) -> 
         assert "X-Total-Count" not in r.headers and "Content-Range" not in r.headers, prefer
 
 
+def test_the_count_parameter_names_the_same_modes_as_prefer(small: Loaded) -> None:
+    """``?count=planned`` and ``?count=estimated`` were 400 while ``Prefer`` and MCP took
+    them: every door takes the three modes."""
+    where = {"A": "gt.2700", "B": "gt.2700", "limit": "25"}
+    estimate = small.estimate("{A} > 2700 AND {B} > 2700")
+    assert _total(small.get({**where, "count": "planned"}, "")) == estimate
+    assert _total(small.get({**where, "count": "estimated"}, "")) == 300
+    assert _total(small.get({**where, "count": "EXACT"}, "")) == 300
+    assert _total(small.get({**where, "count": "planned"}, "count=exact")) == 300  # the header wins
+    bad = small.ws.api.get(small.url, params={**where, "count": "exactly"})
+    assert bad.status_code == 400 and bad.json()["code"] == "VALIDATION_ERROR", bad.text
+
+
 def test_unfiltered_exact_count_reads_the_row_counter(small: Loaded) -> None:
     table_id = small.table["id"]
     assert _total(small.get({"limit": "1"}, "count=exact")) == SMALL

@@ -197,3 +197,18 @@ def test_filter_values_reach_the_database_as_values_whatever_they_hold(ws):
         assert titles(ws.api.get(url, params={"Title": [f"eq.{value}"], "N": "gte.0"})) == [value]
     assert titles(ws.api.get(url, params={"Title": "like.*'*", "order": "N.asc"})) == ["it's", AWKWARD[1], AWKWARD[6]]
     assert titles(ws.api.get(url, params={"Title": "like.100%*"})) == [AWKWARD[2]]
+
+
+def test_the_empty_set_is_contained_in_every_multi_select_also_a_never_set_one(data):
+    """A never-set multi_select (NULL, read as ``[]``) did not match ``cs.{}`` while a
+    stored ``[]`` did; ``not.cs.{}`` then returned rows that read ``[]``."""
+    ws, t, *_ = data
+    url = f"/tables/{t['id']}/records"
+    blank = ws.api.post(url, json={"fields": {"Title": "no tags"}}).json()
+    cleared = ws.api.post(url, json={"fields": {"Title": "cleared", "Tags": []}}).json()
+    assert blank["fields"]["Tags"] == cleared["fields"]["Tags"] == []
+    everyone = titles(ws.api.get(url, params={"Tags": "cs.{}", "limit": "1000"}))
+    assert len(everyone) == 32 and {"no tags", "cleared"} <= set(everyone)
+    assert titles(ws.api.get(url, params={"Tags": "not.cs.{}", "limit": "1000"})) == []
+    assert titles(ws.api.get(url, params={"Tags": "in.()", "limit": "1000"})) == []
+    assert len(titles(ws.api.get(url, params={"Tags": "cs.{z}", "limit": "1000"}))) == 15

@@ -186,8 +186,9 @@ def test_reserved_parameters_are_not_filters() -> None:
     with pytest.raises(ServiceError) as info:
         parse_params([("run_pipeline", "true")])
     assert info.value.code == "UNKNOWN_PARAMETER"
+    assert parse_params([("count", "planned")]).count is True  # the door reads the mode (count_param)
     with pytest.raises(ServiceError) as info:
-        parse_params([("count", "planned")])
+        parse_params([("count", "exactly")])
     assert info.value.code == "VALIDATION_ERROR"
 
 

@@ -30,7 +30,7 @@ async def list_(
     select: str | None = Query(None, description="`a,b` or `Rel(Name,Score)` to embed"),
     expand: str | None = Query(None, description="relation column(s) to embed whole"),
     view: str | None = Query(None, description="a saved view's id: its filters AND the query's; `order` overrides its sort"),
-    count: str | None = Query(None, description="`exact`: as `Prefer: count=exact`"),
+    count: str | None = Query(None, description="`exact`, `planned` or `estimated`: as `Prefer: count=...`"),
     or_: str | None = Query(None, alias="or",
                             description="`(A.eq.1,and(B.gt.2,C.is.null))`: any of the conditions;"
                                         " also `and=(...)`, `not.or=(...)`, `not.and=(...)`"),
@@ -38,7 +38,7 @@ async def list_(
     """List records. Filters are query parameters `<Column>=<op>.<value>` (eq, neq, gt, gte,
     lt, lte, like, ilike, in, cs, is, and `not.<op>`), or `filter[<Column>][<op>]=<value>`,
     and boolean groups `or=(...)` / `and=(...)`. A single-valued parameter given twice is
-    `REPEATED_PARAMETER`. `Prefer: count=exact` (or `count=exact`) adds `X-Total-Count`
+    `REPEATED_PARAMETER`. `Prefer: count=exact` (or `count=exact`; `Prefer` wins) adds `X-Total-Count`
     and `Content-Range`; `Prefer: count=planned` gives the planner's estimate instead (reads
     no rows) and `count=estimated` is exact below 100,000 estimated matches, planned above.
     Every page carries `next`, a cursor to pass as `after` for the page after it (null on
