@@ -70,7 +70,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     "UNKNOWN_COLUMN": ("A filter, order, select, view, formula, template or config names a column the table does not have. `column` names it when known.", "column"),
     "UNKNOWN_OPERATOR": ("A filter operator outside `eq neq gt gte lt lte like ilike in cs is` (optionally `not.`).", ""),
     "TOO_MANY_VALUES": ("More than 200 values in an `in`/`cs` filter or an SQL `IN (...)` list.", ""),
-    "LIMIT_TOO_LARGE": ("`limit` above the page maximum (1,000 on REST and SQL; lower over MCP; semantic search has its own maximum).", ""),
+    "LIMIT_TOO_LARGE": ("`limit` above the page maximum (1,000 on REST, SQL and MCP; semantic search has its own maximum).", ""),
     "BATCH_TOO_LARGE": ("A batch of more than 500 rows, or an MCP bulk update matching more records than it may change.", ""),
     "INVALID_SQL": ("`POST /sql`: not a single read-only `SELECT`, a syntax error, an unknown table or column, a construct outside the supported subset.", ""),
     "INVALID_RESULT_TYPE": ("A computed column's `config.result_type` is not one of `number`, `text`, `date`, `boolean`, `json`, or is given to a data column ([formulas.md](formulas.md#result-types)).", ""),
