@@ -23,7 +23,8 @@ Values in analytic queries (documented in ``docs/sql.md``):
 - a relation reads the related record's id; ``label("Company")`` reads the related
   record's label (its table's label column), and a join reads any of its fields;
 - a computed column reads its JSON value; it compares as text, and as a number in
-  arithmetic and in ``SUM``/``AVG``;
+  arithmetic and in ``SUM``/``AVG``; a boolean formula (``result_type`` boolean) reads
+  as a boolean;
 - file columns are not available.
 """
 
@@ -40,6 +41,7 @@ from psycopg import sql
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
+from storage.ddl import computed_value_expr
 from storage.errors import InvalidSQL, ServiceError
 from storage.plans import IN_MAX, page_size
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
@@ -538,6 +540,10 @@ class _Translator:
                 "ARRAY(SELECT {case} FROM unnest({c}) WITH ORDINALITY AS u(v, n) ORDER BY u.n)"
             ).format(case=_labels_case(col, sql.SQL("u.v")), c=ident)
             return _E(labels, LIST, loose, column=col, raw=ident)
+        if col.computed and col.scalar_value_type == "boolean":
+            # a boolean formula reads as a boolean (a value that is not one: NULL, as its
+            # index and REST read it), so `= true`, `NOT` and `IS NULL` work as on a checkbox
+            return _E(computed_value_expr(ident, "boolean"), BOOLEAN, loose, column=col)
         if col.computed:
             text = sql.SQL("({} #>> '{{}}')").format(ident)
             number = sql.SQL(

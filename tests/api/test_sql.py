@@ -478,3 +478,24 @@ def test_a_query_over_the_plans_timeout_is_sql_timeout(make_workspace):
     assert 4.5 <= elapsed < 10, elapsed
     # the connection is usable again at once
     assert q(free.api, "SELECT COUNT(*) FROM Big WHERE Body LIKE 'a%'").json() == {"count": SLOW_ROWS}
+
+
+def test_a_boolean_formula_reads_as_a_boolean_in_analytic_queries(ws):
+    """``WHERE FBool = true`` in an analytic query answered PostgreSQL's own "operator does
+    not exist: text = boolean"; a boolean formula now reads as a checkbox does."""
+    t = ws.create_table("Flags", [{"name": "N", "type": "number"},
+                                  {"name": "Big", "type": "formula", "formula": "{N} > 1"}])
+    assert next(c for c in t["columns"] if c["name"] == "Big")["result_type"] == "boolean"
+    rows = [{"fields": {"N": n}} for n in (1, 2, 3, None)]
+    assert ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows}).status_code == 200
+
+    def sql(query):
+        r = ws.api.post("/sql", json={"query": query})
+        assert r.status_code == 200, (query, r.text)
+        return r.json()["rows"]
+
+    assert sql("SELECT N, COUNT(*) AS n FROM Flags WHERE Big = true GROUP BY N ORDER BY N") == [
+        {"N": 2, "n": 1}, {"N": 3, "n": 1}]
+    assert sql("SELECT COUNT(*) AS n FROM Flags WHERE NOT Big GROUP BY Big") == [{"n": 2}]
+    assert sql("SELECT Big, COUNT(*) AS n FROM Flags GROUP BY Big ORDER BY Big") == [
+        {"Big": False, "n": 2}, {"Big": True, "n": 2}]
