@@ -28,6 +28,8 @@ class RunOut(BaseModel):
 
     run_id: str
     status: str
+    # the records that matched when the run started, plus those created since that it
+    # reached (a backfill pages the whole table): never less than done + failed
     total: int
     done: int = 0
     failed: int = 0
