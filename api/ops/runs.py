@@ -68,6 +68,8 @@ async def compute_cell(state: AppState, principal: Principal, table_ref: int | s
     """
     table, row = await _row(state, principal, table_ref, ref)
     col = table.column(column)
+    if col is None and column.isascii() and column.isdigit():
+        col = table.column_by_id(int(column))  # by id: any name, one with a "/" too
     if col is None:
         raise UnknownColumn(f"unknown column {column!r}")
     if not col.computed:

@@ -32,6 +32,13 @@ def test_compute_reruns_exactly_one_column(ws):
     fields = ws.api.get(f"/tables/{t['id']}/records/{rec['id']}").json()["fields"]
     assert fields["B"] == 2 and fields["C"] is None
     assert ws.api.post(f"/tables/{t['id']}/records/{rec['id']}/compute/A").json()["code"] == "VALIDATION_ERROR"
+    c = next(col for col in t["columns"] if col["name"] == "C")
+    by_id = ws.api.post(f"/tables/{t['id']}/records/{rec['id']}/compute/{c['id']}")
+    assert by_id.status_code == 200 and by_id.json()["column"] == "C" and by_id.json()["value"] == 3, by_id.text
+    slash = ws.api.post(f"/tables/{t['id']}/columns", json={"name": "a/b c", "type": "formula", "formula": "{A} * 5"})
+    assert slash.status_code == 201, slash.text
+    named = ws.api.post(f"/tables/{t['id']}/records/{rec['id']}/compute/a%2Fb%20c")
+    assert named.status_code == 200 and named.json()["value"] == 5, named.text
     assert ws.api.post(f"/tables/{t['id']}/records/{rec['id']}/compute/Nope").json()["code"] == "UNKNOWN_COLUMN"
 
 

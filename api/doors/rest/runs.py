@@ -52,9 +52,10 @@ async def run_record(table_id: int, record_id: str, body: RunIn, principal: Rest
                                      changed_columns=body.changed_columns))
 
 
-@router.post("/tables/{table_id}/records/{record_id}/compute/{column}", responses=ERRORS)
+@router.post("/tables/{table_id}/records/{record_id}/compute/{column:path}", responses=ERRORS)
 async def compute_cell(table_id: int, record_id: str, column: str, principal: RestPrincipal, state: StateDep) -> JSON:
-    """Re-run exactly one computed column of one record; nothing else runs."""
+    """Re-run exactly one computed column of one record (its name, URL-encoded, or its
+    id); nothing else runs."""
     return JSON(await ops.compute_cell(state, principal, table_id, record_id, column))
 
 
