@@ -60,10 +60,15 @@ def test_event_written_through_one_api_reaches_a_client_of_another(ws, tuned_api
     ({"Name": "is.null"}, [9]),
     ({"Score": "not.gt.5"}, [1]),
 ])
-def test_filters_select_the_events_a_list_would_return(ws, flt, expected):
+@pytest.mark.parametrize("form", ["object", "list"])  # the list form views, run-actions and MCP take too
+def test_filters_select_the_events_a_list_would_return(ws, flt, expected, form):
     t = _table(ws)
+    (column, text), = flt.items()
+    negate, rest = (True, text[4:]) if text.startswith("not.") else (False, text)
+    op, value = rest.split(".", 1)
+    sent = flt if form == "object" else [{"column": column, "op": ("not." if negate else "") + op, "value": value}]
     with open_ws(ws.base_url, ws.builder_token) as conn:
-        subscribe(conn, t["id"], events=["INSERT"], filter=flt)
+        subscribe(conn, t["id"], events=["INSERT"], filter=sent)
         for name, score in (("alpha", 1), ("beta", 7), (None, 9)):
             ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": name, "Score": score}})
         got = changes(conn, len(expected))
@@ -81,6 +86,8 @@ def test_bad_subscriptions_answer_errors_and_keep_the_socket(ws):
             ({"type": "subscribe", "table": "nope"}, "NOT_FOUND"),
             ({"type": "subscribe", "table": t["id"], "filter": {"Missing": "eq.1"}}, "UNKNOWN_COLUMN"),
             ({"type": "subscribe", "table": t["id"], "events": ["TRUNCATE"]}, "VALIDATION_ERROR"),
+            ({"type": "subscribe", "table": t["id"], "filter": "Score=gt.1"}, "VALIDATION_ERROR"),
+            ({"type": "subscribe", "table": t["id"], "filter": [{"column": "Score", "op": "gt"}]}, "VALIDATION_ERROR"),
             ({"type": "dance"}, "VALIDATION_ERROR"),
         ):
             conn.send(json.dumps(msg))

@@ -31,7 +31,7 @@ from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
 from api.services.realtime import EVENTS, POLICY, Client, Hub, Subscription
 from api.state import AppState
 from storage.errors import NotFound, ServiceError, ValidationError
-from storage.query import parse_filter_object, plan_filters
+from storage.query import parse_filter_list, parse_filter_object, plan_filters
 
 MAX_MESSAGE = 64 * 1024
 AUTH_TIMEOUT_S = 10.0
@@ -133,9 +133,14 @@ async def _subscribe(client: Client, msg: dict[str, Any], default_since: int | N
     if not isinstance(events, list) or not all(isinstance(e, str) and e.upper() in EVENTS for e in events):
         raise ValidationError("events is a list of INSERT, UPDATE, DELETE")
     raw_filter = msg.get("filter") or msg.get("filters") or {}
-    if not isinstance(raw_filter, dict):
-        raise ValidationError("filter is an object {column: 'op.value'}")
-    filters = plan_filters(parse_filter_object(raw_filter), table)
+    # either form views, run-actions and MCP take: {column: "op.value"} or [{column, op, value}]
+    if isinstance(raw_filter, dict):
+        parsed = parse_filter_object(raw_filter)
+    elif isinstance(raw_filter, list) and all(isinstance(item, dict) for item in raw_filter):
+        parsed = parse_filter_list(raw_filter)
+    else:
+        raise ValidationError("filter is an object {column: 'op.value'} or a list of {column, op, value}")
+    filters = plan_filters(parsed, table)
     since = _since(msg.get("since")) if "since" in msg else default_since
     sub = Subscription(table.id, frozenset(e.upper() for e in events), filters, buffering=since is not None)
     client.subs[table.id] = sub
