@@ -76,14 +76,10 @@ class _Col:
 
 
 @dataclass(frozen=True)
-class _Num:
-    """``to_number`` of an operand: blank → 0."""
+class _Unary:
+    """``number``: ``to_number`` of an operand (blank → 0); ``negate``: its negation."""
 
-    inner: _Expr
-
-
-@dataclass(frozen=True)
-class _Neg:
+    op: str
     inner: _Expr
 
 
@@ -94,13 +90,13 @@ class _Op:
     right: _Expr
 
 
-_Expr = _Lit | _Col | _Num | _Neg | _Op
+_Expr = _Lit | _Col | _Unary | _Op
 
 
 def _size(e: _Expr) -> int:
     if isinstance(e, (_Lit, _Col)):
         return 1
-    if isinstance(e, (_Num, _Neg)):
+    if isinstance(e, _Unary):
         return 1 + _size(e.inner)
     return 1 + _size(e.left) + _size(e.right)
 
@@ -111,13 +107,13 @@ def _nullable(e: _Expr) -> bool:
 
 def _number(e: _Expr) -> _Expr:
     """The operand as arithmetic reads it (blank → 0)."""
-    return _Num(e) if _nullable(e) else e
+    return _Unary("number", e) if _nullable(e) else e
 
 
 def _reads(e: _Expr, out: set[int]) -> None:
     if isinstance(e, _Col):
         out.add(e.column_id)
-    elif isinstance(e, (_Num, _Neg)):
+    elif isinstance(e, _Unary):
         _reads(e.inner, out)
     elif isinstance(e, _Op):
         _reads(e.left, out)
@@ -131,7 +127,7 @@ def _bound(e: _Expr, largest: Mapping[int, float]) -> float:
         return abs(e.value)
     if isinstance(e, _Col):
         return largest.get(e.column_id, 0.0)
-    if isinstance(e, (_Num, _Neg)):
+    if isinstance(e, _Unary):
         return _bound(e.inner, largest)
     left, right = _bound(e.left, largest), _bound(e.right, largest)
     if e.op == "*":
@@ -145,11 +141,11 @@ def _constant(e: _Expr) -> float | None:
     """The value of an expression without references, else ``None``."""
     if isinstance(e, _Lit):
         return e.value
-    if isinstance(e, _Num):
-        return _constant(e.inner)
-    if isinstance(e, _Neg):
+    if isinstance(e, _Unary):
         inner = _constant(e.inner)
-        return None if inner is None else -inner
+        if inner is None:
+            return None
+        return inner if e.op == "number" else -inner
     return None
 
 
@@ -158,10 +154,9 @@ def _render(e: _Expr, column: Mapping[int, sql.Composable]) -> sql.Composable:
         return sql.SQL("{}::float8").format(sql.Literal(repr(e.value)))
     if isinstance(e, _Col):
         return column.get(e.column_id, sql.SQL("NULL::float8"))
-    if isinstance(e, _Num):
-        return sql.SQL("COALESCE({}, 0::float8)").format(_render(e.inner, column))
-    if isinstance(e, _Neg):
-        return sql.SQL("(- {})").format(_render(e.inner, column))
+    if isinstance(e, _Unary):
+        form = "COALESCE({}, 0::float8)" if e.op == "number" else "(- {})"
+        return sql.SQL(form).format(_render(e.inner, column))
     return sql.SQL("({} {} {})").format(_render(e.left, column), sql.SQL(e.op), _render(e.right, column))
 
 
@@ -193,7 +188,7 @@ class SqlArithmetic:
 
 def _max_step(e: _Expr, largest: Mapping[int, float]) -> float:
     worst = _bound(e, largest)
-    if isinstance(e, (_Num, _Neg)):
+    if isinstance(e, _Unary):
         return max(worst, _max_step(e.inner, largest))
     if isinstance(e, _Op):
         return max(worst, _max_step(e.left, largest), _max_step(e.right, largest))
@@ -247,7 +242,7 @@ def _convert(node: Node, done: Mapping[str, _Expr], number_columns: Mapping[str,
         inner = _convert(node.operand, done, number_columns)
         if inner is None:
             return None
-        return _Neg(_number(inner)) if node.op == "-" else _number(inner)
+        return _Unary("negate", _number(inner)) if node.op == "-" else _number(inner)
     if isinstance(node, Chain):
         if not node.rest:
             return _convert(node.first, done, number_columns)
