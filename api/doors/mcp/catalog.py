@@ -129,12 +129,10 @@ async def run_tool(state: AppState, principal: Principal, spec: ToolSpec, args: 
         return True, await call_tool(state, principal, spec, args)
     except ServiceError as exc:
         return False, exc.body()
-    except psycopg.Error as exc:  # as REST answers it (a value that cannot be stored, a schema race)
-        mapped = database_error(exc)
+    except Exception as exc:  # a tool must answer, never crash the connection
+        # a database error REST maps (a value that cannot be stored, a schema race) maps alike
+        mapped = database_error(exc) if isinstance(exc, psycopg.Error) else None
         if mapped is not None:
             return False, mapped.body()
-        log.exception("tool %s failed", spec.name)
-        return False, {"error": "internal error; the tool call was not completed", "code": "INTERNAL"}
-    except Exception:  # a tool must answer, never crash the connection
         log.exception("tool %s failed", spec.name)
         return False, {"error": "internal error; the tool call was not completed", "code": "INTERNAL"}
