@@ -420,6 +420,9 @@ def _condition(f: PlannedFilter, c: sql.Composable) -> Fragment:
     """The positive condition of one filter (may evaluate to NULL)."""
     kind, op, value = f.target.kind, f.op, f.value
     if op is Op.IS:
+        if kind is Kind.BOOL and value == "null" and f.target.value_type is None:
+            # a checkbox is never blank: never set, it reads (and filters) as false
+            return sql.SQL("FALSE"), []
         return _is(kind, value, c), []
     if kind is Kind.JSON:
         return _json_condition(op, value, c)

@@ -114,6 +114,8 @@ def _null_test(field: Field, col: sql.Identifier, expr: sql.Composable, negate: 
     if field.kind == KIND_COMPUTED:
         empty = "({} IS NULL OR {} = 'null'::jsonb)"
         return sql.SQL(("NOT " + empty) if negate else empty).format(col, col)
+    if field.kind == ColumnType.CHECKBOX:  # never blank: never set, it reads as false
+        return sql.SQL("TRUE" if negate else "FALSE")
     return sql.SQL("{} IS NOT NULL" if negate else "{} IS NULL").format(col)
 
 

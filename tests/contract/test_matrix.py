@@ -69,6 +69,8 @@ CASES: list[tuple[str, list[tuple[str, str]]]] = [
     ("is true", [("Done", "is.true")]),
     ("is false", [("Done", "is.false")]),
     ("eq false counts unset", [("Done", "eq.false")]),
+    ("checkbox is never null", [("Done", "is.null")]),
+    ("checkbox is not null", [("Done", "not.is.null")]),
     ("not eq", [("Title", "not.eq.alpha")]),
     ("not gt keeps nulls", [("Score", "not.gt.2")]),
     ("not ilike unicode", [("Title", "not.ilike.*é*")]),
@@ -326,6 +328,7 @@ EXPECTED_ROWS = {
     "ilike greek": {"Ωmega ω"},
     "ilike titlecase digraph": {"ǅemal"},
     "like underscore is literal": {"a_b"},
+    "checkbox is never null": set(),  # never set reads false, on every door (analytic SQL said so already)
     "or with nested and": {"épsilon", "50% off", "Ωmega ω", "Beta", "ÉCOLE"},
     "not.or": {"Beta", "Straße", None, "ǅemal", "axb"},  # an unknown OR is not true: not.or keeps it
     "eq false counts unset": {"Beta", "épsilon", "Straße", None, "ǅemal", "axb"},
