@@ -256,7 +256,8 @@ async def test_count_form_answers_only_the_count(conn, scratch) -> None:
         ("Tags NOT IN ('Alpha')", ["Gamma", "delta"]),
         ("Tags IS NULL", ["Gamma", "delta"]),
         ("Done = false", ["Beta task", "Gamma"]),
-        ("Done IS NULL", ["Gamma"]),
+        ("Done IS NULL", []),  # never blank: unset reads (and filters) as false
+        ("Done IS NOT NULL", ["Alpha task", "Beta task", "Gamma", "delta"]),
         ("Score >= 2.5", ["Beta task", "delta"]),
         ("Score IN (1, 10)", ["Alpha task", "delta"]),
         ("\"Due Date\" < '2024-02-10'", ["Alpha task"]),
