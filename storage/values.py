@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from typing import Any
 from urllib.parse import quote
 
 from psycopg.types.json import Jsonb
 
 from storage.errors import InvalidValue, ServiceError
+from storage.formula.values import short
 from storage.schema import ColumnMeta, ColumnType
 
 MAX_TEXT = 1_000_000  # characters per text cell
@@ -69,12 +70,12 @@ def parse_datetime(value: str) -> datetime:
     try:
         if len(text) == 10:
             d = date.fromisoformat(text)
-            return datetime(d.year, d.month, d.day, tzinfo=timezone.utc)
+            return datetime(d.year, d.month, d.day, tzinfo=UTC)
         dt = datetime.fromisoformat(text)
     except ValueError as exc:
         raise ValueError(f"not an ISO date: {value!r}") from exc
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return dt
 
 
@@ -95,11 +96,11 @@ def _encode_number(col: ColumnMeta, value: Any) -> float:
     elif isinstance(value, str):
         text = value.strip()
         if not _NUMBER_TEXT.fullmatch(text):
-            raise InvalidValue(f"column {col.name!r} expects a number, got {short_repr(value)}")
+            raise InvalidValue(f"column {col.name!r} expects a number, got {short(value)}")
         num = float(text)
         if num == 0 and any(c in "123456789" for c in re.split("[eE]", text)[0]):
             # never stored as 0 without a word: the client sent a number other than 0
-            raise InvalidValue(f"column {col.name!r}: {short_repr(value)} is too small for a double"
+            raise InvalidValue(f"column {col.name!r}: {short(value)} is too small for a double"
                                " (it would be stored as 0)")
     else:
         raise InvalidValue(f"column {col.name!r} expects a number")
@@ -107,11 +108,6 @@ def _encode_number(col: ColumnMeta, value: Any) -> float:
         raise InvalidValue(f"column {col.name!r} expects a finite number")
     return num
 
-
-def short_repr(value: str, limit: int = 60) -> str:
-    """``repr`` of a value in an error message, cut to ``limit`` characters."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _encode_date(col: ColumnMeta, value: Any) -> datetime:
@@ -201,7 +197,7 @@ def _encode_text(col: ColumnMeta, value: Any) -> str:
     return text
 
 
-def _number_text(value: int | float) -> str:
+def _number_text(value: float) -> str:
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return str(int(value))
     return str(value)

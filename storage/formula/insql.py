@@ -49,7 +49,7 @@ from psycopg import sql
 
 from ..errors import InvalidFormula
 from .compiled import compile_formula
-from .nodes import Call, Chain, Field, Node, Num, Unary
+from .nodes import Chain, Field, Node, Num, Unary
 
 MAX_EXACT = 2**53
 MAX_BOUND = float(2**53)  # every step within ±2^53 (see the module's doc)
@@ -120,21 +120,24 @@ def _reads(e: _Expr, out: set[int]) -> None:
         _reads(e.right, out)
 
 
-def _bound(e: _Expr, largest: Mapping[int, float]) -> float:
-    """An upper bound of ``|e|`` (and of every intermediate result in it) over rows whose
-    column ``c`` is at most ``largest[c]`` in absolute value (a missing column: blank)."""
+def _bound(e: _Expr, largest: Mapping[int, float]) -> tuple[float, float]:
+    """Upper bounds over rows whose column ``c`` is at most ``largest[c]`` in absolute
+    value (a missing column: blank): of ``|e|``, and of every step in it, ``e`` included."""
     if isinstance(e, _Lit):
-        return abs(e.value)
+        return abs(e.value), abs(e.value)
     if isinstance(e, _Col):
-        return largest.get(e.column_id, 0.0)
+        top = largest.get(e.column_id, 0.0)
+        return top, top
     if isinstance(e, _Unary):
         return _bound(e.inner, largest)
-    left, right = _bound(e.left, largest), _bound(e.right, largest)
+    (left, left_worst), (right, right_worst) = _bound(e.left, largest), _bound(e.right, largest)
     if e.op == "*":
-        return left * right if left and right else 0.0
-    if e.op == "/":  # by a constant other than 0 (_convert)
-        return left / abs(_constant(e.right) or math.inf)
-    return left + right
+        value = left * right if left and right else 0.0
+    elif e.op == "/":  # by a constant other than 0 (_convert)
+        value = left / abs(_constant(e.right) or math.inf)
+    else:
+        value = left + right
+    return value, max(value, left_worst, right_worst)
 
 
 def _constant(e: _Expr) -> float | None:
@@ -170,10 +173,7 @@ class SqlArithmetic:
     def bound(self, largest: Mapping[int, float]) -> float:
         """The largest ``|value|`` any step may reach, given each read column's largest
         ``|value|`` in the batch (past :data:`MAX_BOUND`: keep the Python path)."""
-        worst = 0.0
-        for e in self.columns.values():
-            worst = max(worst, _max_step(e, largest))
-        return worst
+        return max((_bound(e, largest)[1] for e in self.columns.values()), default=0.0)
 
     def expressions(self, column: Mapping[int, sql.Composable]) -> dict[int, sql.Composable]:
         """Per formula column, its value as ``jsonb`` in SQL; ``column`` maps a read data
@@ -184,15 +184,6 @@ class SqlArithmetic:
     def key(self) -> tuple[tuple[int, str], ...]:
         """What identifies these expressions in a statement cache."""
         return tuple((cid, repr(e)) for cid, e in self.columns.items())
-
-
-def _max_step(e: _Expr, largest: Mapping[int, float]) -> float:
-    worst = _bound(e, largest)
-    if isinstance(e, _Unary):
-        return max(worst, _max_step(e.inner, largest))
-    if isinstance(e, _Op):
-        return max(worst, _max_step(e.left, largest), _max_step(e.right, largest))
-    return worst
 
 
 @lru_cache(maxsize=1024)
@@ -258,9 +249,7 @@ def _convert(node: Node, done: Mapping[str, _Expr], number_columns: Mapping[str,
                 return None  # a division by a reference may be #DIV/0!: a row's error, the evaluator's
             out = _Op(op, out, _number(right))
         return out
-    if isinstance(node, Call):
-        return None
-    return None  # text, booleans
+    return None  # a function call, text, booleans
 
 
 __all__ = ["MAX_BOUND", "OutOfRange", "SqlArithmetic", "plan_sql_arithmetic"]
