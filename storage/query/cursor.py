@@ -56,8 +56,9 @@ def invalid(message: str) -> ServiceError:
 
 
 def fingerprint(table_id: int, order: Sequence[Any], filters: Sequence[Any], view: str | None) -> str:
-    """A short digest of what a cursor is tied to: the table, the order and the filters
-    as parsed (their ``repr``: the same query text gives the same fingerprint)."""
+    """A short digest of what a cursor is tied to: the table, the order as planned (the
+    same order however it is written: :func:`storage.query.plan._order_identity`) and
+    the filters as parsed (their ``repr``)."""
     text = repr((int(table_id), tuple(order), tuple(filters), view)).encode()
     return hashlib.sha256(text).hexdigest()[:22]
 

@@ -197,7 +197,7 @@ def plan_query(
                 f" or order by id",
                 code="OFFSET_TOO_DEEP")
     fields, embeds, output = _plan_select(query, table, can_read=can_read, get_table=get_table)
-    fp = cursor.fingerprint(table.id, query.order, query.filters, query.view)
+    fp = cursor.fingerprint(table.id, _order_identity(order), query.filters, query.view)
     plan = QueryPlan(table, filters, order, fields, embeds, output, query.limit, query.offset, fp)
     if query.after is None:
         return plan
@@ -276,6 +276,15 @@ def _plan_order(query: Query, table: TableMeta) -> tuple[PlannedOrder, ...]:
         desc = terms[0].desc if terms else False
         terms.append(PlannedOrder(Target("id", "id", Kind.INT), desc))
     return tuple(terms)
+
+
+def _order_identity(order: tuple[PlannedOrder, ...]) -> tuple[tuple[Any, ...], ...]:
+    """What a cursor's order is: each planned term's column, direction, NULL placement
+    as PostgreSQL applies it (last ascending, first descending, unless written) and, for a
+    single_select, its options' order. ``Score.asc``, ``Score.asc.nullslast`` and
+    ``Score.asc,id.asc`` are one order, and a cursor of one continues the others."""
+    return tuple((t.target.physical, t.desc, t.nulls or ("first" if t.desc else "last"), t.option_ids)
+                 for t in order)
 
 
 def _plan_select(

@@ -158,6 +158,25 @@ def test_invalid_cursors_are_refused(ws, table):
     assert ok.status_code == 200 and ok.json()["records"]
 
 
+def test_a_cursor_continues_the_same_order_however_it_is_written(ws, table):
+    """``Score.asc`` is ``Score.asc.nullslast`` and ``Score.asc,id.asc`` (PostgreSQL's
+    default NULL placement, and the id the order ends with anyway): a cursor made under
+    one spelling continues the others; a different NULL placement is another order."""
+    url = f"/tables/{table['id']}/records"
+    whole = [x["id"] for x in ws.api.get(url, params={"order": "Score.asc", "limit": "1000"}).json()["records"]]
+    first = ws.api.get(url, params={"order": "Score.asc", "limit": "4"}).json()
+    for same in ("Score.asc.nullslast", "Score.asc,id.asc", "Score.nullslast", "Score"):
+        r = ws.api.get(url, params={"order": same, "limit": "4", "after": first["next"]})
+        assert r.status_code == 200, (same, r.text)
+        assert [x["id"] for x in r.json()["records"]] == whole[4:8], same
+    down = ws.api.get(url, params={"order": "Score.desc", "limit": "4"}).json()
+    r = ws.api.get(url, params={"order": "Score.desc.nullsfirst", "limit": "4", "after": down["next"]})
+    assert r.status_code == 200, r.text
+    for other in ("Score.asc.nullsfirst", "Score.asc,id.desc", "Score.desc"):
+        r = ws.api.get(url, params={"order": other, "limit": "4", "after": first["next"]})
+        assert r.status_code == 400 and r.json()["code"] == "INVALID_CURSOR", (other, r.text)
+
+
 def test_mcp_list_records_pages_by_cursor(ws, table, base_url):
     args = {"table_id": table["id"], "filters": {"Title": "neq.skip"}}
     for order in ("Score.desc.nullslast", "Status.asc,Score.desc", "created_at.asc"):
