@@ -30,7 +30,6 @@ support is ``UNKNOWN_OPERATOR``; a value that does not fit is ``INVALID_VALUE``.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -43,7 +42,9 @@ from storage.query.targets import (
     JsonOperand,
     Kind,
     Target,
+    like_matches,
     like_pattern,
+    like_pieces,
     resolve_target,
     typed_value,
 )
@@ -244,10 +245,12 @@ def _plan_like(target: Target, op: Op, raw: str, negate: bool) -> PlannedFilter:
         return PlannedFilter(target, op, like_pattern(raw), negate)
     # Select cells store option ids; labels live in metadata, so the pattern is matched
     # here and the database filters on the resulting set of ids.
-    parts = [".*" if ch in "*%" else re.escape(ch) for ch in raw]
-    rx = re.compile("".join(parts), re.IGNORECASE if op is Op.ILIKE else 0)
+    # (not a regex: ``.*a.*a.*a…`` backtracks for exponential time on a label that fails)
+    fold = op is Op.ILIKE
+    pieces = like_pieces(raw.lower() if fold else raw)
     assert target.column is not None
-    ids = tuple(o.id for o in target.column.options if rx.fullmatch(o.label) or rx.fullmatch(o.id))
+    ids = tuple(o.id for o in target.column.options
+                if like_matches(pieces, o.label.lower() if fold else o.label) or like_matches(pieces, o.id))
     return PlannedFilter(target, Op.IN, ids, negate)
 
 

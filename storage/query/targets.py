@@ -93,21 +93,65 @@ def resolve_target(table: TableMeta, name: str) -> Target:
     return Target(col.name, col.physical, _KIND_BY_TYPE[col.type], col)
 
 
-def like_pattern(raw: str) -> str:
-    """Turn a filter pattern into a LIKE pattern: ``*``/``%`` wildcards, ``_``/``\\`` literal.
+def like_pieces(raw: str) -> list[str]:
+    """A filter pattern cut at its wildcards: the literal texts between them, in order
+    (``n`` wildcards give ``n + 1`` pieces, some perhaps empty). ``*`` and ``%`` are any
+    text; a backslash before ``*``, ``%`` or another backslash makes that character literal;
+    every other character (``_`` and a backslash before anything else included) is itself.
 
-    >>> like_pattern("a_b*c%d\\\\e")
-    'a\\\\_b%c%d\\\\\\\\e'
+    >>> like_pieces("100\\%*off*"), like_pieces("C:\\temp\\*"), like_pieces("a_b")
+    (['100%', 'off', ''], ['C:\\temp*'], ['a_b'])
     """
-    out: list[str] = []
-    for ch in raw:
+    pieces: list[str] = []
+    current: list[str] = []
+    i = 0
+    while i < len(raw):
+        ch = raw[i]
+        if ch == "\\" and raw[i + 1:i + 2] in ("*", "%", "\\"):
+            current.append(raw[i + 1])
+            i += 2
+            continue
         if ch in "*%":
-            out.append("%")
-        elif ch in "_\\":
-            out.append("\\" + ch)
+            pieces.append("".join(current))
+            current = []
         else:
-            out.append(ch)
-    return "".join(out)
+            current.append(ch)
+        i += 1
+    pieces.append("".join(current))
+    return pieces
+
+
+def like_pattern(raw: str) -> str:
+    """A filter pattern (:func:`like_pieces`) as a SQL LIKE pattern: its wildcards as ``%``,
+    every literal ``%``, ``_`` and backslash escaped.
+
+    >>> like_pattern("a_b*c%d\\\\e\\*")
+    'a\\\\_b%c%d\\\\\\\\e*'
+    """
+    return "%".join(piece.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                    for piece in like_pieces(raw))
+
+
+def like_matches(pieces: list[str], text: str) -> bool:
+    """Whether ``text`` matches the pattern cut into ``pieces`` (:func:`like_pieces`), as
+    LIKE would: it starts with the first piece, ends with the last, and holds the others
+    in order between them. Each piece is found at its leftmost place after the one before
+    (for wildcards that match any text, the leftmost place never loses a match), so the
+    cost is at most the text's length times the pattern's, whatever the pattern: a
+    backtracking regex of ``.*a.*a.*a…`` takes exponential time on a label that fails.
+    """
+    if len(pieces) == 1:
+        return text == pieces[0]
+    first, last = pieces[0], pieces[-1]
+    if len(first) + len(last) > len(text) or not text.startswith(first) or not text.endswith(last):
+        return False
+    pos, end = len(first), len(text) - len(last)
+    for piece in pieces[1:-1]:
+        found = text.find(piece, pos, end)
+        if found < 0:
+            return False
+        pos = found + len(piece)
+    return True
 
 
 def typed_value(target: Target, raw: str) -> Any:

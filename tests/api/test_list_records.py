@@ -199,6 +199,39 @@ def test_filter_values_reach_the_database_as_values_whatever_they_hold(ws):
     assert titles(ws.api.get(url, params={"Title": "like.100%*"})) == [AWKWARD[2]]
 
 
+def test_a_backslash_makes_a_wildcard_literal_in_like_on_text_and_single_select(ws):
+    """``\\*``, ``\\%`` and ``\\\\`` match a literal ``*``, ``%`` and backslash on every
+    column kind ``like`` applies to; a backslash before anything else is itself, and ``_``
+    is always itself. Single-select labels are matched in Python, text in PostgreSQL: both
+    answer alike."""
+    values = ["100% off", "100 off", "a*b", "axb", "C:\\temp", "C:\\temp\\x", "a_b", "a\\*b"]
+    t = ws.create_table("Esc", [{"name": "Title", "type": "text"},
+                                {"name": "Pick", "type": "single_select", "options": values}])
+    r = ws.api.post(f"/tables/{t['id']}/records/batch",
+                    json={"rows": [{"fields": {"Title": v, "Pick": v}} for v in values]})
+    assert r.status_code == 200, r.text
+    url = f"/tables/{t['id']}/records"
+    cases = [
+        ("100\\%*", ["100% off"]), ("100%", ["100% off", "100 off"]), ("a\\*b", ["a*b"]), ("a*b", ["a*b", "axb", "a_b", "a\\*b"]),
+        ("C:\\temp", ["C:\\temp"]), ("C:\\temp\\\\*", ["C:\\temp\\x"]), ("a_b", ["a_b"]), ("a\\\\\\*b", ["a\\*b"]),
+        ("*\\**", ["a*b", "a\\*b"]),
+    ]
+    for pattern, expected in cases:
+        for column in ("Title", "Pick"):
+            for op in ("like", "ilike"):
+                got = ws.api.get(url, params={column: f"{op}.{pattern}", "limit": "100"})
+                assert sorted(titles(got)) == sorted(expected), (column, op, pattern)
+
+
+def test_a_single_select_pattern_cannot_stall_the_process(ws):
+    """Labels are matched without a backtracking regex: ``*a*a*…*b`` against a long label
+    of ``a`` took exponential time (the event loop stalled for minutes)."""
+    t = ws.create_table("Stall", [{"name": "Pick", "type": "single_select", "options": ["a" * 200, "b"]}])
+    url = f"/tables/{t['id']}/records"
+    r = ws.api.get(url, params={"Pick": "like." + "*a" * 40 + "*b"}, timeout=20)
+    assert r.status_code == 200 and r.json()["records"] == []
+
+
 def test_the_empty_set_is_contained_in_every_multi_select_also_a_never_set_one(data):
     """A never-set multi_select (NULL, read as ``[]``) did not match ``cs.{}`` while a
     stored ``[]`` did; ``not.cs.{}`` then returned rows that read ``[]``."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from storage.errors import ServiceError
 from storage.query import (
@@ -23,7 +26,7 @@ from storage.query import (
     resolve_target,
 )
 from storage.query.plan import QueryPlan
-from storage.query.targets import like_pattern
+from storage.query.targets import like_matches, like_pattern, like_pieces
 from storage.schema import ColumnMeta, ColumnType, Option, TableMeta
 
 C = ColumnType
@@ -223,10 +226,30 @@ def test_in_allows_200_values_and_refuses_201() -> None:
 
 @pytest.mark.parametrize(
     ("raw", "pattern"),
-    [("abc", "abc"), ("a*", "a%"), ("%a%", "%a%"), ("a_b", "a\\_b"), ("a\\b", "a\\\\b"), ("**", "%%")],
+    [("abc", "abc"), ("a*", "a%"), ("%a%", "%a%"), ("a_b", "a\\_b"), ("a\\b", "a\\\\b"), ("**", "%%"),
+     ("a\\*", "a*"), ("\\%", "\\%"), ("a\\\\*", "a\\\\%"), ("a\\", "a\\\\"), ("\\_", "\\\\\\_")],
 )
 def test_like_patterns_keep_underscore_and_backslash_literal(raw: str, pattern: str) -> None:
+    """``_`` and a backslash are literal; a backslash before ``*``, ``%`` or a backslash
+    makes that one literal."""
     assert like_pattern(raw) == pattern
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="ab*%\\_", max_size=8), st.text(alphabet="ab*%\\_", max_size=10))
+def test_label_matching_is_what_like_does(raw: str, text: str) -> None:
+    """:func:`like_matches` (single-select labels, matched in Python) agrees with a
+    regex translation of the same LIKE pattern (:func:`like_pattern`)."""
+    rx, i, pattern = [], 0, like_pattern(raw)
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            rx.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        rx.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+        i += 1
+    assert like_matches(like_pieces(raw), text) is (re.fullmatch("".join(rx), text, re.DOTALL) is not None)
 
 
 def test_filter_objects_plan_like_query_strings() -> None:
