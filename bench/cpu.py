@@ -23,6 +23,11 @@ Operations (the ``records.*`` scenarios' requests):
 SQL, same tables, same concurrency) and reports PostgreSQL's and the client's CPU per
 operation for it: the API's request costs its own CPU *and* PostgreSQL's, on the same
 cores. ``--env K=V`` sets API environment variables (e.g. ``WDS_FAST_READS=false``);
+``--variant K=V[,K=V...]`` (repeatable) serves the first tree once per variant, each API
+with those variables on top of ``--env``: two settings of one code side by side (e.g.
+``--variant WDS_RATE_LIMITS=false --variant WDS_RATE_LIMITS=true``). ``--tokens N`` spreads
+the requests over ``N`` builder tokens of the workspace, each request taking the next
+(the ``limits.rate_limiter`` scenario's load: with limits on, no token nears its ceiling).
 ``--origin`` sends an ``Origin`` header (the CORS path); ``--profile DIR`` records every
 measured phase with py-spy (``--format raw``, ``--nonblocking``) into ``DIR``;
 ``--cprofile DIR`` runs the APIs under :mod:`bench.cprof_server` and writes a cProfile of
@@ -43,20 +48,21 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from bench.context import BENCH_COLUMNS, BenchTable, batch_payload, make_rows
 from bench.scenarios.records import LIST_QUERY, PAGE, _list_sql
-from bench.stack import EmbeddedStack, create_workspace_token
-from wds.runtime import free_port, stop_process, wait_healthy
+from bench.stack import EmbeddedStack
+from wds.runtime import create_workspace, free_port, stop_process, wait_healthy
 from wds.server import uvicorn_args_for
 
 HERE = Path(__file__).resolve().parents[1]
@@ -152,18 +158,27 @@ async def _seed(session: aiohttp.ClientSession, rest: str, headers: dict[str, st
     return tables[0], tables[1], ids
 
 
-def _operation(op: str, session: aiohttp.ClientSession, rest: str, headers: dict[str, str],
+def _operation(op: str, session: aiohttp.ClientSession, rest: str, headers: Iterator[dict[str, str]],
                read_id: int, create_id: int, ids: list[int]) -> Callable[[], Awaitable[None]]:
+    """``op``'s request; each takes the next of ``headers`` (a cycle over the tokens)."""
     rnd = random.Random(1)
     if op == "create":
         url = f"{rest}/tables/{create_id}/records?run_pipeline=false"
         bodies = itertools.cycle([json.dumps({"fields": r}).encode() for r in make_rows(1000)])
-        return lambda: _send(session, "POST", url, headers, next(bodies), 201)  # type: ignore[return-value]
+        return lambda: _send(session, "POST", url, next(headers), next(bodies), 201)  # type: ignore[return-value]
     if op == "list":
         url = f"{rest}/tables/{read_id}/records?{LIST_QUERY}"
-        return lambda: _send(session, "GET", url, headers, None, 200)  # type: ignore[return-value]
+        return lambda: _send(session, "GET", url, next(headers), None, 200)  # type: ignore[return-value]
     base = f"{rest}/tables/{read_id}/records/"
-    return lambda: _send(session, "GET", base + str(rnd.choice(ids)), headers, None, 200)  # type: ignore[return-value]
+    return lambda: _send(session, "GET", base + str(rnd.choice(ids)), next(headers), None, 200)  # type: ignore[return-value]
+
+
+def _token(base_url: str, admin_key: str, ws_id: int, i: int) -> str:
+    """Another builder token of workspace ``ws_id`` (the operator API)."""
+    r = httpx.post(f"{base_url}/functions/v1/admin/workspaces/{ws_id}/tokens", json={"type": "vibe_mcp", "name": f"cpu-{i}"},
+                   headers={"Authorization": f"Bearer {admin_key}"}, timeout=60)
+    r.raise_for_status()
+    return str(r.json()["token"])
 
 
 async def _bench_table(pool: AsyncConnectionPool, made: dict[str, Any]) -> BenchTable:
@@ -236,12 +251,21 @@ async def measure(args: argparse.Namespace) -> int:
     apis: list[Api] = []
     results: dict[tuple[str, str], list[float]] = {}
     try:
-        for i, tree in enumerate(trees):
-            apis.append(start_api(stack, f"t{i}", tree, env, args.cprofile))
-        token = create_workspace_token(apis[0].base_url, stack.admin_key, name="cpu")
+        if args.variant:
+            for i, variant in enumerate(args.variant):
+                extra = dict(kv.split("=", 1) for kv in variant.split(",") if kv)
+                apis.append(start_api(stack, f"v{i}", trees[0], {**env, **extra}, args.cprofile))
+        else:
+            for i, tree in enumerate(trees):
+                apis.append(start_api(stack, f"t{i}", tree, env, args.cprofile))
+        ws_id, token = create_workspace(apis[0].base_url, stack.admin_key, name=f"cpu-{random.randrange(1 << 30)}")
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         if args.origin:
             headers["Origin"] = args.origin
+        spread = [headers]
+        for i in range(1, args.tokens):
+            more = _token(apis[0].base_url, stack.admin_key, ws_id, i)
+            spread.append({**headers, "Authorization": f"Bearer {more}"})
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
             made: list[dict[str, Any]] = []
@@ -254,8 +278,11 @@ async def measure(args: argparse.Namespace) -> int:
                                            kwargs={"autocommit": True})
                 await pool.open(wait=True, timeout=30)
                 baseline = (pool, await _bench_table(pool, made[0]), await _bench_table(pool, made[1]))
-            print(f"# trees: {', '.join(f'{a.name}={a.tree}' for a in apis)}; env {env or '-'}; "
-                  f"{args.requests} requests x {args.clients} clients; load {os.getloadavg()[0]:.2f}", flush=True)
+            variants = (f"; variants {', '.join(f'{a.name}={v}' for a, v in zip(apis, args.variant, strict=True))}"
+                        if args.variant else "")
+            print(f"# trees: {', '.join(f'{a.name}={a.tree}' for a in apis)}; env {env or '-'}{variants}; "
+                  f"{args.requests} requests x {args.clients} clients, {len(spread)} token(s);"
+                  f" load {os.getloadavg()[0]:.2f}", flush=True)
             for rnd in range(args.rounds):
                 for op in ops:
                     if args.psycopg:
@@ -270,7 +297,7 @@ async def measure(args: argparse.Namespace) -> int:
                               f"client {client_us:4.0f} us  load {os.getloadavg()[0]:.2f}", flush=True)
                     for api in apis:
                         rest = f"{api.base_url}/functions/v1/rest-api"
-                        operation = _operation(op, session, rest, headers, read_id, create_id, ids)
+                        operation = _operation(op, session, rest, itertools.cycle(spread), read_id, create_id, ids)
                         await _drive(operation, args.requests, args.clients)  # warm-up
                         spy = None
                         if args.profile:
@@ -321,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--rows", type=int, default=10_000, help="rows in the read table")
     p.add_argument("--env", action="append", metavar="K=V", help="API environment variable (repeatable)")
+    p.add_argument("--variant", action="append", metavar="K=V[,K=V]",
+                   help="serve the first tree once more with these variables (repeatable; replaces --tree's APIs)")
+    p.add_argument("--tokens", type=int, default=1, help="spread the requests over this many tokens")
     p.add_argument("--psycopg", action="store_true",
                    help="also run the scenarios' psycopg baseline of each operation (PostgreSQL and client CPU)")
     p.add_argument("--origin", help="send this Origin header (CORS) with every request")
