@@ -308,3 +308,12 @@ def test_group_text_renames_every_column_of_a_nested_group() -> None:
     g = parse_group("or", '(Score.gte.10,and("My.col".eq.1,Title.in.(a,"b,c")))')
     assert group_text(g, lambda n: {"Score": "@3", "My.col": "@4", "Title": "@5"}[n]) \
         == '(@3.gte.10,and(@4.eq.1,@5.in.(a,"b,c")))'
+
+
+def test_whitespace_around_a_group_condition_is_not_part_of_it() -> None:
+    """After a comma and before a comma or the closing parenthesis, whitespace belongs to
+    no condition; a quoted value keeps its trailing spaces, and a value's own leading
+    spaces (after the operator's dot) are kept."""
+    q = parse_params([("or", '( Title.eq.foo ,Title.eq."bar ",Title.eq. baz )')])
+    (group,) = q.filters
+    assert [f.value for f in group.items] == ["foo", "bar ", " baz"]  # type: ignore[union-attr]
