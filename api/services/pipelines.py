@@ -99,13 +99,18 @@ def pipeline_input(
     )
 
 
+def vanished(run_id: str | None) -> dict[str, Any]:
+    """The outcome of a record deleted while its run ran (nothing of the run was stored)."""
+    return {"status": "error", "run_id": run_id, "errors": {"_record": "record vanished during the run"}}
+
+
 def outcome_of(result: PipelineResult, record_id: int) -> dict[str, Any]:
     o = result.records.get(str(record_id))
     if o is not None:
         return {"status": o.status, "run_id": result.run_id, "errors": o.errors}
     if str(record_id) in result.ok:
         return {"status": "ok", "run_id": result.run_id, "errors": {}}
-    return {"status": "error", "run_id": result.run_id, "errors": {"_record": "record vanished during the run"}}
+    return vanished(result.run_id)
 
 
 def outcomes_of(results: list[PipelineResult]) -> dict[str, dict[str, Any]]:
@@ -287,6 +292,7 @@ async def await_pipeline(
                 written.forget(wid)
 
     ids = [r["id"] for r in rows]
+    gone: set[int] = set()
     clock, measured = time.perf_counter(), "failed"  # Prometheus: the wait, by mode and outcome
     waits: list[PipelineResult | _Committed | None] = []
     try:
@@ -297,8 +303,13 @@ async def await_pipeline(
             final = [by_id[i] for i in ids]  # every row as its run's write returned it
         elif any(w is not None for w in waits):
             async with state.db.connection() as conn:
-                final = await rec.get_record_rows(conn, table=table, record_ids=ids)
-            by_id = {r["id"]: r for r in final}
+                fresh = await rec.get_record_rows(conn, table=table, record_ids=ids)
+            by_id = {r["id"]: r for r in fresh}
+            # a record deleted while its run ran keeps its place in the answer, as its write
+            # committed it, with an error outcome (the answer is by position: a batch's
+            # results would otherwise shift onto the wrong inputs)
+            gone = {i for i in ids if i not in by_id}
+            final = [by_id.get(r["id"], r) for r in rows]
         results: list[PipelineResult | None] = []
         for w in waits:
             if isinstance(w, _Committed):
@@ -337,8 +348,10 @@ async def await_pipeline(
         if not done:
             return rows, _single_or_batch({**outcome, "run_ids": run_ids} if len(rows) > 1 else outcome, len(rows))
     if len(rows) == 1:
-        return final, outcome_of(done[0], ids[0])
+        return final, vanished(done[0].run_id) if ids[0] in gone else outcome_of(done[0], ids[0])
     by_record = outcomes_of(done)
+    for i in gone:
+        by_record[str(i)] = vanished(by_record.get(str(i), {}).get("run_id", run_ids[0]))
     per = {str(i): by_record[str(i)] for i in ids if str(i) in by_record}
     status = "error" if any(o["status"] == "error" for o in per.values()) else "ok"
     if len(done) < len(results):
