@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from prometheus_client import Histogram, start_http_server
+from prometheus_client import Counter, Histogram, start_http_server
 
 from activities.types import StepInput, StepResult
 
@@ -36,6 +36,11 @@ STEP_SECONDS = Histogram(
     "Duration of one pipeline step activity (one computed column over a batch of records)",
     ("kind", "status"),
     buckets=STEP_BUCKETS,
+)
+STALE_VALUES = Counter(
+    "wds_pipeline_stale_values_total",
+    "Computed values a run did not store because their inputs or their column's definition"
+    " changed while it ran (a newer write's run or a backfill stores the current ones)",
 )
 STEP_RECORDS = Histogram(
     "wds_step_records",

@@ -13,14 +13,18 @@ from temporalio.exceptions import ApplicationError
 
 from activities import formula, json_parser, written
 from activities.ledger import Ledger
-from activities.metrics import observe_step
+from activities.metrics import STALE_VALUES, observe_step
 from activities.sandbox import SandboxLost, lost_message, sandbox
 from activities.snap import step_decoder, table_meta
 from activities.types import FusedInput, LoadInput, PipelineResult, TableSnap, WriteInput
-from storage import meta
+from storage import guards, meta
 from storage import records as rec
 from storage.db import Database
 from storage.schema import TableMeta
+
+
+GUARDS_KEY = "_guards"  # load_records' result: the write-back guard beside the records
+BULK_RETRIES = 2  # a backfill's records whose values a concurrent write left out: evaluated again
 
 
 class RecordIO:
@@ -68,30 +72,58 @@ class RecordIO:
 
     @activity.defn(name="load_records")
     async def load_records(self, inp: LoadInput) -> dict[str, dict[str, Any]]:
-        """record id → fields by column name (selects as labels), for the steps to read."""
-        return (await self._load(inp))[0]
+        """record id → fields by column name (selects as labels), for the steps to read;
+        with ``inp.levels``, also ``"_guards"``: what the run's values derive from, as read
+        (storage/guards.py; the workflow hands it to ``write_results``)."""
+        fields, loaded = await self._load(inp)
+        if inp.levels is not None:
+            guard = guards.plan(table_meta(inp.table), [cid for level in inp.levels for cid in level])
+            return {**fields, GUARDS_KEY: guards.stamp(guard, loaded.values())}  # type: ignore[dict-item]
+        return fields
 
     @activity.defn(name="pure_pipeline")
     async def pure_pipeline(self, inp: FusedInput) -> PipelineResult:
         """Load the records, evaluate every level of formula/parser columns in order, and
-        write the results: a whole pipeline of pure steps in one local activity."""
+        write the results: a whole pipeline of pure steps in one local activity.
+
+        A backfill's records whose values did not land because a write changed their
+        inputs meanwhile (storage/guards.py) are loaded and evaluated again, at most
+        :data:`BULK_RETRIES` times: that write's own run may have used the column's
+        previous definition (its write is then refused too), and a backfill must leave
+        every row computed by the current one."""
         p = inp.pipeline
-        fields, loaded = await self._load(LoadInput(table=p.table, record_ids=p.record_ids), inp.run_id)
-        ledger = await evaluate_pure(inp, fields)
-        result, updates = ledger.result(inp.run_id, json_keys=False)
-        if p.write and updates:
-            await self._write(p.table, [(u["id"], u["values"], u["outcome"]) for u in updates], loaded,
-                              bulk_run_id=p.bulk_run_id)
+        guard = guards.plan(table_meta(p.table), [cid for level in p.levels for cid in level])
+        record_ids = p.record_ids
+        result: PipelineResult | None = None
+        for attempt in range(1 + (BULK_RETRIES if p.bulk_run_id else 0)):
+            fields, loaded = await self._load(LoadInput(table=p.table, record_ids=record_ids),
+                                              inp.run_id if attempt == 0 else "")
+            ledger = await evaluate_pure(inp, fields)
+            again, updates = ledger.result(inp.run_id, json_keys=False)
+            result = again if result is None else _merged(result, again)
+            if not (p.write and updates):
+                break
+            stale = await self._write(p.table, [(u["id"], u["values"], u["outcome"]) for u in updates], loaded,
+                                      bulk_run_id=p.bulk_run_id, guard=guards.stamp(guard, loaded.values()))
+            if not stale:
+                break
+            record_ids = sorted(stale)
+        assert result is not None
         return result
 
     @activity.defn(name="write_results")
     async def write_results(self, inp: WriteInput) -> int:
-        """Write every record's computed values and outcome in one statement."""
+        """Write every record's computed values and outcome in one statement (only those
+        still derived from what the table holds: ``inp.guard``, storage/guards.py)."""
         updates = [(u["id"], {int(k): v for k, v in u["values"].items()}, u["outcome"]) for u in inp.updates]
-        return await self._write(inp.table, updates, bulk_run_id=inp.bulk_run_id)
+        stale = await self._write(inp.table, updates, bulk_run_id=inp.bulk_run_id, guard=inp.guard)
+        return len(updates) - len(stale)
 
     async def _write(self, snap: TableSnap, updates: list[tuple[int, dict[int, Any], dict[str, Any]]],
-                     loaded: dict[int, dict[str, Any]] | None = None, *, bulk_run_id: str | None = None) -> int:
+                     loaded: dict[int, dict[str, Any]] | None = None, *, bulk_run_id: str | None = None,
+                     guard: dict[str, Any] | None = None) -> set[int]:
+        """Store ``updates``; the ids of records some of whose values were left out because
+        what they derive from changed since the run read it (``guard``)."""
         table = table_meta(snap)
         # an API process of ours waiting for this run gets the written rows straight away
         # (activities/written.py), instead of reading them again after the run completes;
@@ -99,34 +131,57 @@ class RecordIO:
         run_id = str((updates[0][2] or {}).get("run_id") or "") if updates else ""
         waited = written.waiting(run_id)
         try:
-            count, rows = await self._store(table, updates, waited, loaded, bulk_run_id)
+            rows, stale = await self._store(table, updates, waited, loaded, bulk_run_id, guard)
         except psycopg.errors.UndefinedColumn:
             # a column was deleted since the run began: write what still has a column
             snap = await self._still_there(snap)
             ids = {c.id for c in snap.columns}
             updates = [(rid, {k: v for k, v in values.items() if k in ids}, out) for rid, values, out in updates]
-            count, rows = await self._store(table_meta(snap), updates, waited, None, bulk_run_id)
+            rows, stale = await self._store(table_meta(snap), updates, waited, None, bulk_run_id, guard)
         if waited:  # committed
             written.notify(run_id, rows)
-        return count
+        return stale
 
     async def _store(self, table: TableMeta, updates: list[tuple[int, dict[int, Any], dict[str, Any]]],
                      waited: bool, loaded: dict[int, dict[str, Any]] | None,
-                     bulk_run_id: str | None) -> tuple[int, list[dict[str, Any]]]:
-        """One autocommit statement writing ``updates``.
+                     bulk_run_id: str | None, guard: dict[str, Any] | None) -> tuple[list[dict[str, Any]], set[int]]:
+        """Write ``updates`` in one statement; with ``guard``, in a transaction that first
+        locks the rows and keeps only the values still derived from what they hold
+        (:func:`storage.guards.check`). Returns the written rows (when ``waited``) and the
+        ids of records with values left out.
 
         Raises:
             ApplicationError: values the database refuses (the ledger keeps out what it knows
                 of: storage.schema.storable). A retry fails alike; the reason is one line,
                 not the server's DETAIL and CONTEXT lines, which quote the parameters.
         """
+        stale: set[int] = set()
         try:
-            async with self.db.connection() as conn:
-                return await rec.write_computed(conn, table=table, updates=updates, returning=waited,
-                                                loaded=loaded, unless_superseded=bulk_run_id)
+            if guard is None:
+                async with self.db.connection() as conn:
+                    _, rows = await rec.write_computed(conn, table=table, updates=updates, returning=waited,
+                                                       loaded=loaded, unless_superseded=bulk_run_id)
+                return rows, stale
+            async with self.db.transaction() as conn:
+                kept, current, stale = await guards.check(conn, table, updates, guard)
+                if stale:
+                    STALE_VALUES.inc(sum(len(v) for _, v, _ in updates) - sum(len(v) for _, v, _ in kept))
+                # the rows as they are now (locked): what the answer is built from
+                _, rows = await rec.write_computed(conn, table=table, updates=kept, returning=waited,
+                                                   loaded=current, unless_superseded=bulk_run_id)
+                return rows, stale
         except psycopg.DataError as exc:
             raise ApplicationError(f"the computed values could not be stored: {exc.diag.message_primary or 'refused'}",
                                    type="UNSTORABLE", non_retryable=True) from None
+
+
+def _merged(first: PipelineResult, again: PipelineResult) -> PipelineResult:
+    """``first`` with the outcomes of the records evaluated ``again`` replaced."""
+    redone = set(again.ok) | set(again.records)
+    records = {k: v for k, v in first.records.items() if k not in redone}
+    records.update(again.records)
+    ok = [r for r in first.ok if r not in redone] + list(again.ok)
+    return PipelineResult(run_id=first.run_id, status="error" if records else "ok", records=records, ok=ok)
 
 
 def decode_rows(table: TableMeta, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

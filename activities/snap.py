@@ -21,6 +21,7 @@ def table_snap(table: TableMeta) -> TableSnap:
                 id=c.id, name=c.name, type=c.type.value, config=dict(c.config), formula=c.formula,
                 options=[o.as_dict() for o in c.options], relation_table_id=c.relation_table_id,
                 required=c.required, position=c.position, broken=c.broken, value_type=c.value_type,
+                definition=c.definition,
             )
             for c in table.columns
         ],
@@ -38,7 +39,7 @@ def table_meta(snap: TableSnap) -> TableMeta:
                 id=c.id, table_id=snap.id, name=c.name, type=ColumnType(c.type), required=c.required,
                 position=c.position, options=tuple(Option(o["id"], o["label"], o["color"]) for o in c.options),
                 config=c.config, formula=c.formula, relation_table_id=c.relation_table_id,
-                broken=c.broken, value_type=c.value_type,
+                broken=c.broken, value_type=c.value_type, definition=c.definition,
             )
             for c in snap.columns
         ),

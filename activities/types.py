@@ -30,6 +30,9 @@ class ColumnSnap:
     broken: str | None = None
     # computed columns: the value type results must have (storage/schema.py value_fits)
     value_type: str | None = None
+    # a digest of the stored definition (storage.schema.definition_of): the write-back
+    # stores the run's values only while it is still the column's (storage/guards.py)
+    definition: str = ""
 
 
 @dataclass
@@ -94,6 +97,9 @@ class PipelineInput:
 class LoadInput:
     table: TableSnap
     record_ids: list[int]
+    # the run's computed columns (PipelineInput.levels): with them, the result also holds
+    # the write-back guard under "_guards" (storage/guards.py stamp)
+    levels: list[list[int]] | None = None
 
 
 @dataclass
@@ -123,6 +129,7 @@ class WriteInput:
     table: TableSnap
     updates: list[dict[str, Any]]  # {id, values: {column id: value}, outcome}
     bulk_run_id: str | None = None  # as PipelineInput.bulk_run_id
+    guard: dict[str, Any] | None = None  # what the values were computed from (storage/guards.py)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from storage.schema import (
     TableMeta,
     WorkspaceSchema,
     column_name,
+    definition_of,
 )
 
 Conn = AsyncConnection[Any]
@@ -91,6 +92,7 @@ def _column_from_row(row: dict[str, Any], names: refs.Names | None = None) -> Co
         other_refs=other,
         broken=row.get("broken"),
         value_type=row.get("value_type"),
+        definition=definition_of(row) if ColumnType(kind).computed else "",
     )
 
 

@@ -10,12 +10,15 @@ Physical naming (DESIGN §3): workspace ``W`` lives in schema ``ws_W``; table ``
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
+
+import orjson
 
 
 class ColumnType(StrEnum):
@@ -193,6 +196,9 @@ class ColumnMeta:
     # a computed column's value type (VALUE_TYPES; None for data columns and for
     # computed columns described without it, which then read as json)
     value_type: str | None = None
+    # a digest of the stored definition (storage.guards.definition_of; "" when not loaded
+    # from its metadata row): a run's write-back checks it is still the column's
+    definition: str = field(default="", compare=False)
 
     @property
     def computed(self) -> bool:
@@ -289,3 +295,12 @@ class WorkspaceSchema:
                 if t.name == ref:
                     return t
         return None
+
+
+def definition_of(row: Any) -> str:
+    """A digest of a column's stored definition (its ``wds.columns`` row): what its values
+    are computed by. References are stored by id, so a rename leaves it unchanged
+    (storage/guards.py compares it when a run writes its values back)."""
+    text = orjson.dumps([row["type"], row.get("formula"), row.get("config") or {}, row.get("broken"),
+                         row.get("value_type")], option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(text, digest_size=8).hexdigest()

@@ -44,6 +44,7 @@ REMOTE_RETRY = RetryPolicy(
     non_retryable_error_types=["StepError"],
 )
 MAX_LOOP_ITEMS = 1000
+GUARDS_KEY = "_guards"  # activities.records_io.GUARDS_KEY (workflows import no activity module)
 
 
 @workflow.defn(name="PipelineWorkflow")
@@ -71,11 +72,15 @@ class PipelineWorkflow:
             )
         self.fields: dict[str, dict[str, Any]] = await workflow.execute_local_activity(
             "load_records",
-            LoadInput(table=inp.table, record_ids=inp.record_ids),
+            LoadInput(table=inp.table, record_ids=inp.record_ids, levels=inp.levels if inp.write else None),
             start_to_close_timeout=LOCAL_TIMEOUT,
             retry_policy=LOCAL_RETRY,
             result_type=dict,
         )
+        # what the run's values derive from, as read (storage/guards.py): the write-back
+        # stores only those still derived from what the rows hold (absent from histories
+        # recorded before the guard: the write is then unguarded, as it was)
+        guard = self.fields.pop(GUARDS_KEY, None)
         self.ledger = Ledger(inp, list(self.fields))
         self.children: list[Any] = []
         for level in inp.levels:
@@ -86,7 +91,7 @@ class PipelineWorkflow:
         if inp.write and updates:
             await workflow.execute_local_activity(
                 "write_results",
-                WriteInput(table=inp.table, updates=updates, bulk_run_id=inp.bulk_run_id),
+                WriteInput(table=inp.table, updates=updates, bulk_run_id=inp.bulk_run_id, guard=guard),
                 start_to_close_timeout=LOCAL_TIMEOUT,
                 retry_policy=LOCAL_RETRY,
             )

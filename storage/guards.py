@@ -1,0 +1,149 @@
+"""Write-back guards: a run stores a computed value only while what it was computed from
+is still what the table holds.
+
+A run reads its records, computes (for seconds, with an HTTP step), then writes. Meanwhile
+another write may have changed the record's inputs and started its own run, and a schema
+change may have edited the column and started a backfill. Written unconditionally, the
+slower run's values land last and stay, computed from inputs or a formula the table no
+longer has (issue: "trust in the data"). So every write-back is checked, column by column:
+
+* **inputs**: the stored columns the value derives from in this run (the columns it reads,
+  through the run's own computed columns, down to stored values: :func:`plan`) must hold
+  what the run read. They are compared as a digest of their values (:func:`digest`),
+  taken when the run loaded the rows and again, under the rows' locks, when it writes;
+* **definition**: the column's own stored definition (type, formula and config in their
+  stored by-id form, broken, value type: :func:`definition_of`, so a rename changes
+  nothing) and the types of its inputs must be those of the run's snapshot.
+
+A column failing either check is not written for that record, and the record's outcome is
+not either (it describes a run whose values did not land). Who stores the right value then:
+
+* inputs changed: the write that changed them ran the columns depending on them
+  (``storage.pipelines.plan_steps``) from the new values; that run's own check passes,
+  since nothing changed after it read. The last write's run always lands;
+* definition changed: the schema change's backfill recomputes the column for every row,
+  reading after the change committed. Its writes wait for a run's row locks, so it lands
+  after the stale run, never before.
+
+The check and the write run in one transaction that locks the rows first (``FOR NO KEY
+UPDATE``, in id order) and reads the definitions after, so a schema change committing
+between the two is seen, or its backfill's writes wait for this transaction to end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from storage import ddl
+from storage.pipelines import graph
+from storage.records import row_list
+from storage.schema import TableMeta, column_name, definition_of
+
+Update = tuple[int, dict[int, Any], dict[str, Any] | None]
+
+
+def digest(row: Mapping[str, Any], physicals: Sequence[str]) -> str:
+    """A digest of a stored row's values of ``physicals`` (as psycopg reads them: the same
+    stored values read twice give the same text)."""
+    return hashlib.blake2b(repr([row.get(p) for p in physicals]).encode(), digest_size=8).hexdigest()
+
+
+def plan(table: TableMeta, run: Iterable[int]) -> dict[str, Any]:
+    """Which stored columns each computed column of a run (``run``: its column ids) derives
+    from: ``{"sets": [[physical, ...], ...], "cols": {column id: set index}}``."""
+    reads = graph(table).reads
+    run_set = set(run)
+    known = {c.id for c in table.columns}
+    memo: dict[int, frozenset[int]] = {}
+
+    def inputs(cid: int, path: frozenset[int]) -> frozenset[int]:
+        found = memo.get(cid)
+        if found is not None:
+            return found
+        out: set[int] = set()
+        for ref in reads.get(cid, ()):
+            if ref in run_set:
+                if ref not in path:  # a cycle (refused at write time): stop there
+                    out |= inputs(ref, path | {ref})
+            elif ref in known:
+                out.add(ref)
+        memo[cid] = frozenset(out)
+        return memo[cid]
+
+    sets: list[list[str]] = []
+    index: dict[tuple[str, ...], int] = {}
+    cols: dict[str, int] = {}
+    for cid in sorted(run_set):
+        key = tuple(sorted(column_name(i) for i in inputs(cid, frozenset({cid}))))
+        if key not in index:
+            index[key] = len(sets)
+            sets.append(list(key))
+        cols[str(cid)] = index[key]
+    return {"sets": sets, "cols": cols}
+
+
+def stamp(guard: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """``guard`` (:func:`plan`) with each row's digests as read: ``rows`` record id → one
+    digest per input set."""
+    return {**guard, "rows": {str(r["id"]): [digest(r, s) for s in guard["sets"]] for r in rows}}
+
+
+async def check(
+    conn: psycopg.AsyncConnection[Any], table: TableMeta, updates: list[Update], stamped: Mapping[str, Any],
+) -> tuple[list[Update], dict[int, dict[str, Any]], set[int]]:
+    """Lock the rows of ``updates`` and keep of each only the values whose inputs and
+    definition are unchanged (see the module docstring); run inside the transaction that
+    then writes them. Returns (the updates to write, the rows as they are now by id, the
+    ids of records with values left out). A record gone is left out whole (not counted).
+    A record's outcome is kept only with all its values."""
+    ids = sorted({rid for rid, _, _ in updates})
+    cur = await conn.execute(
+        sql.SQL("SELECT {} FROM {} WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE").format(
+            row_list(table), ddl.qualified(table.workspace_id, table.id)), (ids,))
+    current = {row["id"]: row for row in await cur.fetchall()}
+    written = {cid for _, values, _ in updates for cid in values}
+    snap = {c.id: c for c in table.columns}
+    sets: list[list[str]] = stamped.get("sets", [])
+    cols: dict[str, int] = stamped.get("cols", {})
+    input_ids = {int(p[2:]) for s in sets for p in s}
+    cur = await conn.execute("SELECT id, type, formula, config, broken, value_type FROM wds.columns"
+                             " WHERE id = ANY(%s)", (sorted(written | input_ids),))
+    defs = {row["id"]: row for row in await cur.fetchall()}
+
+    def input_types_hold(s: int) -> bool:
+        for p in sets[s]:
+            cid = int(p[2:])
+            now, then = defs.get(cid), snap.get(cid)
+            if now is None or then is None or now["type"] != then.type.value:
+                return False
+        return True
+
+    types_hold = [input_types_hold(s) for s in range(len(sets))]
+    defined = {cid for cid in written
+               if cid in defs and cid in snap and (not snap[cid].definition or definition_of(defs[cid]) == snap[cid].definition)}
+    rows: dict[str, list[str]] = stamped.get("rows", {})
+    kept: list[Update] = []
+    stale: set[int] = set()
+    for rid, values, outcome in updates:
+        row = current.get(rid)
+        if row is None:
+            continue
+        if not values:
+            kept.append((rid, values, outcome))
+            continue
+        read = rows.get(str(rid))
+        ok: dict[int, Any] = {}
+        for cid, value in values.items():
+            s = cols.get(str(cid))
+            if cid in defined and (s is None or read is None or (types_hold[s] and digest(row, sets[s]) == read[s])):
+                ok[cid] = value
+        if len(ok) < len(values):
+            stale.add(rid)
+        if ok:
+            kept.append((rid, ok, outcome if len(ok) == len(values) else None))
+    return kept, current, stale
