@@ -166,6 +166,10 @@ class Deleted(BaseModel):
     detached: list[dict[str, Any]] | None = Field(
         default=None, description="forced deletes: the dependents that were loosened or marked broken"
     )
+    backfill: dict[str, Any] | None = Field(
+        default=None, description="forced column deletes: the backfill recomputing the computed columns that read"
+        " the ones marked broken (their values came from the cleared ones), as a column edit's `backfill`",
+    )
 
 
 class PipelineOut(BaseModel):

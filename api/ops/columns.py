@@ -10,13 +10,13 @@ from api.ops.access import require_manage, table_for
 from api.ops.schema_tx import check_column_hosts, schema_change
 from api.schemas import ColumnIn, ColumnPatch
 from api.serialize import column_out
-from api.services.backfill import backfill_after_change
+from api.services.backfill import PURE_KINDS, backfill_after_change, start_backfill
 from api.state import AppState
 from storage import appusers, dependents, meta
 from storage.access import Action, Principal
 from storage.columnspec import parse_column_patch, parse_new_column
 from storage.errors import ColumnInUse, Conflict, NotFound, ValidationError
-from storage.pipelines import check_computed_columns
+from storage.pipelines import check_computed_columns, dependant_ids
 from storage.schema import ColumnMeta, TableMeta
 
 
@@ -126,7 +126,27 @@ async def delete_column(
     out: dict[str, Any] = {"id": col.id, "deleted": True}
     if users:
         out["detached"] = users
+        broken = [d["id"] for d in users if d["kind"] == "column" and d.get("table_id") == table.id]
+        out["backfill"] = await recompute_readers(state, principal, table.id, broken)
     return out
+
+
+async def recompute_readers(state: AppState, principal: Principal, table_id: int,
+                            cleared: list[int]) -> dict[str, Any] | None:
+    """After columns of ``table_id`` were marked broken and their values cleared (a forced
+    delete of what they read): recompute the computed columns reading them, transitively,
+    whose values were computed from the cleared ones (else they stay as they were, wrong).
+    The broken columns run too, so every row ends as a new record would: the broken column
+    null with its reason, its readers skipped (null). Kinds without side effects only, as
+    any backfill after a change; call after commit."""
+    table = (await state.schema(principal.workspace_id)).tables.get(table_id)
+    if table is None or not cleared:
+        return None
+    readers = dependant_ids(table, cleared) - set(cleared)
+    if not any(c.id in readers and c.type in PURE_KINDS for c in table.columns):
+        return None
+    ids = [c.id for c in table.columns if (c.id in readers and c.type in PURE_KINDS) or c.id in cleared]
+    return await start_backfill(state, principal, table, ids)
 
 
 async def _sign_in_column(state: AppState, table: TableMeta, col: ColumnMeta) -> bool:

@@ -174,3 +174,28 @@ def test_concurrent_writes_during_backfills_leave_every_row_consistent(ws):
     rows = ws.api.get(url, params={"limit": "1000"}).json()["records"]
     bad = [r["fields"] for r in rows if r["fields"]["F"] != r["fields"]["N"] * 2 or r["fields"]["G"] != r["fields"]["F"] + 4]
     assert not bad, bad[:5]
+
+
+def test_a_forced_delete_recomputes_the_readers_of_the_columns_it_broke(ws):
+    """N → F = {N}*2 → G = {F}+1: deleting N with force marks F broken and clears it; G's
+    values came from F's and are recomputed (G read 11 for ever, status ok). Every row
+    ends as a new record does: F null with its reason, G skipped (null)."""
+    t = ws.create_table("Chain", [
+        {"name": "N", "type": "number"},
+        {"name": "F", "type": "formula", "formula": "{N} * 2"},
+        {"name": "G", "type": "formula", "formula": "{F} + 1"},
+    ])
+    url = f"/tables/{t['id']}/records"
+    rid = ws.api.post(url, json={"fields": {"N": 5}}).json()["id"]
+    assert _record(ws, t["id"], rid)["G"] == 11
+    n_id = next(c["id"] for c in t["columns"] if c["name"] == "N")
+    r = ws.api.delete(f"/tables/{t['id']}/columns/{n_id}", params={"force": "true"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [d["name"] for d in body["detached"]] == ["F"]
+    assert body["backfill"] is not None, body
+    run = wait_run(ws, body["backfill"]["run_id"])
+    assert run["status"] == "completed_with_errors" and run["failed"] == 1, run  # F cannot compute
+    assert _record(ws, t["id"], rid) == {"F": None, "G": None}
+    fresh = ws.api.post(url, json={"fields": {}}).json()
+    assert fresh["fields"] == {"F": None, "G": None} and "F" in fresh["pipeline"]["errors"]
