@@ -62,16 +62,18 @@ async def get_run(conn: Conn, *, workspace_id: int, run_id: str) -> dict[str, An
 
 async def set_progress(conn: Conn, *, run_id: str, done: int, failed: int, status: str | None,
                        errors: dict[str, Any] | None = None) -> None:
-    # progress only moves forward (a retried activity may report an older figure), and a
-    # final status stays (a superseded run's last chunk may still report). ``total`` was
-    # counted when the run started; a run paging the table also reaches rows created since
-    # (a backfill must: a create that read the old formula may commit after the count), so
-    # it grows to cover them rather than reading past 100 %
+    # progress only moves forward (a retried activity may report an older figure), and
+    # only while the run is running: a final status stays with its figures (a superseded
+    # run's chunks still in flight write nothing, storage.records.write_computed, so what
+    # they report is not done; they made it read "superseded, done 50000/50000").
+    # ``total`` was counted when the run started; a run paging the table also reaches rows
+    # created since (a backfill must: a create that read the old formula may commit after
+    # the count), so it grows to cover them rather than reading past 100 %
     await conn.execute(
         "UPDATE wds.runs SET done = greatest(done, %s), failed = greatest(failed, %s),"
         " total = greatest(total, greatest(done, %s) + greatest(failed, %s)),"
-        " status = CASE WHEN status = 'running' THEN coalesce(%s, status) ELSE status END,"
-        " errors = coalesce(%s, errors), updated_at = now() WHERE id = %s",
+        " status = coalesce(%s, status),"
+        " errors = coalesce(%s, errors), updated_at = now() WHERE id = %s AND status = 'running'",
         (done, failed, done, failed, status, Jsonb(errors) if errors is not None else None, run_id),
     )
 

@@ -73,6 +73,8 @@ async def test_a_superseded_backfill_writes_nothing_more(setup) -> None:
 
 
 async def test_a_final_status_stays_and_progress_only_grows(setup) -> None:
+    """Progress only grows, and stops with a final status: a superseded run's chunks still
+    in flight write nothing, and their reports made it read "superseded, done 50000/50000"."""
     conn, table, table_id = setup
     run_id = await new_run(conn, table_id)
     await runs.set_progress(conn, run_id=run_id, done=2, failed=0, status=None)
@@ -80,7 +82,7 @@ async def test_a_final_status_stays_and_progress_only_grows(setup) -> None:
     await runs.supersede(conn, run_id=run_id, by="run-next")
     await runs.set_progress(conn, run_id=run_id, done=3, failed=1, status="completed")
     row = await (await conn.execute("SELECT status, done, failed, errors FROM wds.runs WHERE id = %s", (run_id,))).fetchone()
-    assert (row["status"], row["done"], row["failed"]) == ("superseded", 3, 1)
+    assert (row["status"], row["done"], row["failed"]) == ("superseded", 2, 1)
     assert row["errors"] == {"superseded_by": "run-next"}
     ws = (await (await conn.execute("SELECT workspace_id FROM wds.tables WHERE id = %s", (table_id,))).fetchone())
     assert await runs.running_backfill(conn, workspace_id=ws["workspace_id"], table_id=table_id) is None

@@ -38,3 +38,4 @@ async def test_total_covers_what_the_run_reached_and_progress_only_moves_forward
         assert await state() == (13, 12, 1, "running")
         await runs.set_progress(conn, run_id=run_id, done=12, failed=1, status="completed_with_errors")
         assert await state() == (13, 12, 1, "completed_with_errors")
+
