@@ -70,8 +70,10 @@ _AS_STORED = frozenset({ColumnType.TEXT, ColumnType.SINGLE_SELECT, ColumnType.RE
 
 
 def _decoders(columns: Sequence[ColumnMeta]) -> tuple[tuple[str, str, ColumnMeta | None], ...]:
-    """``(name, physical, column or None)`` per column; ``None``: the stored value as is."""
-    return tuple((c.name, c.physical, None if c.computed or c.type in _AS_STORED else c) for c in columns)
+    """``(name, physical, column or None)`` per column; ``None``: the stored value as is
+    (a computed number is decoded: jsonb reads 1e307 back as a 308-digit integer)."""
+    return tuple((c.name, c.physical, None if (c.computed and c.value_type != "number") or c.type in _AS_STORED
+                  else c) for c in columns)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ import math
 import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime
+from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
 
@@ -277,7 +278,8 @@ def decode_value(col: ColumnMeta, raw: Any) -> Any:
         if t in (ColumnType.MULTI_SELECT, ColumnType.FILE):
             return []
         return None
-    if t is ColumnType.NUMBER:
+    if t is ColumnType.NUMBER or (col.value_type == "number" and t.computed and _is_number(raw)):
+        # a computed number comes from jsonb (numeric): 1e307 read as a 308-digit integer
         return _decode_number(float(raw))
     if t is ColumnType.DATE:
         return iso_text(raw) if isinstance(raw, datetime) else str(raw)
@@ -286,6 +288,10 @@ def decode_value(col: ColumnMeta, raw: Any) -> Any:
     if t is ColumnType.FILE:
         return [u for u in (file_url(r) for r in raw if isinstance(r, dict)) if u is not None]
     return raw
+
+
+def _is_number(raw: Any) -> bool:
+    return isinstance(raw, (int, float, Decimal)) and not isinstance(raw, bool)
 
 
 def _same(raw: Any) -> Any:
@@ -302,7 +308,8 @@ def value_decoder(col: ColumnMeta) -> Callable[[Any], Any]:
     t = col.type
     if t is ColumnType.NUMBER:
         return _number_or_none
-    if t in (ColumnType.DATE, ColumnType.CHECKBOX, ColumnType.MULTI_SELECT, ColumnType.FILE):
+    if t in (ColumnType.DATE, ColumnType.CHECKBOX, ColumnType.MULTI_SELECT, ColumnType.FILE) or (
+            t.computed and col.value_type == "number"):
         return lambda raw: decode_value(col, raw)
     return _same  # every other type stores what the API shows (None stays None)
 

@@ -45,6 +45,13 @@ def renderable(plan: QueryPlan) -> bool:
     return not plan.embeds and record_json_renderable(plan.output)
 
 
+def computed_number(col: ColumnMeta) -> bool:
+    """A computed column of value type ``number``: its jsonb values are numbers (or NULL),
+    rendered as a number column's are. jsonb keeps a number as ``numeric``, whose text
+    never has an exponent: 1e307 read as 308 digits."""
+    return col.computed and col.value_type == "number"
+
+
 def value_json(col: ColumnMeta, c: sql.Composable) -> sql.Composable:
     """``col``'s value ``c`` rendered as :func:`storage.values.decode_value` decodes it
     (not for file columns)."""
@@ -54,6 +61,9 @@ def value_json(col: ColumnMeta, c: sql.Composable) -> sql.Composable:
         return sql.SQL("coalesce({}, '{{}}'::text[])").format(c)
     if col.type is ColumnType.NUMBER:
         return _number(c, "to_json({}::bigint)", "to_json({})")
+    if computed_number(col):
+        return sql.SQL("CASE WHEN jsonb_typeof({c}) = 'number' THEN {n}::jsonb ELSE {c} END").format(
+            c=c, n=_number(sql.SQL("({})::float8").format(c), "to_json({}::bigint)", "to_json({})"))
     return c  # timestamps: PostgreSQL's JSON form, which storage.values.iso_text writes too
 
 
@@ -63,6 +73,9 @@ def value_text(col: ColumnMeta, c: sql.Composable) -> sql.Composable:
     ``json`` value, which measured ~10 % of a 100-record page's statement."""
     if col.type is ColumnType.NUMBER:
         return _number(c, "({}::bigint)::text", "to_json({})::text")
+    if computed_number(col):
+        return sql.SQL("CASE WHEN jsonb_typeof({c}) = 'number' THEN {n} ELSE {c}::text END").format(
+            c=c, n=_number(sql.SQL("({})::float8").format(c), "({}::bigint)::text", "to_json({})::text"))
     return sql.SQL("to_json({})::text").format(value_json(col, c))
 
 
@@ -109,7 +122,7 @@ def record_text_spaced(columns: tuple[ColumnMeta, ...] | list[ColumnMeta], alias
     ``page``: whether any row of the query is (``bool_or``), for a whole page."""
     tests = [sql.SQL("jsonb_typeof({c}) IN ('object', 'array') OR (jsonb_typeof({c}) = 'number'"
                      " AND scale(({c})::numeric) > 0)").format(c=sql.Identifier(alias, col.physical))
-             for col in columns if col.computed]
+             for col in columns if col.computed and not computed_number(col)]
     if not tests:
         return sql.SQL("false")
     spaced = sql.SQL("coalesce({}, false)").format(sql.SQL(" OR ").join(tests))
