@@ -15,8 +15,7 @@ the SSRF guard of user-defined HTTP steps; transient failures are retried the sa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -25,6 +24,7 @@ from temporalio import activity
 
 from activities.http_request import check_timeout, record_extra, to_result
 from activities.metrics import timed_step
+from activities.openai_stream import reply_of  # the one reader of a completion, shared with the chat
 from activities.proxy import (
     DEFAULT_TIMEOUT_S,
     Credential,
@@ -36,8 +36,8 @@ from activities.proxy import (
     send,
     step_error,
 )
-from activities.steps import column_for_step
 from activities.sandbox import sandbox
+from activities.steps import column_for_step
 from activities.templates import TemplateFailure, check_template, render_many
 from activities.types import StepInput, StepResult
 from storage import jsontext, quotas
@@ -54,12 +54,6 @@ USAGE_KIND = "ai_tokens"  # raw tokens beside the credits, for reporting
 TOKENS_PER_CREDIT = 1000
 
 
-@dataclass
-class ChatReply:
-    content: str
-    tokens: int = 0
-
-
 def chat_body(messages: list[dict[str, str]], *, model: str, json_mode: bool, stream: bool = False) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "messages": messages}
     if json_mode:
@@ -68,23 +62,6 @@ def chat_body(messages: list[dict[str, str]], *, model: str, json_mode: bool, st
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
     return body
-
-
-def reply_of(payload: Any) -> ChatReply:
-    """The assistant message and token count of a (non-streaming) completion response.
-
-    Raises:
-        ValueError: the response is not a chat completion.
-    """
-    if not isinstance(payload, dict) or not payload.get("choices"):
-        raise ValueError("the AI provider's response has no choices")
-    message = payload["choices"][0].get("message") or {}
-    content = message.get("content")
-    if not isinstance(content, str):
-        raise ValueError("the AI provider's response has no message content")
-    usage = payload.get("usage") or {}
-    tokens = usage.get("total_tokens") or (usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0))
-    return ChatReply(content=content, tokens=int(tokens or 0))
 
 
 def parse_json_reply(content: str) -> Any:
@@ -121,7 +98,7 @@ async def check_ai_quota(db: Database, *, workspace_id: int, plan_name: str) -> 
     Raises:
         PlanLimit: ``PLAN_LIMIT_AI_CREDITS`` (unless the plan may auto-recharge and does).
     """
-    month = quotas.month_key(datetime.now(timezone.utc))
+    month = quotas.month_key(datetime.now(UTC))
     async with db.connection() as conn:
         totals, flags = await quotas.load_counters(conn, pairs=[(workspace_id, month)])
     used = totals.get((workspace_id, month, quotas.AI_CREDITS), 0)
@@ -133,7 +110,7 @@ async def record_ai_usage(db: Database, *, workspace_id: int, credits: int, toke
     """Add a step's AI credits (the quota) and raw tokens (for reporting) to this month."""
     if credits <= 0 and tokens <= 0:
         return
-    month = quotas.month_key(datetime.now(timezone.utc))
+    month = quotas.month_key(datetime.now(UTC))
     async with db.connection() as conn:
         await quotas.add_counters(conn, deltas={(workspace_id, month, quotas.AI_CREDITS): credits,
                                                 (workspace_id, month, USAGE_KIND): tokens})
@@ -238,6 +215,6 @@ class AiStep:
         outcomes = await bounded([job(r, inp.records[r]) for r in rids], limit=AI_CONCURRENCY)
         try:
             await record_ai_usage(self.db, workspace_id=inp.table.workspace_id, credits=credits, tokens=tokens)
-        except Exception as exc:  # failing here would retry the batch and pay for it twice
+        except Exception as exc:  # noqa: BLE001 - failing here would retry the batch and pay for it twice
             activity.logger.warning("AI usage of workspace %s not recorded: %s", inp.table.workspace_id, exc)
         return to_result(rids, outcomes)

@@ -7,6 +7,12 @@ A delta carries ``content`` text, or ``tool_calls`` fragments — ``{index, id?,
 :func:`stream_completion` turns that into :class:`Text` events as they arrive, then one
 :class:`Finished` with the assembled tool calls and the token usage.
 
+An answer that is not a completion is a :class:`ProviderError`, never an empty reply: a
+stream none of whose chunks has a choice (``{"foo": 1}``, only ``{"choices": []}``), or a
+body that is not a stream. A body that is not a stream is read as a non-streamed completion
+by :func:`reply_of`, the ``ai_agent`` step's reader (a provider that ignores ``stream: true``
+still answers); anything else it refuses is the error, with its reason.
+
 Used by the agent chat (``api/doors/chat``) and by anything in ``activities`` that streams; the
 provider is operator configuration, so it is called on a plain client, not through the
 SSRF guard of user-defined HTTP steps. No I/O at import: the API may import it.
@@ -24,11 +30,62 @@ import orjson
 from storage import jsontext
 from storage.errors import ServiceError, Unavailable
 
+NOT_A_COMPLETION = "the AI provider answered something that is not a chat completion"
+NO_CHOICES = "the AI provider's response has no choices"
+
 
 class ProviderError(Unavailable):
     """The AI provider failed or answered something that is not a chat completion (503)."""
 
     code = "AI_PROVIDER_ERROR"
+
+
+class NotACompletion(ValueError):
+    """What :func:`reply_of` raises: the payload is not a chat completion (the reason; the
+    ai_agent step catches it as a ``ValueError``)."""
+
+
+@dataclass
+class ChatReply:
+    content: str
+    tokens: int = 0
+
+
+def reply_of(payload: Any) -> ChatReply:
+    """The assistant message and token count of a (non-streaming) completion response.
+
+    >>> reply_of({"choices": [{"message": {"content": "hi"}}], "usage": {"total_tokens": 7}})
+    ChatReply(content='hi', tokens=7)
+
+    Raises:
+        NotACompletion: the response is not a chat completion (a ``ValueError``).
+    """
+    if not isinstance(payload, dict) or not payload.get("choices") or not isinstance(payload["choices"], list):
+        raise NotACompletion(NO_CHOICES)
+    first = payload["choices"][0]
+    message = (first.get("message") if isinstance(first, dict) else None) or {}
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, str):
+        raise NotACompletion("the AI provider's response has no message content")
+    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    tokens = usage.get("total_tokens") or (usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0))
+    return ChatReply(content=content, tokens=int(tokens or 0))
+
+
+def _unstreamed(body: bytes, content_type: str) -> ChatReply:
+    """A body that is not a stream, read as a non-streamed completion.
+
+    Raises:
+        ProviderError: it is not one (the reason and the body's start in the message).
+    """
+    try:
+        return reply_of(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        reason = f"a {content_type or 'untyped'} body that is not JSON"
+    except NotACompletion as exc:
+        reason = str(exc)
+    detail = body[:200].decode("utf-8", "replace")
+    raise ProviderError(f"{NOT_A_COMPLETION} ({reason}): {detail}")
 
 
 @dataclass(frozen=True)
@@ -88,6 +145,7 @@ async def stream_completion(
         headers["Authorization"] = f"Bearer {api_key}"
     calls = _Calls()
     finished = Finished()
+    chosen = False  # a chunk with a choice arrived: the stream is a completion
     try:
         async with client.stream("POST", f"{base_url.rstrip('/')}/chat/completions", headers=headers,
                                  content=jsontext.dumps({**body, "stream": True}),
@@ -95,6 +153,13 @@ async def stream_completion(
             if resp.status_code >= 300:
                 detail = (await resp.aread())[:300].decode("utf-8", "replace")
                 raise ProviderError(f"the AI provider answered HTTP {resp.status_code}: {detail}")
+            content_type = resp.headers.get("content-type", "").split(";")[0].strip().lower()
+            if content_type != "text/event-stream":
+                reply = _unstreamed(await resp.aread(), content_type)
+                if reply.content:
+                    yield Text(reply.content)
+                yield Finished(tokens=reply.tokens, finish_reason="stop")
+                return
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -109,8 +174,12 @@ async def stream_completion(
                     raise ProviderError("the AI provider sent a malformed stream chunk") from None
                 if isinstance(chunk, dict) and chunk.get("error"):
                     raise ProviderError(f"the AI provider reported an error: {str(chunk['error'])[:300]}")
-                for choice in (chunk.get("choices") or []) if isinstance(chunk, dict) else []:
-                    delta = choice.get("delta") or {}
+                choices = chunk.get("choices") if isinstance(chunk, dict) else None
+                for choice in choices if isinstance(choices, list) else []:
+                    if not isinstance(choice, dict):
+                        continue
+                    chosen = True
+                    delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
                     if delta.get("content"):
                         yield Text(str(delta["content"]))
                     for fragment in delta.get("tool_calls") or []:
@@ -125,5 +194,7 @@ async def stream_completion(
         raise ProviderError(f"the AI provider is not reachable ({type(exc).__name__})") from exc
     except ServiceError:
         raise
+    if not chosen:  # {"foo": 1}, only {"choices": []}, nothing at all: never an empty reply
+        raise ProviderError(f"{NOT_A_COMPLETION} ({NO_CHOICES})")
     finished.tool_calls = calls.done()
     yield finished

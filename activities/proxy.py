@@ -5,8 +5,8 @@ workflow payloads) only into a request whose URL host matches one of the credent
 host patterns (``storage/secrets.py``), re-checked on every redirect: a request or a
 redirect to any other host is not sent at all and the record fails with
 ``CREDENTIAL_HOST_MISMATCH`` (so does a redirect from https to http). It sends an
-``Idempotency-Key`` that is the same on every attempt, applies a timeout and a 5 MB
-response cap, follows at most 5 redirects by hand (dropping the step's own
+``Idempotency-Key`` that is the same on every attempt, applies a timeout and a 1.5 MiB
+response cap (:data:`STEP_RESULT_MAX_BYTES`: what a step can hand back), follows at most 5 redirects by hand (dropping the step's own
 ``Authorization``/``Cookie`` headers when the origin changes), over the shared client of
 ``activities/egress.py`` whose connection layer is the SSRF guard (checked after DNS
 resolution, on every hop). The secret is redacted from what a receiver echoes back and
@@ -29,7 +29,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -44,7 +44,15 @@ from storage.db import Database
 from storage.errors import ServiceError
 from storage.secrets import SecretBox, host_allowed, load_secrets, normalise_host
 
-MAX_RESPONSE_BYTES = 5 * 1024 * 1024
+# What a remote step hands back to its workflow — every record's value of one run, as
+# Temporal's JSON — travels as one Temporal payload, and Temporal refuses a payload over
+# its blob-size error limit (2 MiB by default) with its own "[TMPRL1103] Attempted to
+# upload payloads with size that exceeded the error limit." A step's results are kept
+# within this (activities/http_request.py fit_result), leaving room under that limit for
+# the result's envelope and error messages; a response larger than it is not read further,
+# since it could never be kept.
+STEP_RESULT_MAX_BYTES = 1536 * 1024
+MAX_RESPONSE_BYTES = STEP_RESULT_MAX_BYTES
 MAX_REDIRECTS = 5
 MAX_ATTEMPTS = 4
 CONCURRENCY = 32  # requests in flight per step (one activity)
@@ -60,6 +68,20 @@ T = TypeVar("T")
 
 class ResponseTooLarge(Exception):
     """The response body exceeded the cap."""
+
+
+def size_text(n: int) -> str:
+    """A byte count as people read it.
+
+    >>> size_text(1536 * 1024), size_text(2 * 1024 * 1024), size_text(704 * 1024 + 2), size_text(10)
+    ('1.5 MiB', '2 MiB', '704 KiB', '1 KiB')
+    """
+    if n >= 1024 * 1024:
+        return f"{n / (1024 * 1024):.1f}".removesuffix(".0") + " MiB"
+    return f"{max(1, round(n / 1024))} KiB"
+
+
+TOO_LARGE = f"response larger than {size_text(MAX_RESPONSE_BYTES)}, the most a step keeps"
 
 
 class RequestInvalid(Exception):
@@ -262,13 +284,13 @@ def parse_body(data: bytes, content_type: str) -> Any:
 async def _read_capped(resp: httpx.Response) -> bytes:
     declared = resp.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
-        raise ResponseTooLarge(f"response larger than {MAX_RESPONSE_BYTES // (1024 * 1024)} MB")
+        raise ResponseTooLarge(TOO_LARGE)
     chunks: list[bytes] = []
     size = 0
     async for chunk in resp.aiter_bytes():
         size += len(chunk)
         if size > MAX_RESPONSE_BYTES:
-            raise ResponseTooLarge(f"response larger than {MAX_RESPONSE_BYTES // (1024 * 1024)} MB")
+            raise ResponseTooLarge(TOO_LARGE)
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -397,7 +419,7 @@ def activity_deadline(margin_s: float = 0.5) -> float:
     """The running activity's deadline as a ``time.monotonic()`` value, minus a margin so
     the step reports its own errors before Temporal times it out."""
     info = activity.info()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     ends = []
     if info.start_to_close_timeout:
         ends.append(info.started_time + info.start_to_close_timeout)

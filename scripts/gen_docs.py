@@ -122,7 +122,10 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     "NOT_IMPLEMENTED": ("Agent webhook `type=slack` or `type=whatsapp`: not implemented yet.", ""),
     "UNAVAILABLE": ("A service we depend on is not reachable: PostgreSQL, Temporal (pipelines, schedules, runs), the object store, the embeddings or AI provider, the JavaScript engine. Retry shortly. `/healthz` answers it with `problems`.", ""),
     "NOT_CONFIGURED": ("A feature needs server configuration that is missing: `WDS_SECRET_KEY` (credentials, app users, signed URLs), an AI or embeddings provider, a messaging credential, the SDK files; 400 for semantic search on a table without `semantic_search` columns.", ""),
-    "AI_PROVIDER_ERROR": ("The AI provider failed or answered something that is not a chat completion.", ""),
+    "AI_PROVIDER_ERROR": ("The AI provider failed or answered something that is not a chat completion (an HTTP"
+                          " 200 without choices or that is not JSON included). Agent chat: 503 when nothing was"
+                          " answered yet, else an `error` event; a turn with no reply and no tool call stores"
+                          " nothing.", ""),
     "CHANNEL_DELIVERY_FAILED": ("Telegram could not be reached or refused the reply.", ""),
     # in-band (inside a 200 body or a message)
     "EVENTS_PURGED": ("Realtime: `since` is older than the retained change events; reload the table, then subscribe again.", "purged_through, table_id"),

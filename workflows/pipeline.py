@@ -43,7 +43,10 @@ REMOTE_RETRY = RetryPolicy(
     maximum_attempts=3,
     non_retryable_error_types=["StepError"],
 )
-MAX_LOOP_ITEMS = 1000
+MAX_LOOP_ITEMS = 1000  # a longer list fails the row's loop column (docs/api.md "Computed columns")
+# Versioning (workflow.patched): before this id a longer list was cut to its first
+# MAX_LOOP_ITEMS items and looped; a history recorded then replays that way.
+LOOP_LIMIT_FAILS = "loop-over-limit-fails"
 GUARDS_KEY = "_guards"  # activities.records_io.GUARDS_KEY (workflows import no activity module)
 
 
@@ -170,7 +173,7 @@ class PipelineWorkflow:
                     result_type=StepResult,
                     summary=summary,
                 )
-        except Exception as exc:  # activity failed after its retries (or timed out)
+        except Exception as exc:  # noqa: BLE001 - activity failed after its retries (or timed out)
             message = _failure_message(exc)
             if self._remaining_s() <= 0:
                 message = BUDGET_EXCEEDED
@@ -219,7 +222,15 @@ class PipelineWorkflow:
                 items = []
             if not isinstance(items, list):
                 items = [items]
+            # A list over the limit fails the row instead of losing its tail silently. That
+            # changes the commands (no iterations for that row), so runs recorded before
+            # keep cutting the list on replay; patched() is asked only when a list is over
+            # the limit, the only case where the two versions differ.
+            if len(items) > MAX_LOOP_ITEMS and workflow.patched(LOOP_LIMIT_FAILS):
+                self.ledger.fail(rid, cid, f"the list has {len(items):,} items; a loop runs at most {MAX_LOOP_ITEMS:,}")
+                continue
             lists[rid] = items[:MAX_LOOP_ITEMS]
+        rids = [rid for rid in rids if rid in lists]
         results: dict[str, list[Any]] = {rid: [] for rid in rids}
         longest = max((len(v) for v in lists.values()), default=0)
         active = list(rids)
@@ -289,7 +300,8 @@ def _failure_message(exc: BaseException) -> str:
     cause: BaseException | None = exc
     message = str(exc)
     while cause is not None:
-        if getattr(cause, "message", None):
-            message = str(getattr(cause, "message"))
+        found = getattr(cause, "message", None)
+        if found:
+            message = str(found)
         cause = cause.__cause__
     return message or type(exc).__name__

@@ -14,6 +14,10 @@ What the model "does" is scripted by the last message it is sent:
 * ``CALL <tool> <json arguments>`` → it calls that tool (several ``CALL`` lines: several
   calls in one round); ``LOOP`` → it calls ``list_tables`` forever;
 * ``SLOW <n>`` → ``n`` tokens 40 ms apart (for disconnects); ``FAIL`` → HTTP 500;
+* ``JUNK <kind>`` → HTTP 200 with something that is not a chat completion (:data:`JUNK`):
+  a JSON object without choices, empty choices, a text/plain body, or a stream of events
+  that are not completion chunks; ``PLAIN <text>`` → ``<text>`` as one completion that is
+  not streamed (``stream: true`` ignored, as some providers do);
 * anything else → ``You said: <message> (history <n>)`` word by word, where ``n``
   counts the earlier user/assistant messages it was given.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +75,13 @@ class FakeServices:
         self.completions.append(body)
         messages = body.get("messages") or []
         last = messages[-1] if messages else {}
+        content = str(last.get("content") or "")
+        if content.startswith("JUNK "):
+            return await JUNK[content.removeprefix("JUNK ")](request)
+        if content.startswith("PLAIN "):  # a provider that ignores stream: true
+            return web.json_response({"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": content.removeprefix("PLAIN ")}}],
+                                      "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
         chunks, delay = self._script(messages, last)
         if chunks is None:
             return web.json_response({"error": {"message": "boom"}}, status=500)
@@ -135,6 +147,32 @@ class FakeServices:
     def webhook_secret(self, channel_token: str) -> str:
         """The secret_token last registered for the webhook of a channel (by its token in the URL)."""
         return [w for w in self.webhooks if w["url"].endswith(f"token={channel_token}")][-1]["secret_token"]
+
+
+async def _junk_stream(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    await resp.write(b'data: {"foo": 1}\n\ndata: {"choices": []}\n\ndata: [DONE]\n\n')
+    await resp.write_eof()
+    return resp
+
+
+async def _junk_object(request: web.Request) -> web.Response:
+    return web.json_response({"foo": 1})
+
+
+async def _junk_no_choices(request: web.Request) -> web.Response:
+    return web.json_response({"choices": []})
+
+
+async def _junk_text(request: web.Request) -> web.Response:
+    return web.Response(text="Service temporarily in maintenance", content_type="text/plain")
+
+
+# HTTP 200 answers that are not chat completions, by the message ``JUNK <kind>``
+JUNK: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {
+    "object": _junk_object, "no-choices": _junk_no_choices, "text": _junk_text, "stream": _junk_stream,
+}
 
 
 def _pieces(text: str) -> list[str]:

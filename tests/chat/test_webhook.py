@@ -259,13 +259,48 @@ def test_malformed_json_is_400(cws: Workspace, ai_api: ApiProcess) -> None:
     assert (r.status_code, r.json()["code"]) == (400, "VALIDATION_ERROR")
 
 
-def test_a_provider_failure_is_503_or_an_error_event(cws: Workspace, ai_api: ApiProcess) -> None:
+def test_a_provider_failure_is_503_or_an_error_event(cws: Workspace, ai_api: ApiProcess,
+                                                    db: psycopg.Connection[Any]) -> None:
     bot = make_agent(cws, [])
     r = post(ai_api.base_url, bot["token"], {"message": "FAIL", "session_id": "f"})
     assert (r.status_code, r.json()["code"]) == (503, "AI_PROVIDER_ERROR")
     events = stream(ai_api.base_url, bot["token"], {"message": "FAIL", "session_id": "f"})
     assert [n for n, _ in events] == ["error", "done"]
     assert events[0][1]["code"] == "AI_PROVIDER_ERROR" and events[1][1]["message_id"] is None
+    rows = db.execute("SELECT count(*) FROM wds.chat_messages WHERE channel_id = %s",
+                      (bot["channel"]["id"],)).fetchone()
+    assert rows == (0,)  # a failed turn stores nothing, not the question without its answer
+
+
+@pytest.mark.parametrize("kind", ["object", "no-choices", "text", "stream"])
+def test_a_provider_answer_that_is_not_a_completion_is_503_or_an_error_event(
+    cws: Workspace, ai_api: ApiProcess, db: psycopg.Connection[Any], kind: str,
+) -> None:
+    # HTTP 200 with {"foo": 1}, {"choices": []}, a text/plain body, or a stream of non-chunks:
+    # a provider failure, never an empty reply
+    bot = make_agent(cws, [])
+    r = post(ai_api.base_url, bot["token"], {"message": f"JUNK {kind}", "session_id": "j"})
+    assert (r.status_code, r.json()["code"]) == (503, "AI_PROVIDER_ERROR"), r.text
+    assert "not a chat completion" in r.json()["error"]
+    events = stream(ai_api.base_url, bot["token"], {"message": f"JUNK {kind}", "session_id": "j"})
+    assert [n for n, _ in events] == ["error", "done"], events
+    assert events[0][1]["code"] == "AI_PROVIDER_ERROR" and "not a chat completion" in events[0][1]["error"]
+    assert events[1][1]["message_id"] is None
+    # a turn that failed before any reply or tool call leaves nothing in the history
+    stored = db.execute("SELECT count(*) FROM wds.chat_messages WHERE channel_id = %s",
+                        (bot["channel"]["id"],)).fetchone()
+    assert stored == (0,)
+    assert cws.api.get("/usage").json()["quotas"]["ai_credits"]["used"] == 0  # nor charges a credit
+    ok = post(ai_api.base_url, bot["token"], {"message": "hello", "session_id": "j"})
+    assert ok.status_code == 200 and ok.json()["reply"] == "You said: hello (history 0)"
+    assert cws.api.get("/usage").json()["quotas"]["ai_credits"]["used"] == 1
+
+
+def test_a_completion_the_provider_did_not_stream_is_still_a_reply(cws: Workspace, ai_api: ApiProcess) -> None:
+    bot = make_agent(cws, [])
+    r = post(ai_api.base_url, bot["token"], {"message": "PLAIN hello there", "session_id": "p"})
+    assert r.status_code == 200, r.text
+    assert r.json()["reply"] == "hello there" and isinstance(r.json()["message_id"], int)
 
 
 def test_no_provider_configured_is_503(ws: Workspace, base_url: str) -> None:

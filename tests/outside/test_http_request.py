@@ -10,7 +10,11 @@ import secrets
 
 import pytest
 from temporalio.client import Client
+from temporalio.converter import PayloadConverter
 
+from activities.http_request import fit_result
+from activities.proxy import STEP_RESULT_MAX_BYTES
+from activities.types import StepResult
 from tests.outside.conftest import add_credential
 
 
@@ -119,7 +123,55 @@ def test_a_slow_receiver_times_out(ws, echo):
 def test_responses_over_the_size_cap_are_refused(ws, echo):
     t = ws.create_table("H", [{"name": "A", "type": "text"}, http_col(url=echo.url + "/big?mb=6")])
     rec = write(ws, t, {"A": "x"})
-    assert "larger than 5 MB" in rec["pipeline"]["errors"]["Call"]
+    assert rec["pipeline"]["errors"]["Call"] == "response larger than 1.5 MiB, the most a step keeps"
+
+
+def test_a_3_mb_response_fails_with_the_real_limit_not_temporals_payload_error(ws, echo):
+    # between Temporal's 2 MiB payload limit and the 5 MB the proxy used to read: it got
+    # "[TMPRL1103] Attempted to upload payloads with size that exceeded the error limit."
+    t = ws.create_table("H", [{"name": "A", "type": "text"}, http_col(url=echo.url + "/big?mb=3"),
+                              {"name": "After", "type": "formula", "formula": "LEN({Call})"}])
+    rec = write(ws, t, {"A": "x"})
+    assert rec["pipeline"]["errors"]["Call"] == "response larger than 1.5 MiB, the most a step keeps"
+    assert rec["fields"]["Call"] is None and "After" in rec["pipeline"]["errors"]
+
+
+def test_a_response_under_the_limit_is_kept_whole(ws, echo):
+    t = ws.create_table("H", [{"name": "A", "type": "text"}, http_col(url=echo.url + "/big?mb=1.375"),
+                              {"name": "Len", "type": "formula", "formula": "LEN({Call})"}])
+    rec = write(ws, t, {"A": "x"})
+    assert rec["pipeline"]["status"] == "ok", rec["pipeline"]
+    assert rec["fields"]["Len"] == 22 * 65536  # 1.375 MiB
+
+
+def test_responses_of_one_run_that_together_exceed_the_limit_fail_the_records_that_do_not_fit(ws, echo):
+    # a step's results for a whole batch travel to the workflow as one Temporal payload:
+    # three of 704 KiB (2.06 MiB) all failed with TMPRL1103; now the first two are kept
+    t = ws.create_table("H", [{"name": "A", "type": "text"}, http_col(url=echo.url + "/big?mb=0.6875&r={{ A }}"),
+                              {"name": "Len", "type": "formula", "formula": "LEN({Call})"}])
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"A": "1"}, {"A": "2"}, {"A": "3"}]})
+    assert r.status_code == 200, r.text
+    recs = [x["record"] for x in r.json()["results"]]
+    assert [rec["fields"]["Len"] for rec in recs[:2]] == [11 * 65536] * 2, [rec["pipeline"] for rec in recs]
+    assert recs[2]["fields"]["Call"] is None
+    assert recs[2]["pipeline"]["errors"]["Call"] == (
+        "response of 704 KiB not kept: the responses of one run of a step may total at most 1.5 MiB;"
+        " run this record alone or in a smaller batch")
+    again = ws.api.post(f"/tables/{t['id']}/records/{recs[2]['id']}/run", json={"mode": "create"})
+    assert again.status_code == 200, again.text
+    assert again.json()["record"]["fields"]["Len"] == 11 * 65536  # alone it fits
+
+
+def test_a_result_is_measured_as_temporal_encodes_it():
+    # 600,000 × "é" is 1.2 MB as received but 3.6 MB as Temporal's JSON (\u00e9 escapes)
+    fitted = fit_result(StepResult(values={"1": "é" * 600_000, "2": "ok"}, errors={"3": "HTTP 404"}))
+    assert fitted.errors == {"1": "response larger than 1.5 MiB as JSON, the most a step keeps", "3": "HTTP 404"}
+    assert fitted.values == {"2": "ok"}
+    many = StepResult(values={str(i): "x" * 10_000 for i in range(500)})  # a batch of 500: 4.8 MiB
+    fitted = fit_result(many)
+    assert len(PayloadConverter.default.to_payloads([fitted])[0].data) <= STEP_RESULT_MAX_BYTES
+    assert list(fitted.values) == [str(i) for i in range(len(fitted.values))] and len(fitted.values) > 150
+    assert set(fitted.values) | set(fitted.errors) == set(many.values)
 
 
 def test_redirects_are_followed_in_dev_mode(ws, echo):

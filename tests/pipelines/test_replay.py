@@ -1,14 +1,19 @@
 """Our workflows run unsandboxed for speed (docs/decisions.md); this keeps the sandbox's
 guarantees: real histories of every workflow path are replayed under Temporal's default
 sandbox, which fails on restricted calls (I/O, wall clock, randomness) and on any
-non-determinism between the recorded run and the code."""
+non-determinism between the recorded run and the code. Histories recorded by earlier
+versions of the code (tests/pipelines/histories) must replay on today's: a change of
+workflow logic either keeps their commands or is behind ``workflow.patched``."""
 
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
 import time
+from pathlib import Path
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
 from workflows.bulk import BulkRunWorkflow
@@ -28,7 +33,9 @@ def test_recorded_histories_replay_under_the_default_sandbox(ws, services):
         {"name": "Logged", "type": "create_record", "config": {"table_id": log["id"], "fields": {"Msg": "a{{ A }}"}}},
     ])
     pure = ws.create_table("Pure", [{"name": "A", "type": "number"}, {"name": "B", "type": "formula", "formula": "{A} + 1"}])
+    over_limit = json.dumps({"items": list(range(1001))})  # the loop fails this row (workflow.patched)
     run_ids = [ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": 1, "Json": '{"items": [1, 2]}'}}).json()["pipeline"]["run_id"],
+               ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": 2, "Json": over_limit}}).json()["pipeline"]["run_id"],
                ws.api.post(f"/tables/{pure['id']}/records", json={"fields": {"A": 1}}).json()["pipeline"]["run_id"]]
     bulk = ws.api.post(f"/tables/{pure['id']}/run-actions", json={"filters": {"A": "gte.0"}}).json()
     deadline = time.monotonic() + 60
@@ -49,4 +56,22 @@ def test_recorded_histories_replay_under_the_default_sandbox(ws, services):
             await replayer.replay_workflow(history)
         return len(histories)
 
-    assert asyncio.run(replay()) >= 4
+    assert asyncio.run(replay()) >= 5
+
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+def test_a_loop_over_the_limit_recorded_before_it_failed_replays_as_it_ran():
+    """Recorded before a list over the loop's limit failed the row: the run looped over its
+    first 1,000 items (a batch of two rows: 1,001 items and 3). Replayed on today's code it
+    must take the same path (``LOOP_LIMIT_FAILS`` is not patched in that history)."""
+    raw = json.loads(gzip.decompress((HISTORIES / "loop_over_limit_before_error.json.gz").read_bytes()))
+    history = WorkflowHistory.from_json("pipeline/recorded/loop-over-limit", raw)
+    loops = [e for e in raw["events"] if e["eventType"] == "EVENT_TYPE_MARKER_RECORDED"]
+    assert len(loops) == 1004  # load_records, json_parser, 1,000 loop iterations, the formula, write_results
+
+    async def replay() -> None:
+        await Replayer(workflows=[PipelineWorkflow]).replay_workflow(history)
+
+    asyncio.run(replay())

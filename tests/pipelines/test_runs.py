@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -196,6 +197,26 @@ def test_a_loop_past_the_step_budget_stops_with_budget_exceeded(make_workspace):
     rec = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Json": str(list(range(40)))}}).json()
     assert rec["pipeline"]["errors"]["Each"] == "budget_exceeded"
     assert rec["fields"]["Json"]  # the record itself stays saved
+
+
+def test_a_loop_over_more_than_1000_items_fails_the_row_instead_of_dropping_items(make_workspace):
+    ws = make_workspace(plan="enterprise")  # steps and seconds enough for 1,001 items: only the loop's limit counts
+    t = ws.create_table("L", [
+        {"name": "Json", "type": "text"},
+        {"name": "Items", "type": "json_parser", "config": {"source_column": "Json", "path": "@"}},
+        {"name": "Each", "type": "loop", "config": {"source_column": "Items", "step": {"type": "formula", "config": {"formula": "{item} * 2"}}}},
+        {"name": "Count", "type": "formula", "formula": "LEN({Json})"},
+    ])
+    rows = [{"Json": json.dumps(list(range(1001)))}, {"Json": "[1, 2, 3]"}]
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows})
+    assert r.status_code == 200, r.text
+    long, short = (res["record"] for res in r.json()["results"])
+    assert long["pipeline"]["status"] == "error", long["pipeline"]
+    assert long["pipeline"]["errors"]["Each"] == "the list has 1,001 items; a loop runs at most 1,000"
+    assert long["fields"]["Each"] is None and long["fields"]["Count"] > 0  # never 1,000 results
+    assert short["pipeline"]["status"] == "ok" and short["fields"]["Each"] == [2, 4, 6]
+    stored = ws.api.get(f"/tables/{t['id']}/records/{long['id']}").json()
+    assert stored["fields"]["Each"] is None and stored["pipeline"] == long["pipeline"]
 
 
 @pytest.mark.slow

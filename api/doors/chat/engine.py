@@ -4,7 +4,7 @@
 each piece of reply text as the model streams it; for each tool call, ``tool_call
 {name, arguments}`` then ``tool_result {name, summary}``; on failure ``error {error,
 code}``; and last, always, ``done {message_id, session_id, session_key?}`` (``message_id``
-is the stored reply's id, ``null`` when nothing could be stored; ``session_key`` is the
+is the stored reply's id, ``null`` when no reply was stored; ``session_key`` is the
 web session's key, which the next message must present — api/doors/chat/guard.py). The SSE route sends them as they come;
 the JSON route and messaging channels collect them (:func:`collect`).
 
@@ -14,7 +14,10 @@ the model with the agent's tools → run the tool calls it asks for → feed the
 back as ``tool`` messages → again, for at most ``chat_max_tool_rounds`` rounds; the last
 round offers no tools, so the model must answer. The user's message and the reply (with
 the tool calls made) are stored together at the end — also when the client went away
-mid-answer (what was generated until then), shielded from the cancellation.
+mid-answer (what was generated until then), shielded from the cancellation. A turn that
+failed before any reply text or tool call (the provider failed or answered something that
+is not a chat completion) stores nothing and charges nothing: the JSON route answers it
+503, and a question kept without its answer would be sent again as history.
 """
 
 from __future__ import annotations
@@ -105,6 +108,7 @@ async def converse(state: AppState, turn: Turn) -> AsyncIterator[Event]:
     calls: list[dict[str, Any]] = []
     tokens = 0
     message_id: int | None = None
+    failed = False
     try:
         base = require_provider(state)
         async with state.db.connection() as conn:
@@ -146,15 +150,19 @@ async def converse(state: AppState, turn: Turn) -> AsyncIterator[Event]:
                 yield "tool_result", {"name": outcome.name, "summary": outcome.summary}
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.content})
     except ServiceError as exc:
+        failed = True
         yield "error", {"error": exc.message, "code": exc.code}
     except Exception:  # a stream has started: report in-band, never a broken connection
+        failed = True
         log.exception("chat turn on channel %s failed", turn.channel["id"])
         yield "error", {"error": "internal error; the answer was not completed", "code": "INTERNAL"}
     finally:
-        # stored even when the client went away (the task is being cancelled): shielded
-        with anyio.CancelScope(shield=True):
-            message_id = await _store(state, turn, "".join(reply), calls)
-            await _charge(state, turn.principal, tokens)
+        # stored even when the client went away (the task is being cancelled): shielded;
+        # a turn that failed before anything was answered leaves nothing (module docstring)
+        if reply or calls or not failed:
+            with anyio.CancelScope(shield=True):
+                message_id = await _store(state, turn, "".join(reply), calls)
+                await _charge(state, turn.principal, tokens)
     done: dict[str, Any] = {"message_id": message_id, "session_id": turn.session_id}
     if turn.session_key is not None:
         done["session_key"] = turn.session_key

@@ -17,7 +17,9 @@ disabled channel; 403 ``CHAT_SESSION_INVALID`` a session id without its key (or 
 server never issued); 400 ``CHANNEL_TYPE_MISMATCH``, ``VALIDATION_ERROR``; 413
 ``PAYLOAD_TOO_LARGE``;
 429 ``CHAT_RATE_LIMIT`` / ``PLAN_RATE_LIMIT_API``; 402 ``PLAN_LIMIT_*``; 503 ``UNAVAILABLE``
-(no AI provider configured). Other ``type`` values: see :mod:`api.services.messaging`.
+(no AI provider configured); 503 ``AI_PROVIDER_ERROR`` (the provider failed or answered
+something that is not a chat completion before anything was answered; streaming: an
+``error`` event). Other ``type`` values: see :mod:`api.services.messaging`.
 
 ``GET /chat/<token>`` serves the web chat page of a web channel.
 """
