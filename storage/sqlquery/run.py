@@ -23,6 +23,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from storage.db import bound_once
+from storage.jsontext import compact
 from storage.ddl import ro_role
 from storage.errors import InvalidSQL, SQLTimeout
 from storage.sqlquery.analytic import AnalyticPlan
@@ -130,6 +131,8 @@ async def _run_analytic(
         # e.g. a function over a type it does not take, a statement too complex to plan
         raise InvalidSQL(f"the database refused the query: {exc.diag.message_primary}") from exc
     (text, number), = results[0]
+    if json_rows and any(c.type == "json" for c in plan.columns):
+        text = compact(text)  # a computed column's jsonb text has blanks ({"a": 1})
     rows: Any = orjson.Fragment(text) if json_rows else orjson.loads(text)
     if count:
         total: int | None = int(number)
@@ -180,6 +183,8 @@ def _shape(plan: SqlPlan, work: _Work, results: list[list[tuple[Any, ...]]]) -> 
         return {"count": int(results[0][0][0])}
     if work.shape == "json":
         (text, number), = results[0]  # an aggregate always gives one row
+        if any(f.meta is not None and f.meta.computed and f.meta.scalar_value_type is None for f in plan.fields):
+            text = compact(text)  # a computed column's jsonb text has blanks ({"a": 1})
         rows, read = orjson.Fragment(text), int(number)
         total: int | None = read if work.counting else None
     else:

@@ -499,3 +499,18 @@ def test_a_boolean_formula_reads_as_a_boolean_in_analytic_queries(ws):
     assert sql("SELECT COUNT(*) AS n FROM Flags WHERE NOT Big GROUP BY Big") == [{"n": 2}]
     assert sql("SELECT Big, COUNT(*) AS n FROM Flags GROUP BY Big ORDER BY Big") == [
         {"Big": False, "n": 2}, {"Big": True, "n": 2}]
+
+
+def test_json_cells_are_compact_on_both_sql_paths(ws):
+    """A computed column holding an object read through POST /sql was jsonb's own text,
+    ``{"n": 45, "b": null}``, where every other body is compact JSON."""
+    t = ws.create_table("Js", [{"name": "Raw", "type": "text"},
+                               {"name": "J", "type": "json_parser", "config": {"source_column": "Raw", "path": "@"}}])
+    r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Raw": '{"n": 45, "b": null, "l": [1, 2]}'}})
+    assert r.status_code == 201, r.text
+    for query in ("SELECT J FROM Js", "SELECT J, count(*) AS n FROM Js GROUP BY J"):
+        for count in (False, True):
+            resp = ws.api.post("/sql", json={"query": query, "count": count})
+            assert resp.status_code == 200, resp.text
+            assert resp.json()["rows"][0]["J"] == {"n": 45, "b": None, "l": [1, 2]}
+            assert '"b":null,"l":[1,2],"n":45' in resp.text, (query, resp.text)  # jsonb's key order
