@@ -178,6 +178,10 @@ def sandbox_bound(col: ColumnSnap) -> bool:
     (JavaScript, heavy or long Excel formulas, or ``WDS_FORMULA_INLINE=never``); a cheap
     column (inline, even when its slice spills part of a batch over) or one that does not
     compile (its error needs no evaluation) is not."""
+    if col.type == "json_parser" and not col.broken:
+        from activities import json_parser  # (it imports this module)
+
+        return INLINE == "never" or not json_parser.is_simple(col.config.get("path"))
     if col.type != "formula" or col.broken:
         return False
     language = col.config.get("language", "excel")

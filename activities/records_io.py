@@ -224,7 +224,7 @@ async def evaluate_pure(inp: FusedInput, fields: dict[str, dict[str, Any]]) -> L
         cid = col.id
         batch = {r: fields[r] for r in rids}
         started = time.perf_counter()
-        if col.type == "formula" and lost is not None and formula.sandbox_bound(col):
+        if lost is not None and formula.sandbox_bound(col):
             values, errors = {}, {r: lost for r in rids}
         elif col.type == "formula":
             values, errors = await formula.evaluate_column(col, batch, now, budget, sandbox(),

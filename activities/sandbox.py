@@ -218,6 +218,21 @@ class Sandbox:
         budget.used.update(used)
         return values, errors
 
+    async def json_parser(self, col: Any, records: dict[str, dict[str, Any]], budget: Budget, *,
+                          workspace: int | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+        """One json_parser column over ``records`` in a child (a path that is not simple):
+        (values, errors). A lost child fails every record of the call."""
+        if not records:
+            return {}, {}
+        if time.monotonic() >= budget.deadline:
+            return {}, {rid: over("the batch ran out of its wall-clock budget") for rid in records}
+        try:
+            return await self._run("json_parser", (col, records, budget.value_s), budget.deadline,  # type: ignore[no-any-return]
+                                   workspace)
+        except SandboxLost as exc:
+            message = lost_message(exc)
+            return {}, {rid: message for rid in records}
+
     async def pipeline(self, p: PipelineInput, fields: dict[str, dict[str, Any]], now: datetime, budget: Budget,
                        *, workspace: int | None = None) -> tuple[Ledger, list[tuple[str, str, float, int]]]:
         """Every level of a pure pipeline over a batch in a child, in one round trip

@@ -237,7 +237,8 @@ def _pipeline_levels(meter: Meter, ledger: Ledger, fields: dict[str, dict[str, A
                 values, errors, _ = formula.run_budgeted(col.formula or col.config.get("formula") or "", language,
                                                          batch, when, budget, meter=meter, over_budget=OverBudget)
         else:
-            values, errors = json_parser.evaluate_batch(col, batch)
+            with meter.capped():
+                values, errors = _jmespath(meter, col, batch, budget.value_s)
         timings.append((col.type, "error" if errors else "ok", time.perf_counter() - started, len(batch)))
         ledger.apply(cid, rids, values, errors, fields)
 
@@ -267,4 +268,18 @@ def _render_all(meter: Meter, items: list[tuple[Any, dict[str, Any], dict[str, A
             out.append((False, str(exc)))
 
 
-JOBS: dict[str, Callable[..., Any]] = {"formula": formula_job, "pipeline": pipeline_job, "render": render_job}
+def _jmespath(meter: Meter, col: Any, records: dict[str, dict[str, Any]],
+              value_s: float) -> tuple[dict[str, Any], dict[str, str]]:
+    return json_parser.evaluate_batch(col, records, run=lambda fn: meter.run(fn, value_s), over_budget=(OverBudget,))
+
+
+def json_parser_job(meter: Meter, col: Any, records: dict[str, dict[str, Any]],
+                    value_s: float) -> tuple[dict[str, Any], dict[str, str]]:
+    """One json_parser column over a batch (a path that is not simple: :func:`activities.json_parser.is_simple`),
+    each value under ``value_s`` of CPU, the batch under the memory cap."""
+    with meter.job(len(records), idle=meter.start_idle), meter.capped():
+        return _jmespath(meter, col, records, value_s)
+
+
+JOBS: dict[str, Callable[..., Any]] = {"formula": formula_job, "pipeline": pipeline_job, "render": render_job,
+                                       "json_parser": json_parser_job}

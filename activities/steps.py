@@ -35,6 +35,10 @@ async def pure_step(inp: StepInput) -> StepResult:
                                         if activity.info().start_to_close_timeout else 10.0)
         values, errors = await formula.evaluate_column(col, records, datetime.fromisoformat(inp.now), budget,
                                                        sandbox(), workspace=inp.table.workspace_id)
+    elif col.type == "json_parser" and formula.sandbox_bound(col):  # a path that can build more than it reads
+        budget = formula.Budget.for_run(activity.info().start_to_close_timeout.total_seconds()
+                                        if activity.info().start_to_close_timeout else 10.0)
+        values, errors = await sandbox().json_parser(col, records, budget, workspace=inp.table.workspace_id)
     elif col.type == "json_parser":
         values, errors = json_parser.evaluate_batch(col, records)
     else:

@@ -35,7 +35,9 @@ MAX_SOURCE = 20_000  # characters per template string (checked when a column is 
 MAX_INT_BITS = 4_096  # an integer result of * or ** larger than this is refused
 TEMPLATE_CPU_S = 0.1  # CPU per rendered value (in the sandbox)
 RENDER_WALL_S = 5.0  # wall clock for a step's templates over its batch
-SIMPLE_MAX = 16
+SIMPLE_MAX = 16  # substitutions per template string, to render inline
+SIMPLE_VALUE_MAX = 64  # substitutions per step's value (every string of its config), to render inline
+MAX_VALUE_OUTPUT = 5_000_000  # characters rendered for one step's value, all its strings together
 _SIMPLE_EXPR = re.compile(
     r"\{\{-?\s*[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\s*(?:\"[^\"\\{}%#]*\"|'[^'\\{}%#]*'|\d{1,6})\s*\])*"
     r"\s*(?:\|\s*(?:tojson|json|string|lower|upper|trim|urlencode)\s*)?-?\}\}"
@@ -154,13 +156,28 @@ def render(source: str, fields: dict[str, Any], **extra: Any) -> str:
 
 
 def render_value(value: Any, fields: dict[str, Any], **extra: Any) -> Any:
-    """Render every string inside a JSON value (dicts and lists recursively)."""
+    """Render every string inside a JSON value (dicts and lists recursively); all of them
+    together at most :data:`MAX_VALUE_OUTPUT` characters (each string's own limit is
+    ``MAX_OUTPUT``: a body of 1,000 keys each ``{{ T }}`` over a 1 MB ``T`` rendered 1 GB).
+
+    Raises:
+        TemplateFailure: a template failed, or the rendered strings are too large.
+    """
+    total = [0]
+    return _render_value(value, fields, extra, total)
+
+
+def _render_value(value: Any, fields: dict[str, Any], extra: dict[str, Any], total: list[int]) -> Any:
     if isinstance(value, str):
-        return render(value, fields, **extra)
+        out = render(value, fields, **extra)
+        total[0] += len(out)
+        if total[0] > MAX_VALUE_OUTPUT:
+            raise TemplateFailure(f"the rendered templates of one step are larger than {MAX_VALUE_OUTPUT:,} characters")
+        return out
     if isinstance(value, dict):
-        return {k: render_value(v, fields, **extra) for k, v in value.items()}
+        return {k: _render_value(v, fields, extra, total) for k, v in value.items()}
     if isinstance(value, list):
-        return [render_value(v, fields, **extra) for v in value]
+        return [_render_value(v, fields, extra, total) for v in value]
     return value
 
 
@@ -176,6 +193,26 @@ def is_simple(source: str) -> bool:
     return n <= SIMPLE_MAX and "{{" not in rest and "{%" not in rest and "{#" not in rest
 
 
+def simple_value(value: Any) -> bool:
+    """Every string of a JSON value is simple (:func:`is_simple`) and they substitute at
+    most :data:`SIMPLE_VALUE_MAX` times together: the whole value may render inline (each
+    substitution copies at most one value of the record)."""
+    count = 0
+    for text in strings(value):
+        if not is_simple(text):
+            return False
+        if "{" in text:
+            count += _substitutions(text)
+            if count > SIMPLE_VALUE_MAX:
+                return False
+    return True
+
+
+@lru_cache(maxsize=4096)
+def _substitutions(source: str) -> int:
+    return len(_SIMPLE_EXPR.findall(source))
+
+
 def over_budget(detail: str) -> str:
     return over(detail)
 
@@ -187,7 +224,7 @@ async def render_many(
     """Render each (JSON value holding templates, fields, extra): ``(True, rendered)`` or
     ``(False, error message)``, in order. Simple templates render here; anything else in
     one round trip to the sandbox under the render budgets (``BUDGET_EXCEEDED`` errors)."""
-    if all(is_simple(s) for value, _, _ in items for s in strings(value)):
+    if all(simple_value(value) for value, _, _ in items):
         out: list[tuple[bool, Any]] = []
         for value, fields, extra in items:
             try:
@@ -201,4 +238,4 @@ async def render_many(
 
 
 __all__ = ["BUDGET_EXCEEDED", "BoundedSandbox", "TemplateFailure", "check_template", "is_simple", "render",
-           "render_many", "render_value"]
+           "render_many", "render_value", "simple_value"]

@@ -126,9 +126,19 @@ def _find(ctx: EvalContext, args: list[Any]) -> int:
     "Position (1-based) of search in text, ignoring case; blank if absent.",
 )
 def _search(ctx: EvalContext, args: list[Any]) -> int | None:
-    needle = re.compile(re.escape(to_text(args[0])), re.IGNORECASE)
-    m = needle.search(to_text(args[1]), _start(args) - 1)
-    return m.start() + 1 if m else None
+    # str.find on lower-cased text: linear in the text (a regex of the escaped needle cost
+    # len(needle) × len(text): 20,000 × 250,000 characters held the event loop for 10 s)
+    found = _folded(to_text(args[1])).find(_folded(to_text(args[0])), _start(args) - 1)
+    return found + 1 if found >= 0 else None
+
+
+def _folded(text: str) -> str:
+    """``text`` lower-cased character by character, its length kept (positions in it are
+    positions in ``text``; ``str.lower`` turns "İ" into two characters)."""
+    lowered = text.lower()
+    if len(lowered) == len(text):
+        return lowered
+    return "".join(low if len(low := ch.lower()) == 1 else ch for ch in text)
 
 
 @text("REPT(text, count)", "text repeated count times.")

@@ -84,3 +84,39 @@ def test_a_batch_past_its_wall_clock_deadline_fails_its_remaining_values():
     budget = Budget(deadline=0.0)  # long past
     values, errors, _ = run_budgeted("{A} * 2", "excel", {"1": {"A": 1}, "2": {"A": 2}}, now, budget)
     assert values == {} and all(e.startswith(BUDGET_EXCEEDED) and "wall-clock" in e for e in errors.values())
+
+
+def test_a_jmespath_path_that_builds_more_than_it_reads_runs_in_the_sandbox(make_workspace, base_url):
+    """A json_parser path ran inline on the event loop with no budget: ``[@,@] | …`` 25
+    times over "1" built a 134-million-character value and held every tenant for 6.5 s.
+    A path with functions, projections or pipes now runs in the sandbox under the CPU
+    budget per value (inline there is no budget, so the error proves where it ran); a
+    path that only walks the document still runs inline and answers as before."""
+    other, path = bystander_record(make_workspace)
+    hostile = make_workspace()
+    doubling = " | ".join(["[@,@]"] * 25) + " | length(to_string(@))"
+    t = hostile.create_table("Jmes", [
+        {"name": "T", "type": "text"},
+        {"name": "Walk", "type": "json_parser", "config": {"source_column": "T", "path": "a.b[1]"}},
+        {"name": "Boom", "type": "json_parser", "config": {"source_column": "T", "path": doubling}},
+        {"name": "Small", "type": "json_parser", "config": {"source_column": "T", "path": "length(a.b)"}},
+    ])
+    with Bystander(base_url, other.builder_token, path) as bystander:
+        r = hostile.api.post(f"/tables/{t['id']}/records", json={"fields": {"T": '{"a": {"b": [1, 2]}}'}}, timeout=60)
+    assert r.status_code == 201, r.text
+    rec = r.json()
+    assert rec["fields"]["Walk"] == 2 and rec["fields"]["Small"] == 2
+    assert rec["fields"]["Boom"] is None
+    assert rec["pipeline"]["errors"]["Boom"].startswith(BUDGET_EXCEEDED), rec["pipeline"]
+    assert bystander.statuses and bystander.failures() == []
+
+
+def test_search_is_linear_in_the_text(ws):
+    """SEARCH compiled its needle into a regular expression: len(needle) × len(text) on
+    the event loop (20,000 × 250,000 characters: 10 s; these sizes: many minutes)."""
+    t = ws.create_table("Search", [{"name": "A", "type": "text"}, {"name": "B", "type": "text"},
+                                   {"name": "X", "type": "formula", "formula": "SEARCH({A}, {B})"}])
+    r = ws.api.post(f"/tables/{t['id']}/records",
+                    json={"fields": {"A": "a" * 100_000 + "B", "B": "A" * 900_000 + "b"}}, timeout=60)
+    assert r.status_code == 201, r.text
+    assert r.json()["fields"]["X"] == 800_001

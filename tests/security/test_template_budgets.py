@@ -117,3 +117,36 @@ def test_finding_the_columns_a_template_reads_evaluates_nothing(text):
         tracemalloc.stop()
     assert peak < 5 * 1024 * 1024, peak
     assert names <= {"Y"}
+
+
+def test_many_simple_substitutions_in_one_config_do_not_render_inline_unbounded(api, ws):
+    """Each string of a body was "simple" (at most 16 substitutions), but a body may hold
+    any number of strings: 1,000 keys of ``{{ T }}`` over a 1 MB ``T`` rendered 1 GB inline
+    (API memory 4.4 GB, never given back, other tenants waiting). A value substituting more
+    than 64 times in all renders in the sandbox, and no step's rendered strings exceed
+    5,000,000 characters together: the request is never sent."""
+    before = rss_bytes(api.proc.pid)
+    body = {f"k{i}": "{{ T }}" for i in range(1000)}
+    t = ws.create_table("Many", [
+        {"name": "T", "type": "text"},
+        {"name": "Call", "type": "http_request", "config": {"url": "http://127.0.0.1:9/x", "method": "POST",
+                                                            "body": body}},
+    ])
+    r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"T": "a" * 1_000_000}}, timeout=60)
+    assert r.status_code == 201, r.text
+    error = r.json()["pipeline"]["errors"]["Call"]
+    assert "larger than 5,000,000 characters" in error or error.startswith(BUDGET_EXCEEDED), error
+    assert rss_bytes(api.proc.pid) - before < 300 * 1024 * 1024
+
+
+def test_a_value_of_simple_strings_renders_inline_up_to_its_limits():
+    from activities.templates import MAX_VALUE_OUTPUT, SIMPLE_VALUE_MAX, render_value, simple_value
+
+    assert simple_value({f"k{i}": "{{ T }}" for i in range(SIMPLE_VALUE_MAX)})
+    assert not simple_value({f"k{i}": "{{ T }}" for i in range(SIMPLE_VALUE_MAX + 1)})
+    assert simple_value({"a": "no templates", "b": ["{{ T|tojson }}"]})
+    big = "a" * 800_000  # under the 1 MB of one string
+    fit = MAX_VALUE_OUTPUT // len(big)
+    assert render_value(["{{ T }}"] * fit, {"T": big}) == [big] * fit
+    with pytest.raises(TemplateFailure, match="larger than"):
+        render_value(["{{ T }}"] * (fit + 1), {"T": big})

@@ -60,6 +60,9 @@ CASES: list[tuple[str, Any]] = [
     ('FIND("L", "Hello")', 0),
     ('SEARCH("L", "Hello")', 3),
     ('SEARCH("z", "Hello")', None),
+    ('SEARCH("LO", "hello", 2)', 4),
+    ('SEARCH("y", "xİy")', 3),  # positions in the text as written ("İ" lowers to two characters)
+    ('SEARCH("İY", "xiİy")', 3),
     ('REPT("ab", 3)', "ababab"),
     ('REPT("ab", 0)', ""),
     ('T("x")', "x"),
