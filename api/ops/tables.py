@@ -6,7 +6,7 @@ from typing import Any
 
 from api.deps import require_writable, table_or_404
 from api.ops.access import require_manage, table_for
-from api.ops.agents import list_agents
+from api.ops.agents import list_agents, may_manage_agents
 from api.ops.schema_tx import check_column_hosts, schema_change
 from api.schemas import TableIn, TablePatch
 from api.serialize import table_out, table_summary
@@ -55,7 +55,8 @@ async def list_tables(state: AppState, principal: Principal) -> list[dict[str, A
 
 
 async def workspace_overview(state: AppState, principal: Principal) -> dict[str, Any]:
-    """Tables with columns and the principal's access, plus agents and their public channels.
+    """Tables with columns and the principal's access, plus agents and their public channels
+    (for a principal that may manage agents: the builder; others get ``agents: []``).
 
     Three queries whatever the size of the workspace: the cached schema (two) and one
     for agents with their channels.
@@ -67,7 +68,7 @@ async def workspace_overview(state: AppState, principal: Principal) -> dict[str,
         if not perms.read:
             continue
         tables.append({**table_out(table), "access": perms.as_dict()})
-    agents = await list_agents(state, principal)
+    agents = await list_agents(state, principal) if may_manage_agents(principal) else []
     return {"workspace_id": principal.workspace_id, "tables": tables, "agents": agents}
 
 
