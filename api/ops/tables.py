@@ -176,6 +176,8 @@ async def delete_table(state: AppState, principal: Principal, table_ref: int | s
     # Temporal Schedules live outside the database: remove them first (their rows cascade)
     await delete_table_schedules(state, workspace_id=principal.workspace_id, table_id=table.id)
     async with schema_change(state, principal.workspace_id) as conn:
+        # the data tables first, in the writers' order: no deadlock with writes in flight
+        await meta.lock_table_for_delete(conn, workspace_id=principal.workspace_id, table_id=table.id)
         if users:
             await dependents.mark_broken_for_table(conn, table=table, dependents=users)
         await meta.delete_table(conn, workspace_id=principal.workspace_id, table_id=table.id)
