@@ -159,17 +159,21 @@ async def delete_table(state: AppState, principal: Principal, table_ref: int | s
     """Drop the table and all its records (irreversible).
 
     Refused with ``COLUMN_IN_USE`` (listing ``dependents``) while columns of other tables
-    point at it (relations, record steps); ``force`` drops it anyway: those relation
-    columns go with it and those computed columns are marked broken.
+    point at it (relations, record steps) or use it, including what uses those relation
+    columns (computed columns, views, semantic search, schedules); ``force`` drops it
+    anyway: the relation columns go with it, detached as a forced column delete detaches
+    them (their computed readers marked broken, values cleared), computed columns that
+    used the table are marked broken, and the answer lists them all as ``detached``.
     """
     require_writable(principal)
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, table_ref)
     require_manage(principal, table)
-    users = dependents.table_dependents(schema, table)
+    async with state.db.connection() as conn:
+        users = await dependents.table_delete_dependents(conn, schema=schema, table=table)
     if users and not force:
         raise ColumnInUse(
-            f"table {table.name!r} is used by {len(users)} column(s) of other tables; change them first,"
+            f"table {table.name!r} is used by {len(users)} item(s) of other tables; change them first,"
             " or delete with ?force=true",
             extra={"dependents": users},
         )
@@ -179,8 +183,11 @@ async def delete_table(state: AppState, principal: Principal, table_ref: int | s
         # the data tables first, in the writers' order: no deadlock with writes in flight
         await meta.lock_table_for_delete(conn, workspace_id=principal.workspace_id, table_id=table.id)
         if users:
-            await dependents.mark_broken_for_table(conn, table=table, dependents=users)
+            await dependents.detach_for_table(conn, schema=schema, table=table)
         await meta.delete_table(conn, workspace_id=principal.workspace_id, table_id=table.id)
         await state.caches.notify(conn, tokens=True)
     state.caches.drop_tokens()
-    return {"id": table.id, "deleted": True}
+    out: dict[str, Any] = {"id": table.id, "deleted": True}
+    if users:
+        out["detached"] = users
+    return out
