@@ -48,6 +48,10 @@ def _child(table: TableMeta, record_ids: list[int], mode: str, changed: list[str
     }
 
 
+def _children(*children: dict[str, Any] | None) -> list[dict[str, Any]]:
+    return [c for c in children if c]
+
+
 class RecordSteps:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -74,7 +78,7 @@ class RecordSteps:
                 result.errors[rid] = config
                 continue
             try:
-                value, child = await self._one(col.type, {**col.config, **config}, schema, inp, extras[rid])
+                value, children = await self._one(col.type, {**col.config, **config}, schema, inp, extras[rid])
             except StepFailure as exc:
                 result.errors[rid] = str(exc)
                 continue
@@ -82,8 +86,7 @@ class RecordSteps:
                 result.errors[rid] = f"{exc.code}: {exc.message}"
                 continue
             result.values[rid] = value
-            if child:
-                result.children.append(child)
+            result.children.extend(children)
         return result
 
     def _target(self, schema: WorkspaceSchema, config: dict[str, Any], inp: StepInput, action: Action) -> TableMeta:
@@ -107,15 +110,17 @@ class RecordSteps:
 
     async def _one(
         self, kind: str, config: dict[str, Any], schema: WorkspaceSchema, inp: StepInput, extra: dict[str, Any],
-    ) -> tuple[Any, dict[str, Any] | None]:
-        """One record's step; ``config`` has its templates rendered already."""
+    ) -> tuple[Any, list[dict[str, Any]]]:
+        """One record's step; ``config`` has its templates rendered already. Returns its
+        value and the pipelines of the records it wrote (:func:`_child`), to run as child
+        workflows."""
         if kind == "create_record":
             table = self._target(schema, config, inp, Action.CREATE)
             values = config.get("fields") or {}
             prepared = rec.prepare_fields(table, values, creating=True)
             async with self.db.transaction() as conn:
                 row = await rec.insert_record(conn, table=table, row=prepared)
-            return row["id"], _child(table, [row["id"]], "create", [])
+            return row["id"], _children(_child(table, [row["id"]], "create", []))
         if kind == "update_record":
             table = self._target(schema, config, inp, Action.UPDATE)
             record_id = self._record_id(config)
@@ -127,15 +132,23 @@ class RecordSteps:
                 raise StepFailure(f"record {record_id} not found in table {table.name!r}")
             # a record updating itself would loop; its own pipeline is this one
             same = table.id == inp.table.id and record_id == extra["record_id"]
-            return row["id"], None if same else _child(table, [row["id"]], "edit", list(values))
+            return row["id"], [] if same else _children(_child(table, [row["id"]], "edit", list(values)))
         if kind == "delete_record":
             table = self._target(schema, config, inp, Action.DELETE)
             record_id = self._record_id(config)
+            # relation cells pointing at it are cleared (ON DELETE SET NULL): those records
+            # run what reads them, as an update of the relation would
+            relations = rec.relations_to(
+                schema, table, lambda t, c: bool(plan_steps(t, mode="edit", changed=[c.name])))
+            unlinked: list[rec.Unlinked] = []
             async with self.db.transaction() as conn:
+                if relations:
+                    unlinked = await rec.linked_records(conn, relations=relations, record_id=record_id)
                 row = await rec.delete_record(conn, table=table, record_id=record_id)
             if row is None:
                 raise StepFailure(f"record {record_id} not found in table {table.name!r}")
-            return row["id"], None
+            return row["id"], _children(*(_child(u.table, u.record_ids, "edit", list(u.columns))
+                                          for u in unlinked))
         if kind == "fetch_records":
             table = self._target(schema, config, inp, Action.READ)
             filters_cfg = config.get("filters") or {}
@@ -153,5 +166,5 @@ class RecordSteps:
             )
             async with self.db.connection() as conn:
                 records, _ = await list_records(conn, plan, count=False)
-            return [{"id": r["id"], **r["fields"]} for r in records], None
+            return [{"id": r["id"], **r["fields"]} for r in records], []
         raise StepFailure(f"{kind} is not a record step")

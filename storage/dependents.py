@@ -14,6 +14,10 @@ semantic search, clears relation label columns, and marks dependent computed col
 broken (``status: "error"`` and a reason; their value is null and ``pipeline.errors``
 names them) until they are edited. Schedules keep their stored filter, which then fails
 visibly at its next firing (``UNKNOWN_COLUMN`` in the run).
+
+A table delete reports the columns of other tables that point at it or use it, and what
+uses the relation columns that go with it; forced, it detaches each of those relation
+columns as a forced delete of that column would (:func:`detach_for_table`).
 """
 
 from __future__ import annotations
@@ -43,9 +47,8 @@ async def column_dependents(
         for c in t.columns:
             if c.id == column.id:
                 continue
-            if c.computed and (column.id in c.refs or column.id in c.other_refs):
-                out.append(_entry("column", c.id, c.name, t.id))
-            elif c.relation_label_column_id == column.id:
+            reads = c.computed and (column.id in c.refs or column.id in c.other_refs)
+            if reads or c.relation_label_column_id == column.id:
                 out.append(_entry("column", c.id, c.name, t.id))
     cur = await conn.execute(
         "SELECT id, name, view_type, config FROM wds.views WHERE table_id = %s ORDER BY id", (table.id,)
@@ -74,9 +77,8 @@ def table_dependents(schema: WorkspaceSchema, table: TableMeta) -> list[dict[str
         if t.id == table.id:
             continue
         for c in t.columns:
-            if c.relation_table_id == table.id:
-                out.append(_entry("column", c.id, c.name, t.id))
-            elif c.computed and (c.other_refs & own or _step_target(c) == table.id):
+            uses = c.computed and bool(c.other_refs & own or _step_target(c) == table.id)
+            if c.relation_table_id == table.id or uses:
                 out.append(_entry("column", c.id, c.name, t.id))
     return out
 
@@ -117,6 +119,40 @@ async def detach_column(
                 "UPDATE wds.tables SET semantic = %s, updated_at = now() WHERE id = %s",
                 (Jsonb(semantic) if semantic is not None else None, table.id),
             )
+
+
+def _relations_to(schema: WorkspaceSchema, table: TableMeta) -> list[tuple[TableMeta, ColumnMeta]]:
+    """Relation columns of *other* tables that point at ``table`` (a table delete drops them)."""
+    return [(t, c) for t in schema.tables.values() if t.id != table.id
+            for c in t.columns if c.relation_table_id == table.id]
+
+
+async def table_delete_dependents(conn: Conn, *, schema: WorkspaceSchema, table: TableMeta) -> list[dict[str, Any]]:
+    """Everything a delete of ``table`` affects outside it: :func:`table_dependents`, and,
+    since the relation columns pointing at it go with it, whatever uses those columns, as
+    a delete of each would report it (:func:`column_dependents`: computed columns reading
+    the relation, views, semantic search, schedules). Each once; nothing of ``table``."""
+    out = table_dependents(schema, table)
+    seen = {(d["kind"], d["id"]) for d in out}
+    for owner, relation in _relations_to(schema, table):
+        for dep in await column_dependents(conn, schema=schema, table=owner, column=relation):
+            if dep["table_id"] != table.id and (dep["kind"], dep["id"]) not in seen:
+                seen.add((dep["kind"], dep["id"]))
+                out.append(dep)
+    return out
+
+
+async def detach_for_table(conn: Conn, *, schema: WorkspaceSchema, table: TableMeta) -> None:
+    """Before a forced table delete (of what :func:`table_delete_dependents` reported):
+    each relation column pointing at it is detached as a forced delete of that column
+    detaches it (:func:`detach_column`: its computed readers marked broken with their values
+    cleared, views and semantic search loosened), and computed columns elsewhere that
+    used the table itself are marked broken."""
+    for owner, relation in _relations_to(schema, table):
+        users = [d for d in await column_dependents(conn, schema=schema, table=owner, column=relation)
+                 if d["table_id"] != table.id]
+        await detach_column(conn, table=owner, column=relation, dependents=users)
+    await mark_broken_for_table(conn, table=table, dependents=table_dependents(schema, table))
 
 
 async def mark_broken_for_table(conn: Conn, *, table: TableMeta, dependents: list[dict[str, Any]]) -> None:

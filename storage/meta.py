@@ -193,8 +193,29 @@ async def update_table(conn: Conn, *, table_id: int, changes: dict[str, Any]) ->
     return await cur.fetchone()
 
 
+async def lock_table_for_delete(conn: Conn, *, workspace_id: int, table_id: int) -> None:
+    """Take, first thing in a table delete's transaction, the data tables it will change,
+    in the order writers lock them: the tables whose relation columns point at it (a
+    write there locks its own table, then the target's rows through the foreign key),
+    then the table itself (a write there locks it, then its ``wds.tables`` row through
+    the outbox row's foreign key). Deleting the ``wds.tables`` row first and dropping the
+    data table last deadlocked with every such write in flight. Writes in flight finish
+    first; later ones wait and then find the table gone."""
+    cur = await conn.execute(
+        "SELECT DISTINCT table_id FROM wds.columns WHERE workspace_id = %s AND relation_table_id = %s"
+        " AND table_id <> %s ORDER BY table_id",
+        (workspace_id, table_id, table_id),
+    )
+    ids = [r["table_id"] for r in await cur.fetchall()] + [table_id]
+    # LOCK TABLE takes a list's tables one by one, in list order
+    await conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+        sql.SQL(", ").join(ddl.qualified(workspace_id, t) for t in ids)))
+
+
 async def delete_table(conn: Conn, *, workspace_id: int, table_id: int) -> None:
-    """Drop a table, its records, and relation columns of other tables that point at it."""
+    """Drop a table, its records, and relation columns of other tables that point at it
+    (after :func:`lock_table_for_delete`, taken here if the caller did not)."""
+    await lock_table_for_delete(conn, workspace_id=workspace_id, table_id=table_id)
     cur = await conn.execute(
         "DELETE FROM wds.columns WHERE workspace_id = %s AND relation_table_id = %s AND table_id <> %s"
         " RETURNING *",

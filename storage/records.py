@@ -25,7 +25,7 @@ from storage.errors import InvalidValue, NotFound, ServiceError, UnknownColumn
 from storage.formula.insql import OutOfRange, SqlArithmetic
 from storage.query import build_where
 from storage.query.render import field_keys, record_json_renderable, record_text, record_text_spaced
-from storage.schema import COMPUTED_PG_TYPE, ColumnMeta, ColumnType, TableMeta
+from storage.schema import COMPUTED_PG_TYPE, ColumnMeta, ColumnType, TableMeta, WorkspaceSchema
 from storage.values import decode_value, encode_value, iso
 
 Conn = AsyncConnection[Any]
@@ -690,6 +690,50 @@ async def delete_record(conn: Conn, *, table: TableMeta, record_id: int) -> dict
         sql.SQL("DELETE FROM {} WHERE id = %s RETURNING {}").format(_target(table), row_list(table)), (record_id,)
     )
     return await cur.fetchone()
+
+
+@dataclass(frozen=True, slots=True)
+class Unlinked:
+    """Records of ``table`` whose relation columns ``columns`` (names) pointed at a deleted
+    record: the delete cleared them (``ON DELETE SET NULL``), as an update of those columns
+    to blank would."""
+
+    table: TableMeta
+    columns: tuple[str, ...]
+    record_ids: list[int]
+
+
+def relations_to(schema: WorkspaceSchema, table: TableMeta,
+                 matters: Callable[[TableMeta, ColumnMeta], bool]) -> list[tuple[TableMeta, ColumnMeta]]:
+    """Relation columns (of any table, ``table`` too) pointing at ``table`` for which
+    ``matters`` holds (e.g. an update of them would run computed columns)."""
+    return [(t, c) for t in schema.tables.values() for c in t.columns
+            if c.type is ColumnType.RELATION and c.relation_table_id == table.id and matters(t, c)]
+
+
+async def linked_records(conn: Conn, *, relations: Sequence[tuple[TableMeta, ColumnMeta]],
+                         record_id: int) -> list[Unlinked]:
+    """The records whose ``relations`` point at ``record_id``, grouped by table and by the
+    columns that do: what deleting that record will clear. Read in the delete's
+    transaction, before it (afterwards the links are gone)."""
+    by_table: dict[int, list[ColumnMeta]] = {}
+    tables: dict[int, TableMeta] = {}
+    for t, c in relations:
+        by_table.setdefault(t.id, []).append(c)
+        tables[t.id] = t
+    out: list[Unlinked] = []
+    for tid, cols in by_table.items():
+        links = [sql.SQL("{} = %s").format(sql.Identifier(c.physical)) for c in cols]
+        cur = await conn.cursor(row_factory=tuple_row).execute(
+            sql.SQL("SELECT id, {} FROM {} WHERE {} ORDER BY id").format(
+                sql.SQL(", ").join(links), _target(tables[tid]), sql.SQL(" OR ").join(links)),
+            [record_id] * (2 * len(cols)))
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for row in await cur.fetchall():
+            names = tuple(c.name for c, linked in zip(cols, row[1:], strict=True) if linked)
+            groups.setdefault(names, []).append(row[0])
+        out += [Unlinked(tables[tid], names, ids) for names, ids in groups.items()]
+    return out
 
 
 async def existing_ids(conn: Conn, *, table: TableMeta, ids: Sequence[int]) -> set[int]:

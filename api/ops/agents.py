@@ -1,10 +1,12 @@
 """AI agents and their chat channels, for every door.
 
-Any principal may list and read agents (the spec's "AI agents with their web channel
-tokens"); creating, editing and deleting agents and channels is for the workspace's
-builder credential (vibe_mcp) only (DESIGN §4). Which channel tokens an answer shows is
-decided in :mod:`storage.agents`: web tokens (public by design) always, messaging tokens
-only in the answers that create the channel or rotate its token.
+Agents and channels are the workspace's builder credential's (vibe_mcp) only (DESIGN §4):
+reading them (list, get, their channels) follows the same rule as creating, editing and
+deleting them, so a token that may not manage agents never sees an agent's instructions,
+its tables or its channel tokens (403 ``FORBIDDEN``; the workspace overview lists no
+agents to it). Reads stay open in a read-only workspace. Which channel tokens an answer
+shows is decided in :mod:`storage.agents`: web tokens always, messaging tokens only in
+the answers that create the channel or rotate its token.
 
 Settings the agent chat reads are ``config`` on agents (``{write, delete}``) and on
 channels (``{credential}``), plus a channel's ``enabled``; an update merges ``config``
@@ -76,9 +78,21 @@ class ChannelPatch(BaseModel):
     config: ChannelConfig | None = Field(None, description="merged: only the keys sent change, null clears one")
 
 
+def may_manage_agents(principal: Principal) -> bool:
+    """Whether ``principal`` may see and manage agents and channels: the builder credential only."""
+    return principal.type is TokenType.VIBE_MCP
+
+
+def require_agent_reader(principal: Principal) -> None:
+    """Reading agents and channels follows the rule of managing them (builder only); a
+    read-only workspace still reads."""
+    if not may_manage_agents(principal):
+        raise Forbidden("agents and channels need the workspace's builder token")
+
+
 def require_builder(principal: Principal) -> None:
     """Managing agents is for the builder credential (vibe_mcp) only."""
-    if principal.type is not TokenType.VIBE_MCP:
+    if not may_manage_agents(principal):
         raise Forbidden("managing agents and channels needs the workspace's builder token")
     require_writable(principal)
 
@@ -97,13 +111,17 @@ def _id(value: int | str, what: str) -> int:
 
 
 async def list_agents(state: AppState, principal: Principal) -> list[dict[str, Any]]:
-    """AI agents of the workspace with their channels (web channel tokens included)."""
+    """AI agents of the workspace with their channels (web channel tokens included);
+    builder only."""
+    require_agent_reader(principal)
     async with state.db.connection() as conn:
         rows = await agents.list_agents(conn, workspace_id=principal.workspace_id)
     return [agents.agent_out(r) for r in rows]
 
 
 async def get_agent(state: AppState, principal: Principal, agent_id: int | str) -> dict[str, Any]:
+    """One agent with its tables and channels (builder only)."""
+    require_agent_reader(principal)
     async with state.db.connection() as conn:
         row = await agents.get_agent(conn, workspace_id=principal.workspace_id, agent_id=_id(agent_id, "agent"))
     if row is None:
@@ -151,14 +169,17 @@ async def delete_agent(state: AppState, principal: Principal, agent_id: int | st
 
 async def list_channels(state: AppState, principal: Principal, agent_id: int | None = None) -> list[dict[str, Any]]:
     """Channels of the workspace (or of one agent), each with its ``agent_id``; messaging
-    channel tokens are not shown."""
+    channel tokens are not shown. Builder only."""
+    require_agent_reader(principal)
     async with state.db.connection() as conn:
         rows = await agents.list_channels(conn, workspace_id=principal.workspace_id, agent_id=agent_id)
     return [{**agents.channel_out(r), "agent_id": r["agent_id"]} for r in rows]
 
 
 async def get_channel(state: AppState, principal: Principal, channel_id: int) -> dict[str, Any]:
-    """A channel's stored row (with its ``agent_id``), for doors that name channels alone."""
+    """A channel's stored row (with its ``agent_id``), for doors that name channels alone
+    (builder only)."""
+    require_agent_reader(principal)
     async with state.db.connection() as conn:
         row = await agents.get_channel(conn, workspace_id=principal.workspace_id, channel_id=channel_id)
     if row is None:

@@ -24,6 +24,7 @@ from api.ops.access import table_for
 from api.ops.views import view_query
 from api.services.pipelines import (
     Computed,
+    Pending,
     await_pipeline,
     create_computed,
     fair_turn,
@@ -355,13 +356,40 @@ def _own_profile_row(principal: Principal, rid: int, fields: dict[str, Any]) -> 
 
 async def delete_record(state: AppState, principal: Principal, table_ref: int | str,
                         ref: str | int) -> dict[str, Any]:
-    """Delete a record: ``{id, deleted: true}``. Raises NotFound for an unknown record."""
+    """Delete a record: ``{id, deleted: true}``. Raises NotFound for an unknown record.
+
+    Relation cells pointing at it are cleared by the database (``ON DELETE SET NULL``).
+    Where computed columns depend on such a relation column, the records it cleared run
+    their pipeline as an update of that column would (mode ``edit``), queued in the
+    delete's transaction (so a Temporal outage loses nothing) and awaited before the
+    answer; the delete's answer stays ``{id, deleted}``.
+    """
     require_writable(principal)
     table = await table_for(state, principal, table_ref, Action.DELETE)
-    async with state.db.connection() as conn:
-        row = await rec.delete_record(conn, table=table, record_id=record_id(ref))
-    if row is None:
-        raise NotFound(f"record {ref} not found")
+    rid = record_id(ref)
+    schema = await state.schema(principal.workspace_id)
+    relations = rec.relations_to(schema, table, lambda t, c: bool(will_run(t, mode="edit", changed=[c.name],
+                                                                           enabled=True)))
+    if not relations:  # nothing computed reads a link to it: one autocommit statement
+        async with state.db.connection() as conn:
+            row = await rec.delete_record(conn, table=table, record_id=rid)
+        if row is None:
+            raise NotFound(f"record {ref} not found")
+        return {"id": row["id"], "deleted": True}
+    await fair_turn(state, table.workspace_id)
+    runs: list[tuple[TableMeta, list[dict[str, Any]], Pending | None]] = []
+    async with state.db.transaction() as conn:
+        unlinked = await rec.linked_records(conn, relations=relations, record_id=rid)
+        row = await rec.delete_record(conn, table=table, record_id=rid)
+        if row is None:
+            raise NotFound(f"record {ref} not found")
+        for group in unlinked:  # their relation cells are blank now: run what reads them
+            rows = await rec.get_record_rows(conn, table=group.table, record_ids=group.record_ids)
+            levels = will_run(group.table, mode="edit", changed=list(group.columns), enabled=True)
+            pending = await queue_pipeline(state, principal, group.table, conn, rows, mode="edit", levels=levels)
+            runs.append((group.table, rows, pending))
+    for linked_table, rows, pending in runs:
+        await await_pipeline(state, linked_table, rows, pending)
     return {"id": row["id"], "deleted": True}
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from api.deps import require_writable, table_or_404
 from api.ops.access import require_manage, table_for
-from api.ops.agents import list_agents
+from api.ops.agents import list_agents, may_manage_agents
 from api.ops.schema_tx import check_column_hosts, schema_change
 from api.schemas import TableIn, TablePatch
 from api.serialize import table_out, table_summary
@@ -55,7 +55,8 @@ async def list_tables(state: AppState, principal: Principal) -> list[dict[str, A
 
 
 async def workspace_overview(state: AppState, principal: Principal) -> dict[str, Any]:
-    """Tables with columns and the principal's access, plus agents and their public channels.
+    """Tables with columns and the principal's access, plus agents and their public channels
+    (for a principal that may manage agents: the builder; others get ``agents: []``).
 
     Three queries whatever the size of the workspace: the cached schema (two) and one
     for agents with their channels.
@@ -67,7 +68,7 @@ async def workspace_overview(state: AppState, principal: Principal) -> dict[str,
         if not perms.read:
             continue
         tables.append({**table_out(table), "access": perms.as_dict()})
-    agents = await list_agents(state, principal)
+    agents = await list_agents(state, principal) if may_manage_agents(principal) else []
     return {"workspace_id": principal.workspace_id, "tables": tables, "agents": agents}
 
 
@@ -158,26 +159,35 @@ async def delete_table(state: AppState, principal: Principal, table_ref: int | s
     """Drop the table and all its records (irreversible).
 
     Refused with ``COLUMN_IN_USE`` (listing ``dependents``) while columns of other tables
-    point at it (relations, record steps); ``force`` drops it anyway: those relation
-    columns go with it and those computed columns are marked broken.
+    point at it (relations, record steps) or use it, including what uses those relation
+    columns (computed columns, views, semantic search, schedules); ``force`` drops it
+    anyway: the relation columns go with it, detached as a forced column delete detaches
+    them (their computed readers marked broken, values cleared), computed columns that
+    used the table are marked broken, and the answer lists them all as ``detached``.
     """
     require_writable(principal)
     schema = await state.schema(principal.workspace_id)
     table = table_or_404(schema, table_ref)
     require_manage(principal, table)
-    users = dependents.table_dependents(schema, table)
+    async with state.db.connection() as conn:
+        users = await dependents.table_delete_dependents(conn, schema=schema, table=table)
     if users and not force:
         raise ColumnInUse(
-            f"table {table.name!r} is used by {len(users)} column(s) of other tables; change them first,"
+            f"table {table.name!r} is used by {len(users)} item(s) of other tables; change them first,"
             " or delete with ?force=true",
             extra={"dependents": users},
         )
     # Temporal Schedules live outside the database: remove them first (their rows cascade)
     await delete_table_schedules(state, workspace_id=principal.workspace_id, table_id=table.id)
     async with schema_change(state, principal.workspace_id) as conn:
+        # the data tables first, in the writers' order: no deadlock with writes in flight
+        await meta.lock_table_for_delete(conn, workspace_id=principal.workspace_id, table_id=table.id)
         if users:
-            await dependents.mark_broken_for_table(conn, table=table, dependents=users)
+            await dependents.detach_for_table(conn, schema=schema, table=table)
         await meta.delete_table(conn, workspace_id=principal.workspace_id, table_id=table.id)
         await state.caches.notify(conn, tokens=True)
     state.caches.drop_tokens()
-    return {"id": table.id, "deleted": True}
+    out: dict[str, Any] = {"id": table.id, "deleted": True}
+    if users:
+        out["detached"] = users
+    return out

@@ -66,11 +66,32 @@ def test_list_agents_with_channels_and_web_tokens(ws):
     ]
 
 
-def test_any_rest_token_lists_agents(ws):
-    make_agent(ws, name="Public")
-    reader = ws.client(ws.token("rest_api", profile_id=ws.profile([])["id"])["token"])
-    r = reader.get("/agents")
-    assert r.status_code == 200 and [x["name"] for x in r.json()] == ["Public"]
+def test_a_restricted_token_cannot_read_agents(ws):
+    """Reading agents follows the rule of managing them: builder only. A rest_api token
+    granted some tables sees no agent's instructions, tables or channel tokens."""
+    granted = ws.create_table("Granted", [{"name": "Title", "type": "text"}])
+    secret = ws.create_table("Secret", [{"name": "Title", "type": "text"}])
+    a = make_agent(ws, name="Private", instructions="internal only", table_ids=[granted["id"], secret["id"]])
+    c = make_channel(ws, a)
+    profile = ws.profile([{"table_id": granted["id"], "read": True, "create": True, "update": True, "delete": True}])
+    reader = ws.client(ws.token("rest_api", profile_id=profile["id"])["token"])
+    assert reader.get(f"/tables/{granted['id']}/records").status_code == 200
+    for r in (reader.get("/agents"), reader.get(f"/agents/{a['id']}"), reader.get("/agents/not-an-id"),
+              reader.patch(f"/agents/{a['id']}", json={"name": "Mine"}),
+              reader.post(f"/agents/{a['id']}/channels/{c['id']}/rotate")):
+        assert r.status_code == 403 and r.json()["code"] == "FORBIDDEN", r.text
+        assert c["token"] not in r.text and "internal only" not in r.text
+    schema = reader.get("/schema")
+    assert schema.status_code == 200 and schema.json()["agents"] == []
+    assert c["token"] not in schema.text and "internal only" not in schema.text
+    # the builder still reads them all, also in a read-only workspace
+    assert ws.admin.patch(f"/workspaces/{ws.id}", json={"read_only": True}).status_code == 200
+    try:
+        assert ws.api.get(f"/agents/{a['id']}").json()["channels"] == [c]
+        assert [x["name"] for x in ws.api.get("/agents").json()] == ["Private"]
+        assert [x["name"] for x in ws.api.get("/schema").json()["agents"]] == ["Private"]
+    finally:
+        assert ws.admin.patch(f"/workspaces/{ws.id}", json={"read_only": False}).status_code == 200
 
 
 def test_agents_are_per_workspace(ws, make_workspace):

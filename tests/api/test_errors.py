@@ -178,6 +178,36 @@ async def test_a_statement_racing_a_schema_change_is_409_schema_changed_on_every
         assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(target)).fetchone()[0] == 1  # nothing written
 
 
+def test_a_create_waiting_for_a_table_being_dropped_is_409_not_500(ws, services):
+    """A create takes its record ids with ``nextval('<sequence>'::regclass)``: the cast
+    finds the sequence's OID, then ``nextval`` waits for the lock of a DELETE of the table
+    running meanwhile, and once that commits the sequence is gone: psycopg's
+    ``InternalError`` "could not open relation with OID", answered 500 ``INTERNAL``. It is
+    a statement racing a schema change like any other: 409 ``SCHEMA_CHANGED``."""
+    import threading
+    import time
+
+    import psycopg
+    from psycopg import sql
+
+    t = ws.create_table("Dropped", [{"name": "A", "type": "number"},
+                                    {"name": "F", "type": "formula", "formula": "{A} * 2"}])
+    records = f"/tables/{t['id']}/records"
+    assert ws.api.post(records, json={"fields": {"A": 1}}).status_code == 201  # the API has the shape
+    target = sql.SQL("{}.{}").format(sql.Identifier(f"ws_{ws.id}"), sql.Identifier(f"t_{t['id']}"))
+    answers: list[httpx.Response] = []
+    with psycopg.connect(services.pg.dsn) as conn:  # a table delete, not yet committed
+        conn.execute(sql.SQL("DROP TABLE {} CASCADE").format(target))
+        writer = threading.Thread(target=lambda: answers.append(
+            ws.client(ws.builder_token).post(records, json={"fields": {"A": 2}})))
+        writer.start()
+        time.sleep(1.0)  # the create waits for the sequence's lock
+        conn.commit()
+    writer.join(30)
+    r = answers[0]
+    assert r.status_code == 409 and r.json()["code"] == "SCHEMA_CHANGED", r.text
+
+
 def test_numbers_no_double_holds_or_written_oddly_are_refused_never_a_500(ws):
     """An integer of 309+ digits made ``float()`` raise: 500 ``INTERNAL`` on every write
     (and failed a whole batch) and on ``POST /sql``. Numeric text takes JSON's syntax

@@ -96,3 +96,25 @@ async def test_operations_refuse_as_rest_does_and_change_nothing(ws, state):
     with pytest.raises(NotFound):
         await agent_ops.get_agent(state, builder, agent["id"])
     assert share_url(state.settings, "abc").endswith("/p/abc")
+
+
+async def test_agent_reads_are_the_builders_on_every_door(ws, state):
+    """Reading agents and channels follows the rule of managing them, in the operations
+    every door calls (REST, MCP builder tools, the schema overview): a rest_api or user_mcp
+    principal is refused and sees no channel token."""
+    table = ws.create_table("AgentTable", [{"name": "Name", "type": "text"}])
+    builder = await principal_of(state, ws.builder_token)
+    agent = await agent_ops.create_agent(state, builder, agent_ops.AgentIn(name="helper", table_ids=[table["id"]]))
+    channel = await agent_ops.create_channel(state, builder, agent["id"], agent_ops.ChannelIn(type="web"))
+    grant = {"table_id": table["id"], "read": True, "create": True, "update": True, "delete": True}
+    for kind in ("rest_api", "user_mcp"):
+        other = await principal_of(state, ws.token(kind, profile_id=ws.profile([grant])["id"])["token"])
+        for call in (agent_ops.list_agents(state, other), agent_ops.get_agent(state, other, agent["id"]),
+                     agent_ops.list_channels(state, other), agent_ops.list_channels(state, other, agent["id"]),
+                     agent_ops.get_channel(state, other, channel["id"])):
+            with pytest.raises(Forbidden):
+                await call
+        overview = await table_ops.workspace_overview(state, other)
+        assert overview["agents"] == [] and [t["id"] for t in overview["tables"]] == [table["id"]]
+    assert [a["id"] for a in (await table_ops.workspace_overview(state, builder))["agents"]] == [agent["id"]]
+    assert (await agent_ops.get_channel(state, builder, channel["id"]))["id"] == channel["id"]

@@ -127,9 +127,10 @@ def test_schema_lists_agents_and_their_web_channel_tokens(ws, tables):
     assert a["table_ids"] == [tables["tasks"]["id"]]
     assert {"id": web["id"], "type": "web", "token": web["token"], "enabled": True,
             "config": {"credential": None}} in a["channels"]
-    # any REST token sees the agents (their web tokens are public by design)
+    # agents are the builder's: another REST token sees none (nor their channel tokens)
     c = ws.client(ws.token("rest_api", profile_id=ws.profile([])["id"])["token"])
-    assert [x["name"] for x in c.get("/schema").json()["agents"]] == ["Support"]
+    r = c.get("/schema")
+    assert r.status_code == 200 and r.json()["agents"] == [] and web["token"] not in r.text
 
 
 def test_schema_needs_a_token(ws):

@@ -173,6 +173,52 @@ def test_deleting_a_table_that_relations_point_at_is_refused_unless_forced(ws):
     assert ws.api.get(f"/tables/{deals['id']}/columns").json() == []
 
 
+def test_a_forced_table_delete_detaches_the_relation_columns_like_a_forced_column_delete(ws):
+    """The relation columns pointing at a deleted table go with it. What used them was
+    neither reported nor detached: a formula over the relation kept status ok with a
+    dangling ``{@<id>}``, its stored values, and computed 0 for new rows. The 409 lists
+    them, and the forced delete detaches each relation column as a forced delete of that
+    column does: computed readers marked broken (values cleared), views loosened; the
+    answer lists everything under ``detached``."""
+    own = ws.create_table("Own", [{"name": "Name", "type": "text"}])
+    child = ws.create_table("Child", [
+        {"name": "N", "type": "number"},
+        {"name": "O", "type": "relation", "relation_table_id": own["id"]},
+        {"name": "OL", "type": "formula", "formula": "{O} * 1"},
+        {"name": "NN", "type": "formula", "formula": "{N} * 2"},
+    ])
+    cols = {c["name"]: c for c in child["columns"]}
+    owner = ws.api.post(f"/tables/{own['id']}/records", json={"fields": {"Name": "a"}}).json()
+    rec = ws.api.post(f"/tables/{child['id']}/records", json={"fields": {"N": 1, "O": owner["id"]}}).json()
+    assert rec["fields"]["OL"] == owner["id"] and rec["fields"]["NN"] == 2
+    view = ws.api.post(f"/tables/{child['id']}/views", json={
+        "name": "V", "view_type": "grid", "config": {"filters": {"N": "gte.1"}, "hidden_columns": ["O"]}}).json()
+    expected = {("column", cols["O"]["id"]), ("column", cols["OL"]["id"]), ("view", view["id"])}
+
+    r = ws.api.delete(f"/tables/{own['id']}")
+    assert r.status_code == 409 and r.json()["code"] == "COLUMN_IN_USE", r.text
+    assert {(d["kind"], d["id"]) for d in r.json()["dependents"]} == expected
+    assert all(d["table_id"] == child["id"] for d in r.json()["dependents"])
+    assert ws.api.get(f"/tables/{own['id']}").status_code == 200  # nothing changed
+
+    r = ws.api.delete(f"/tables/{own['id']}?force=true")
+    assert r.status_code == 200 and r.json()["deleted"] is True, r.text
+    assert {(d["kind"], d["id"]) for d in r.json()["detached"]} == expected
+    columns = {c["name"]: c for c in ws.api.get(f"/tables/{child['id']}/columns").json()}
+    assert set(columns) == {"N", "OL", "NN"}
+    assert columns["OL"]["status"] == "error" and "'O'" in columns["OL"]["status_reason"]
+    assert columns["NN"]["status"] == "ok"
+    got = ws.api.get(f"/tables/{child['id']}/records/{rec['id']}").json()["fields"]
+    assert got["OL"] is None and got["NN"] == 2
+    new = ws.api.post(f"/tables/{child['id']}/records", json={"fields": {"N": 5}}).json()
+    assert new["fields"]["OL"] is None and "OL" in new["pipeline"]["errors"] and new["fields"]["NN"] == 10
+    assert ws.api.get(f"/tables/{child['id']}/views/{view['id']}").json()["config"] == {
+        "filters": {"N": "gte.1"}, "hidden_columns": []}
+    # editing the formula repairs it
+    r = ws.api.patch(f"/tables/{child['id']}/columns/{cols['OL']['id']}", json={"formula": "{N} * 3"})
+    assert r.status_code == 200 and r.json()["status"] == "ok", r.text
+
+
 def test_rename_carries_into_a_loop_sub_step_formula(ws):
     t = ws.create_table("L", [
         {"name": "Json", "type": "text"},

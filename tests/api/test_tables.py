@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
+import pytest
+
 
 def test_create_table_returns_it_with_its_columns(ws):
     r = ws.api.post("/tables", json={"name": "Tasks", "icon": "check", "columns": [
@@ -88,3 +93,74 @@ def test_unknown_table_is_404(ws):
     for path in ("/tables/999999", "/tables/999999/columns", "/tables/999999/records", "/tables/999999/records/1"):
         r = ws.api.get(path)
         assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND", path
+
+
+def _post_until(client, url, fields, stop, answers) -> None:
+    """Create records at ``url`` (``fields(i)``) until ``stop`` is set, 200 at most or the
+    first 404, noting each answer's ``(status, text)`` in ``answers``."""
+    for i in range(1, 201):
+        if stop.is_set():
+            return
+        r = client.post(url, json={"fields": fields(i)})
+        answers.append((r.status_code, r.text))
+        if r.status_code == 404:
+            return
+
+
+@pytest.mark.parametrize("related", [False, True], ids=["alone", "with-a-relation-pointing-at-it"])
+def test_deleting_a_table_under_concurrent_writes_never_deadlocks(ws, related):
+    """DELETE /tables/{t} while clients create records in it: the writes' statement locks
+    the data table, then (its outbox row's foreign key) the table's ``wds.tables`` row;
+    the delete took that row first and the data table last, so the two deadlocked and the
+    delete answered 503 UNAVAILABLE with the table kept. The delete takes the data tables
+    first, as writers do (a table whose relation points at it before the table itself), so
+    it waits for the writes in flight and succeeds; a write either lands before it (201)
+    or finds the table gone (404 NOT_FOUND or 409 SCHEMA_CHANGED) — never a 500 or 503.
+    Writes to a table whose relation column went with it answer 201, 409 SCHEMA_CHANGED
+    or 400 UNKNOWN_COLUMN."""
+    for round_ in range(3):
+        t = ws.create_table(f"Busy{round_}", [{"name": "A", "type": "number"},
+                                               {"name": "F", "type": "formula", "formula": "{A} * 2"}])
+        records = f"/tables/{t['id']}/records"
+        for i in range(6):  # warm: the API's statements for this table are prepared
+            assert ws.api.post(records, json={"fields": {"A": i}}).status_code == 201
+        child_records = None
+        if related:
+            child = ws.create_table(f"Child{round_}", [
+                {"name": "N", "type": "number"}, {"name": "G", "type": "formula", "formula": "{N} + 1"},
+                {"name": "O", "type": "relation", "relation_table_id": t["id"]}])
+            child_records = f"/tables/{child['id']}/records"
+        stop = threading.Event()
+        answers: list[tuple[int, str]] = []
+        child_answers: list[tuple[int, str]] = []
+        writers = [threading.Thread(target=_post_until, args=(
+            ws.client(ws.builder_token), records, lambda i, n=n: {"A": n * 1000 + i}, stop, answers))
+            for n in range(6)]
+        if related:
+            writers += [threading.Thread(target=_post_until, args=(
+                ws.client(ws.builder_token), child_records, lambda i: {"N": i, "O": 1 + i % 6}, stop, child_answers))
+                for _ in range(3)]
+        for w in writers:
+            w.start()
+        deadline = time.monotonic() + 20
+        while len(answers) < 12 and time.monotonic() < deadline:  # the writes are under way
+            time.sleep(0.02)
+        deleted = ws.client(ws.builder_token).delete(f"/tables/{t['id']}", params={"force": "true" if related else "false"})
+        time.sleep(0.3)
+        stop.set()
+        for w in writers:
+            w.join(60)
+        assert deleted.status_code == 200, deleted.text
+        assert deleted.json()["id"] == t["id"] and deleted.json()["deleted"] is True
+        assert ws.api.get(f"/tables/{t['id']}").status_code == 404
+        for status, text in answers:
+            assert status in (201, 404, 409), text
+            if status == 409:
+                assert '"SCHEMA_CHANGED"' in text, text
+            if status == 404:
+                assert '"NOT_FOUND"' in text, text
+        assert any(s == 201 for s, _ in answers)
+        for status, text in child_answers:
+            assert status in (201, 400, 409), text
+            if status != 201:
+                assert '"SCHEMA_CHANGED"' in text or '"UNKNOWN_COLUMN"' in text, text

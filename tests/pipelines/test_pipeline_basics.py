@@ -291,3 +291,42 @@ def test_a_run_whose_table_lost_a_column_meanwhile_reads_and_writes_what_is_left
     assert written == 1
     got = ws.api.get(f"/tables/{t['id']}/records/{rid}").json()
     assert got["fields"] == {"A": 4, "Twice": 99}, got
+
+
+def test_deleting_a_related_record_recomputes_what_reads_the_cleared_relation(ws):
+    """Deleting a record clears the relation cells pointing at it (ON DELETE SET NULL), but
+    the computed columns reading those relations kept their old values
+    (``{"O": null, "HasOwner": "yes", "OID": 1}``). The cleared records now run their
+    pipeline as an update of the relation column would: they read exactly as records
+    whose relation was cleared by hand."""
+    owner = ws.create_table("Owner", [{"name": "Name", "type": "text"}])
+    child = ws.create_table("Child", [
+        {"name": "N", "type": "number"},
+        {"name": "O", "type": "relation", "relation_table_id": owner["id"]},
+        {"name": "HasOwner", "type": "formula", "formula": 'IF({O},"yes","no")'},
+        {"name": "OID", "type": "formula", "formula": "{O}*1"},
+        {"name": "NN", "type": "formula", "formula": "{N}*2"},
+    ])
+    o1, o2 = (ws.api.post(f"/tables/{owner['id']}/records", json={"fields": {"Name": n}}).json() for n in "ab")
+    records = f"/tables/{child['id']}/records"
+    linked = [ws.api.post(records, json={"fields": {"N": i, "O": o1["id"]}}).json() for i in (1, 2)]
+    other = ws.api.post(records, json={"fields": {"N": 3, "O": o2["id"]}}).json()
+    control = ws.api.post(records, json={"fields": {"N": 4, "O": o2["id"]}}).json()
+    assert linked[0]["fields"]["HasOwner"] == "yes" and linked[0]["fields"]["OID"] == o1["id"]
+    cleared = ws.api.patch(f"{records}/{control['id']}", json={"fields": {"O": None}}).json()["fields"]
+    assert cleared["HasOwner"] == "no"
+
+    r = ws.api.delete(f"/tables/{owner['id']}/records/{o1['id']}")
+    assert r.status_code == 200 and r.json() == {"id": o1["id"], "deleted": True}, r.text
+    for before in linked:
+        got = ws.api.get(f"{records}/{before['id']}").json()
+        assert got["fields"]["O"] is None
+        assert got["fields"]["HasOwner"] == cleared["HasOwner"] and got["fields"]["OID"] == cleared["OID"], got
+        assert got["fields"]["NN"] == before["fields"]["NN"]
+        assert got["pipeline"]["status"] == "ok" and got["pipeline"]["run_id"] != before["pipeline"]["run_id"]
+    untouched = ws.api.get(f"{records}/{other['id']}").json()
+    assert untouched["fields"]["O"] == o2["id"] and untouched["fields"]["HasOwner"] == "yes"
+    assert untouched["pipeline"]["run_id"] == other["pipeline"]["run_id"]
+    # a record no relation with a computed reader points at is deleted as before
+    assert ws.api.delete(f"/tables/{child['id']}/records/{other['id']}").json() == {"id": other["id"], "deleted": True}
+    assert ws.api.delete(f"/tables/{owner['id']}/records/{o1['id']}").status_code == 404

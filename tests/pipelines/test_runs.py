@@ -138,6 +138,28 @@ def test_record_steps_create_update_fetch_and_delete(ws):
     assert ws.api.get(f"/tables/{log['id']}/records/{log_id}").status_code == 404
 
 
+def test_a_delete_record_step_recomputes_what_read_the_cleared_relations(ws):
+    """A record deleted by a ``delete_record`` step clears the relation cells pointing at
+    it; the records cleared run their pipeline (child workflows) as an update of the
+    relation would, so their formulas over it do not keep the old values."""
+    owner = ws.create_table("Owner", [{"name": "Name", "type": "text"}])
+    child = ws.create_table("Child", [
+        {"name": "O", "type": "relation", "relation_table_id": owner["id"]},
+        {"name": "HasOwner", "type": "formula", "formula": 'IF({O},"yes","no")'},
+    ])
+    o = ws.api.post(f"/tables/{owner['id']}/records", json={"fields": {"Name": "a"}}).json()
+    kid = ws.api.post(f"/tables/{child['id']}/records", json={"fields": {"O": o["id"]}}).json()
+    assert kid["fields"]["HasOwner"] == "yes"
+    rm = ws.create_table("Rm", [
+        {"name": "Target", "type": "number"},
+        {"name": "Gone", "type": "delete_record", "config": {"table_id": owner["id"], "record_id": "{{ Target }}"}},
+    ])
+    out = ws.api.post(f"/tables/{rm['id']}/records", json={"fields": {"Target": o["id"]}}).json()
+    assert out["fields"]["Gone"] == o["id"] and out["pipeline"]["status"] == "ok", out
+    got = ws.api.get(f"/tables/{child['id']}/records/{kid['id']}").json()["fields"]
+    assert got["O"] is None and got["HasOwner"] == "no", got
+
+
 def test_record_steps_honour_the_writing_tokens_grants(ws):
     secret = ws.create_table("Secret", [{"name": "Msg", "type": "text"}])
     tok = ws.token("rest_api")

@@ -1,8 +1,8 @@
 """AI agents and their chat channels (``{rest}/agents``): REST over :mod:`api.ops.agents`.
 
-Any REST token may list agents (the spec's "AI agents with their web channel tokens");
-creating, editing and deleting agents and channels is for the workspace's builder
-credential (vibe_mcp) only, as for the builder MCP tools (DESIGN §4). Which channel
+Agents and channels are for the workspace's builder credential (vibe_mcp) only, as for
+the builder MCP tools (DESIGN §4): listing and reading them too (:mod:`api.ops.agents`
+decides; a restricted rest_api token gets 403 ``FORBIDDEN``). Which channel
 tokens a listing shows is decided in :mod:`storage.agents`: web tokens (public by
 design) always, messaging tokens only in the responses that create the channel or
 rotate its token.
@@ -59,12 +59,13 @@ class AgentOut(BaseModel):
 
 @router.get("", response_model=list[AgentOut], responses=ERRORS)
 async def list_agents(principal: RestPrincipal, state: StateDep) -> JSON:
-    """AI agents of the workspace with their channels (web channel tokens included)."""
+    """AI agents of the workspace with their channels, web channel tokens included (builder token only)."""
     return JSON(await ops.list_agents(state, principal))
 
 
 @router.get("/{agent_id}", response_model=AgentOut, responses=ERRORS)
 async def get_agent(agent_id: str, principal: RestPrincipal, state: StateDep) -> JSON:
+    """One agent with its tables and channels (builder token only)."""
     return JSON(await ops.get_agent(state, principal, agent_id))
 
 

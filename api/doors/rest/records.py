@@ -94,6 +94,9 @@ async def update(
 
 @router.delete("/{record_id}", response_model=Deleted, responses=ERRORS)
 async def delete(table_id: int, record_id: str, principal: RestPrincipal, state: StateDep) -> JSON:
+    """Delete a record. Relation cells pointing at it are cleared; the records whose cell
+    was cleared run the computed columns that read it, as an update of the relation would,
+    before the answer."""
     return JSON(await ops.delete_record(state, principal, table_id, record_id))
 
 

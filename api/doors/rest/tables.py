@@ -40,7 +40,9 @@ async def delete_table(table_id: int, principal: RestPrincipal, state: StateDep,
     """Drop the table and all its records (irreversible).
 
     Refused with 409 `COLUMN_IN_USE` (listing `dependents`) while columns of other tables
-    point at it (relations, record steps); `?force=true` drops it anyway: those relation
-    columns go with it and those computed columns are marked broken.
+    point at it (relations, record steps), including what uses those relation columns;
+    `?force=true` drops it anyway: those relation columns go with it (computed columns
+    reading them are marked broken, views lose them), computed columns that used the
+    table are marked broken, and the answer lists them in `detached`.
     """
     return JSON(await ops.delete_table(state, principal, table_id, force=force))

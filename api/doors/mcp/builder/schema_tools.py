@@ -135,8 +135,9 @@ SCHEMA_TOOLS: list[ToolSpec] = [
             _TABLE_OUT, idempotent=True),
     builder("delete_table", "Delete a table",
             "Drop a table and all its records (irreversible). Refused with COLUMN_IN_USE (listing `dependents`)"
-            " while relation or record-step columns of other tables point at it; force: true drops it anyway"
-            " (those computed columns are marked broken).",
+            " while relation or record-step columns of other tables point at it (with what uses those"
+            " relations); force: true drops it anyway (the relations go with it, computed columns that used"
+            " them or the table are marked broken; `detached` lists them).",
             delete_table, obj({"table_id": TABLE_ID, "force": _FORCE},
                               ("table_id",)), DELETED_OUT, destructive=True, idempotent=True),
     builder("get_table", "Get a table", "A table with all its columns and settings.",
