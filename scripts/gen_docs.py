@@ -101,7 +101,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     # 405, 408, 409, 413, 415
     "METHOD_NOT_ALLOWED": ("The path exists but not with this HTTP method.", ""),
     "SQL_TIMEOUT": ("`POST /sql` ran past the plan's SQL timeout (5–30 s).", ""),
-    "CONFLICT": ("A name already taken (table, column, bucket, credential, profile, app-user e-mail), an object path that exists (without `x-upsert`), a non-empty bucket deleted without `force`, or an `Idempotency-Key` reused with a different request or still running.", ""),
+    "CONFLICT": ("A name already taken (table, column, bucket, credential, profile, app-user e-mail), an object path that exists (without `x-upsert`; of concurrent uploads of a new path exactly one wins), a non-empty bucket deleted without `force`, or an `Idempotency-Key` reused with a different request or still running.", ""),
     "SCHEMA_CHANGED": ("A schema change (a column or table deleted, a column converted) committed while the request ran, after it had read the table's shape: its statement named what was no longer there and wrote nothing. Retry the request; it runs against the new shape. Every door answers it alike (REST, SQL, MCP tools).", ""),
     "COLUMN_IN_USE": ("Deleting a column (or a table) that other things use — computed columns, views, relation labels, semantic search, schedules, record steps of other tables. `dependents` lists `[{kind, id, name, table_id}]` (`kind`: `column`, `view`, `semantic_search`, `schedule`); repeat with `?force=true` to delete anyway.", "dependents"),
     "SIGNUP_FIELD_NOT_ALLOWED": ("App-user sign-up sent a profile field the workspace does not mark as self-service (`signup_fields`, none by default; role and permission columns never).", ""),
