@@ -316,3 +316,21 @@ def test_concurrent_uploads_to_one_path_have_exactly_one_winner(ws, services):
     # no upload left its staged bytes behind
     staging = (services.data_dir or services.tmp / "data") / "storage" / str(ws.id) / ".staging"
     assert staging.parent.is_dir() and (not staging.exists() or list(staging.iterdir()) == [])
+
+
+def test_unknown_or_mistyped_bucket_and_sign_body_keys_are_refused(ws):
+    """{"name": "k1", "pubic": true} made a private bucket (the typo was ignored) and
+    "public": "yes" was read as true. Both are 400 VALIDATION_ERROR and make no bucket;
+    the sign body refuses unknown keys too."""
+    st = _storage(ws)
+    for body, key in (({"name": "k1", "public": False, "bogus": 1}, "bogus"), ({"name": "k1", "pubic": True}, "pubic"),
+                      ({"name": "k1", "public": "yes"}, "public"), ({"name": "k1", "public": 1}, "public")):
+        r = st.post("/bucket", json=body)
+        assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", (body, r.text)
+        assert key in r.json()["error"], r.text
+    assert st.get("/bucket").json() == []
+    assert _bucket(st, "k1", public=True)["public"] is True
+    st.post("/object/k1/a.txt", content=b"a")
+    r = st.post("/object/sign/k1/a.txt", json={"expires_in": 60, "bogus": 1})
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR" and "bogus" in r.json()["error"], r.text
+    assert st.post("/object/sign/k1/a.txt", json={"expires_in": 60}).status_code == 200

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, FastAPI, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.responses import StreamingResponse
 
 from api.deps import RestPrincipal, StateDep, require_writable
@@ -67,11 +67,13 @@ _SNIFF_BYTES = 512
 
 
 class BucketIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a typo ("pubic") is refused, never a private bucket
     name: str
-    public: bool = False
+    public: StrictBool = False
 
 
 class SignIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     expires_in: int = Field(3600, description="seconds the URL stays valid (1 s to 7 days)")
 
 
