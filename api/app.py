@@ -189,9 +189,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         cors={
             "allow_origins": ["*"],
             "allow_methods": ["GET", "POST", "PATCH", "PUT", "DELETE", "OPTIONS"],
-            "allow_headers": ["Authorization", "Content-Type", "Idempotency-Key", "Prefer", "Accept", "x-upsert"],
+            # X-Chat-Session-Key: a web chat's later messages may send the session key as a
+            # header (docs/api.md "Agents and chat"); the answer carries the session's id and key
+            "allow_headers": ["Authorization", "Content-Type", "Idempotency-Key", "Prefer", "Accept", "x-upsert",
+                              "X-Chat-Session-Key"],
             "expose_headers": ["X-Total-Count", "Content-Range", "Retry-After", "X-RateLimit-Limit",
-                               "X-RateLimit-Remaining", "X-RateLimit-Reset", "Idempotent-Replayed"],
+                               "X-RateLimit-Remaining", "X-RateLimit-Reset", "Idempotent-Replayed",
+                               "X-Chat-Session-Id", "X-Chat-Session-Key"],
             "max_age": 600,
         },
         fast=FastReads if settings.fast_reads else None,

@@ -62,7 +62,7 @@ HTTP_OVERRIDES = {"UNAUTHORIZED": "401"}
 # but not rendered, so a branch that adds one of them finds its description waiting.
 CODE_NOTES: dict[str, tuple[str, str]] = {
     # 400: the request is wrong
-    "VALIDATION_ERROR": ("The request is malformed: a body that is not JSON or misses a field, a wrong type, an unknown body key, an invalid config. Also the fallback of every `ServiceError` that names no code. In MCP tool results and batch rows it marks the one item that is wrong.", ""),
+    "VALIDATION_ERROR": ("The request is malformed: a body that is not JSON or misses a field, a wrong type, an unknown body key, an invalid config (a key its kind does not take, a delay without `seconds`). Also the fallback of every `ServiceError` that names no code. In MCP tool results and batch rows it marks the one item that is wrong.", ""),
     "INVALID_VALUE": ("A field value does not fit its column type (a number column given text, a date that does not parse, a relation to a missing record, a value PostgreSQL cannot store such as `\\u0000`), or a malformed filter value.", ""),
     "INVALID_OPTION": ("A `single_select`/`multi_select` value that is not one of the column's options (by id or label).", ""),
     "REQUIRED_FIELD": ("A required column is missing on create or cleared on update.", ""),
@@ -101,13 +101,13 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     # 405, 408, 409, 413, 415
     "METHOD_NOT_ALLOWED": ("The path exists but not with this HTTP method.", ""),
     "SQL_TIMEOUT": ("`POST /sql` ran past the plan's SQL timeout (5–30 s).", ""),
-    "CONFLICT": ("A name already taken (table, column, bucket, credential, profile, app-user e-mail), an object path that exists (without `x-upsert`), a non-empty bucket deleted without `force`, or an `Idempotency-Key` reused with a different request or still running.", ""),
+    "CONFLICT": ("A name already taken (table, column, bucket, credential, profile, app-user e-mail), an object path that exists (without `x-upsert`; of concurrent uploads of a new path exactly one wins), a non-empty bucket deleted without `force`, or an `Idempotency-Key` reused with a different request or still running.", ""),
     "SCHEMA_CHANGED": ("A schema change (a column or table deleted, a column converted) committed while the request ran, after it had read the table's shape: its statement named what was no longer there and wrote nothing. Retry the request; it runs against the new shape. Every door answers it alike (REST, SQL, MCP tools).", ""),
     "COLUMN_IN_USE": ("Deleting a column (or a table) that other things use — computed columns, views, relation labels, semantic search, schedules, record steps of other tables. `dependents` lists `[{kind, id, name, table_id}]` (`kind`: `column`, `view`, `semantic_search`, `schedule`); repeat with `?force=true` to delete anyway.", "dependents"),
     "SIGNUP_FIELD_NOT_ALLOWED": ("App-user sign-up sent a profile field the workspace does not mark as self-service (`signup_fields`, none by default; role and permission columns never).", ""),
     "REQUEST_TIMEOUT": ("The client stopped sending its request head or body for longer than allowed (`WDS_BODY_TIMEOUT_S`, 30 s; the head 10 s).", ""),
-    "REPEATED_PARAMETER": ("A single-valued query parameter (`limit`, `offset`, `select`, `expand`, `view`, `count`, `order`/`sort`) given twice; `order` and `sort` together count as a repeat.", ""),
-    "UNKNOWN_PARAMETER": ("A parameter a door cannot honour: anything but `select`/`expand` on GET by id, `run_pipeline` on a read, unknown keys in a realtime subscription, an argument an MCP tool does not take.", ""),
+    "REPEATED_PARAMETER": ("A single-valued query parameter (`limit`, `offset`, `select`, `expand`, `view`, `count`, `order`/`sort`, a write's `run_pipeline`) given twice; `order` and `sort` together count as a repeat.", ""),
+    "UNKNOWN_PARAMETER": ("A parameter a door cannot honour: anything but `select`/`expand` on GET by id, `run_pipeline` on a read, anything but `run_pipeline` on a record create or update (and any parameter on a record delete or a batch), unknown keys in a realtime subscription, an argument an MCP tool does not take.", ""),
     "PAYLOAD_TOO_LARGE": ("A body, upload, chat message, SQL text or search query larger than allowed.", ""),
     "UNSUPPORTED_MEDIA_TYPE": ("A body in a media type the endpoint does not take: REST and SQL take `application/json` (or another `+json` type) only, so a `text/plain`, XML or form body is refused before anything runs (an empty body is let through). Also the framework's own 415, in the `{error, code}` shape.", ""),
     "CHAT_SESSION_INVALID": ("Agent web chat: a `session_id` sent without the `session_key` issued with it (or with a wrong one, or an id the server never issued). The same answer whether or not the session exists; omit `session_id` to start a new session.", ""),

@@ -18,6 +18,7 @@ import hmac
 import mimetypes
 import re
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,16 @@ def clean_prefix(prefix: str | None) -> str:
 
 def object_key(workspace_id: int, bucket_id: int, path: str) -> str:
     return f"{int(workspace_id)}/{int(bucket_id)}/{path}"
+
+
+def staging_key(workspace_id: int) -> str:
+    """A fresh key an upload streams to before it is known to win its path.
+
+    ``<workspace_id>/.staging/<random>``: bucket ids are digits, so it names no object.
+    The upload moves it to :func:`object_key` under :func:`lock_workspace_storage` once
+    the path is its own, or deletes it; a loser of a race never touches the winner's bytes.
+    """
+    return f"{int(workspace_id)}/.staging/{uuid.uuid4().hex}"
 
 
 def sniff_content_type(head: bytes, declared: str | None, path: str) -> str:
@@ -200,6 +211,13 @@ class ObjectStorage:
         except Exception as exc:
             raise Unavailable("the object store is not reachable right now") from exc
 
+    async def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst``, replacing what ``dst`` held (atomic on a file system)."""
+        try:
+            await obstore.rename_async(self.store, src, dst, overwrite=True)
+        except Exception as exc:
+            raise Unavailable("the object store is not reachable right now") from exc
+
     async def open(self, key: str, chunk: int = 256 * 1024) -> tuple[int, AsyncIterator[bytes]]:
         """Size and a byte stream of an object; 404 when the store no longer has it."""
         try:
@@ -287,7 +305,9 @@ async def used_bytes(conn: Conn, *, workspace_id: int) -> int:
 
 
 async def lock_workspace_storage(conn: Conn, *, workspace_id: int) -> None:
-    """Serialise quota checks of one workspace's uploads (inside a transaction)."""
+    """Serialise one workspace's object writes (inside a transaction): the quota check, the
+    existence and folder checks, the row and the move of the bytes to their key happen
+    together, so two uploads of one path cannot both find it free."""
     await conn.execute("SELECT pg_advisory_xact_lock(hashtext('wds-storage'), %s::int)", (workspace_id % 2**31,))
 
 
@@ -315,17 +335,27 @@ async def path_clash(conn: Conn, *, bucket_id: int, path: str) -> str | None:
 
 
 async def put_object_row(
-    conn: Conn, *, workspace_id: int, bucket_id: int, path: str, size: int, content_type: str
+    conn: Conn, *, workspace_id: int, bucket_id: int, path: str, size: int, content_type: str,
+    replace: bool = True,
 ) -> dict[str, Any]:
-    cur = await conn.execute(
-        "INSERT INTO wds.objects (workspace_id, bucket_id, path, size, content_type) VALUES (%s, %s, %s, %s, %s)"
+    """Insert the object's row, or replace an existing one's when ``replace``.
+
+    Raises:
+        Conflict: the path is taken and ``replace`` is false (nothing is changed).
+    """
+    on_conflict = (
         " ON CONFLICT (bucket_id, path) DO UPDATE SET size = excluded.size,"
         " content_type = excluded.content_type, created_at = now()"
-        " RETURNING id, path, size, content_type, created_at",
+        if replace else " ON CONFLICT (bucket_id, path) DO NOTHING"
+    )
+    cur = await conn.execute(
+        "INSERT INTO wds.objects (workspace_id, bucket_id, path, size, content_type) VALUES (%s, %s, %s, %s, %s)"
+        + on_conflict + " RETURNING id, path, size, content_type, created_at",
         (workspace_id, bucket_id, path, size, content_type),
     )
     row = await cur.fetchone()
-    assert row is not None
+    if row is None:
+        raise Conflict(f"object {path!r} already exists; send x-upsert: true to replace it")
     return row
 
 

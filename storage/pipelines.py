@@ -35,26 +35,80 @@ def register_config_check(kind: str, check: ConfigCheck) -> None:
 DELAY_MAX_S = 366 * 86400  # a delay step's longest wait (workflows/pipeline.py enforces it at run time too)
 FETCH_MAX = 100  # fetch_records' largest limit (activities/records.py MAX_FETCH)
 
+# the config keys each computed kind reads (its implementation in activities/ and
+# workflows/pipeline.py; docs/api.md "Computed columns"), and the keys every computed
+# column takes. A new or changed config with any other key is refused: a typo
+# ("methd") would otherwise be stored and do nothing
+CONFIG_KEYS: dict[str, frozenset[str]] = {
+    "formula": frozenset({"formula", "language"}),
+    "json_parser": frozenset({"source_column", "path"}),
+    "http_request": frozenset({"method", "url", "headers", "body", "credential", "timeout_s"}),
+    "action": frozenset({"group_id", "request_id", "params", "credential", "timeout_s"}),
+    "ai_agent": frozenset({"prompt", "system", "model", "output", "timeout_s"}),
+    "create_record": frozenset({"table_id", "fields"}),
+    "update_record": frozenset({"table_id", "record_id", "fields"}),
+    "delete_record": frozenset({"table_id", "record_id"}),
+    "fetch_records": frozenset({"table_id", "filters", "limit"}),
+    "loop": frozenset({"source_column", "step"}),
+    "delay": frozenset({"seconds"}),
+}
+COMMON_CONFIG_KEYS = frozenset({"run_on", "depends_on", "result_type"})  # not in a loop's sub-step
+LOOP_STEP_KEYS = frozenset({"type", "config"})
 
-def check_config(name: str, kind: str, config: dict[str, Any]) -> None:
+
+def _check_keys(name: str, kind: str, config: dict[str, Any], *, sub_step: bool) -> None:
+    """Refuse a config key ``kind`` does not read, naming it and the allowed ones."""
+    allowed = CONFIG_KEYS.get(kind)
+    if allowed is None:
+        return  # an unknown kind is refused by its type check
+    if not sub_step:
+        allowed = allowed | COMMON_CONFIG_KEYS
+    unknown = sorted(k for k in config if k not in allowed)
+    if unknown:
+        where = "config.step.config" if sub_step else "config"
+        raise ValidationError(
+            f"{name}: unknown {where} key{'s' if len(unknown) > 1 else ''} "
+            + ", ".join(repr(k) for k in unknown)
+            + f" for {kind}; allowed: {', '.join(sorted(allowed))}"
+        )
+
+
+def check_config(
+    name: str, kind: str, config: dict[str, Any], *, keys: bool = True, sub_step: bool = False
+) -> None:
     """Run the check of ``kind`` (and of a loop's sub-step) over ``config``: the built-in
     ones below, then the one its implementation registered. What a run would refuse for
     every record is refused here, when the column is written.
 
+    ``keys`` (a new or changed config) also refuses keys the kind does not read and a
+    delay without ``seconds``; a column stored before those rules is still accepted when
+    it is changed without sending its config (a rename), and runs as it always did.
+
     Raises:
         ValidationError: the configuration is refused.
     """
+    if keys:
+        _check_keys(name, kind, config, sub_step=sub_step)
     if kind == "loop":
         step = config.get("step")
+        if keys and step is not None:
+            if not isinstance(step, dict) or not isinstance(step.get("type"), str):
+                raise ValidationError(f"{name}: config.step must be {{type, config}}")
+            unknown = sorted(k for k in step if k not in LOOP_STEP_KEYS)
+            if unknown:
+                raise ValidationError(f"{name}: unknown config.step key{'s' if len(unknown) > 1 else ''} "
+                                      + ", ".join(repr(k) for k in unknown) + "; allowed: config, type")
         if isinstance(step, dict) and isinstance(step.get("type"), str):
             if step["type"] in ("loop", "delay"):
                 raise ValidationError(f"{name}: a loop's step may be any kind but loop or delay")
             sub = step.get("config") or {}
             if not isinstance(sub, dict):
                 raise ValidationError(f"{name}: config.step.config must be an object")
-            check_config(name, step["type"], sub)
+            check_config(name, step["type"], sub, keys=keys, sub_step=True)
         return
     if kind == "delay":
+        if keys and "seconds" not in config:
+            raise ValidationError(f"{name}: delay needs config.seconds, a number between 0 and {DELAY_MAX_S:,}")
         seconds = config.get("seconds", 0)
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds <= DELAY_MAX_S:
             raise ValidationError(f"{name}: delay needs config.seconds, a number between 0 and {DELAY_MAX_S:,}")
@@ -167,8 +221,12 @@ def check_computed_columns(
     *,
     replacing: int | None = None,
     schema: WorkspaceSchema | None = None,
+    config_keys: bool = True,
 ) -> None:
     """Validate new or changed columns: configs, references and the dependency graph.
+
+    ``config_keys``: the configs are new or changed (refuse keys their kind does not read,
+    see :func:`check_config`); false for a change that keeps a stored config as it is.
 
     Raises:
         InvalidFormula: a formula or template does not parse.
@@ -198,7 +256,7 @@ def check_computed_columns(
         if not spec.type.computed:
             continue
         cfg = spec.config or {}
-        check_config(spec.name, spec.type.value, cfg)
+        check_config(spec.name, spec.type.value, cfg, keys=config_keys)
         run_on = cfg.get("run_on")
         if run_on is not None and (
             not isinstance(run_on, list) or not run_on or any(m not in MODES for m in run_on)

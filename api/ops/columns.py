@@ -83,7 +83,10 @@ async def update_column(
                        " it keeps its name and type")
     untouched = spec.type is current.type and spec.formula == current.formula and spec.config == current.config
     if not (current.broken and untouched):  # a broken column may be renamed before it is fixed
-        check_computed_columns([spec], table, replacing=current.id, schema=schema)
+        # a config sent (or a new kind) is checked key by key; a stored one kept as it is
+        # (a rename, a formula edit) is not refused for keys that were allowed when stored
+        check_computed_columns([spec], table, replacing=current.id, schema=schema,
+                               config_keys="config" in data or spec.type is not current.type)
     await check_column_hosts(state, principal.workspace_id, [spec])
     report: dict[str, int] = {}  # filled when values are converted or cleared
     async with schema_change(state, principal.workspace_id) as conn:

@@ -251,6 +251,36 @@ def parse_record_params(params: Sequence[tuple[str, str]]) -> Query:
     return parse_params(params)
 
 
+def check_write_params(params: Sequence[tuple[str, str]], allowed: frozenset[str], what: str,
+                       hint: str = "") -> None:
+    """The query string of a record write (create, update, delete, batch): only the
+    parameters in ``allowed``, each once (``hint`` ends the refusal's message). A typo
+    (``run_pipline=false``) would otherwise be ignored and the write would run as if it
+    were not there.
+
+    >>> check_write_params([("run_pipeline", "false")], frozenset({"run_pipeline"}), "creating a record")
+    >>> check_write_params([("run_pipline", "false")], frozenset({"run_pipeline"}), "creating a record")
+    Traceback (most recent call last):
+    storage.errors.ServiceError: query parameter 'run_pipline' does not apply to creating a record; it takes only run_pipeline
+    >>> check_write_params([("run_pipeline", "false")], frozenset(), "a batch", " (send run_pipeline in the body)")
+    Traceback (most recent call last):
+    storage.errors.ServiceError: query parameter 'run_pipeline' does not apply to a batch; it takes no query parameters (send run_pipeline in the body)
+
+    Raises:
+        ServiceError: ``UNKNOWN_PARAMETER`` for a parameter outside ``allowed``,
+            ``REPEATED_PARAMETER`` for one given twice.
+    """
+    seen: set[str] = set()
+    for key, _ in params:
+        if key not in allowed:
+            takes = ("it takes only " + ", ".join(sorted(allowed))) if allowed else "it takes no query parameters"
+            raise ServiceError(f"query parameter {key!r} does not apply to {what}; {takes}{hint}",
+                               code="UNKNOWN_PARAMETER")
+        if key in seen:
+            raise _repeated(key)
+        seen.add(key)
+
+
 def parse_arguments(args: Mapping[str, Any], *, default_limit: int = DEFAULT_LIMIT) -> Query:
     """The JSON doors' form of a list query (MCP ``list_records``, the agent chat):
     ``filters`` (object or list form), ``order``, ``select``, ``expand`` (text in the REST

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 
@@ -101,14 +103,14 @@ def test_patch_with_nothing_or_unknown_fields_is_refused(ws):
 
 
 @pytest.mark.parametrize("col", [
-    {"name": "F", "type": "fetch_records", "config": {"table": "Cfg", "limit": 0}},
-    {"name": "F", "type": "fetch_records", "config": {"table": "Cfg", "limit": 101}},
-    {"name": "F", "type": "fetch_records", "config": {"table": "Cfg", "limit": "5"}},
-    {"name": "F", "type": "fetch_records", "config": {"table": "Cfg", "filters": ["A.eq.1"]}},
+    {"name": "F", "type": "fetch_records", "config": {"table_id": "Cfg", "limit": 0}},
+    {"name": "F", "type": "fetch_records", "config": {"table_id": "Cfg", "limit": 101}},
+    {"name": "F", "type": "fetch_records", "config": {"table_id": "Cfg", "limit": "5"}},
+    {"name": "F", "type": "fetch_records", "config": {"table_id": "Cfg", "filters": ["A.eq.1"]}},
     {"name": "L", "type": "loop", "config": {"source_column": "A", "step": {"type": "delay", "config": {"seconds": 1}}}},
     {"name": "L", "type": "loop", "config": {"source_column": "A", "step": {"type": "loop", "config": {}}}},
     {"name": "L", "type": "loop", "config": {"source_column": "A",
-                                             "step": {"type": "fetch_records", "config": {"table": "Cfg", "limit": 500}}}},
+                                             "step": {"type": "fetch_records", "config": {"table_id": "Cfg", "limit": 500}}}},
     {"name": "D", "type": "delay", "config": {"seconds": -1}},
     {"name": "D", "type": "delay", "config": {"seconds": 1e12}},
     {"name": "D", "type": "delay", "config": {"seconds": "soon"}},
@@ -124,9 +126,9 @@ def test_a_config_every_run_would_refuse_is_refused_when_the_column_is_written(w
     assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
     assert col["name"] + ":" in r.json()["error"]
     assert [c["name"] for c in ws.api.get(f"/tables/{t['id']}").json()["columns"]] == ["A"]
-    fine = {"fetch_records": {"table": "Cfg", "limit": 100}, "delay": {"seconds": 0},
+    fine = {"fetch_records": {"table_id": "Cfg", "limit": 100}, "delay": {"seconds": 0},
             "json_parser": {"source_column": "A", "path": "a.b"},
-            "loop": {"source_column": "A", "step": {"type": "formula", "formula": "{item}"}}}[col["type"]]
+            "loop": {"source_column": "A", "step": {"type": "formula", "config": {"formula": "{item}"}}}}[col["type"]]
     r = ws.api.post(f"/tables/{t['id']}/columns", json={**col, "config": fine})
     assert r.status_code == 201, r.text
 
@@ -147,3 +149,80 @@ def test_a_position_past_the_last_column_is_the_last_and_an_absurd_one_is_refuse
     far = next(c for c in got if c["name"] == "Far")
     r = ws.api.patch(f"{cols}/{far['id']}", json={"position": 2147483647})
     assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
+
+
+@pytest.mark.parametrize(("col", "key"), [
+    ({"name": "H", "type": "http_request", "config": {"url": "https://example.com/", "methd": "POST"}}, "methd"),
+    ({"name": "F", "type": "formula", "formula": "1", "config": {"lang": "javascript"}}, "lang"),
+    ({"name": "J", "type": "json_parser", "config": {"source_column": "A", "path": "a", "default": 0}}, "default"),
+    ({"name": "R", "type": "fetch_records", "config": {"table": "Keys", "limit": 5}}, "table"),
+    ({"name": "X", "type": "create_record", "config": {"table_id": "Keys", "fields": {}, "upsert": True}}, "upsert"),
+    ({"name": "D", "type": "delay", "config": {"second": 5}}, "second"),
+    ({"name": "L", "type": "loop", "config": {"source_column": "A", "step": {"type": "formula", "formula": "{item}"}}},
+     "formula"),
+    ({"name": "L", "type": "loop", "config": {"source_column": "A",
+                                              "step": {"type": "formula", "config": {"formula": "{item}", "run_on": ["create"]}}}},
+     "run_on"),
+])
+def test_unknown_config_keys_are_refused_naming_the_key_and_the_allowed_ones(ws, col, key):
+    """An http_request config {"methd": "POST"} was stored and the request went out as GET:
+    a key the kind does not read did nothing, silently. It is 400 VALIDATION_ERROR naming
+    the key and the keys the kind takes, and no column is made."""
+    t = ws.create_table("Keys", [{"name": "A", "type": "text"}])
+    r = ws.api.post(f"/tables/{t['id']}/columns", json=col)
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
+    assert repr(key) in r.json()["error"] and "allowed:" in r.json()["error"], r.text
+    assert [c["name"] for c in ws.api.get(f"/tables/{t['id']}").json()["columns"]] == ["A"]
+    # the same on a table's creation
+    r = ws.api.post("/tables", json={"name": "Keys2", "columns": [{"name": "A", "type": "text"}, col]})
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
+    assert "Keys2" not in [x["name"] for x in ws.api.get("/tables").json()]
+
+
+def test_a_delay_needs_seconds(ws):
+    """delay {} and {"second": 5} were accepted and waited 0 s, while seconds: -1 was refused."""
+    t = ws.create_table("Wait", [{"name": "A", "type": "text"}])
+    for config in ({}, {"second": 5}, None):
+        r = ws.api.post(f"/tables/{t['id']}/columns", json={"name": "D", "type": "delay", "config": config})
+        assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", (config, r.text)
+        assert "seconds" in r.json()["error"]
+    assert ws.api.post(f"/tables/{t['id']}/columns", json={"name": "D", "type": "delay",
+                                                           "config": {"seconds": 0}}).status_code == 201
+
+
+def test_a_stored_config_with_other_keys_still_loads_runs_and_renames(ws, services):
+    """Columns stored before unknown keys were refused keep working: they load, run, can be
+    renamed or have their formula edited; only a config sent anew is checked key by key."""
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    from api.services.cache import CHANNEL
+
+    t = ws.create_table("Old", [{"name": "N", "type": "number"},
+                                {"name": "Double", "type": "formula", "formula": "{N} * 2"},
+                                {"name": "Wait", "type": "delay", "config": {"seconds": 0}}])
+    cols = {c["name"]: c for c in t["columns"]}
+    with psycopg.connect(services.pg.dsn, autocommit=True) as conn:
+        conn.execute("UPDATE wds.columns SET config = config || %s WHERE id = %s",
+                     (Jsonb({"legacy": 1}), cols["Double"]["id"]))
+        conn.execute("UPDATE wds.columns SET config = %s WHERE id = %s", (Jsonb({}), cols["Wait"]["id"]))
+        conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"schema:{ws.id}"))
+    base = f"/tables/{t['id']}/columns"
+    deadline = time.time() + 10
+    while ws.api.get(f"{base}/{cols['Double']['id']}").json()["config"].get("legacy") != 1:
+        assert time.time() < deadline, "the schema cache never saw the stored config"
+        time.sleep(0.05)
+    rec = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"N": 4}})
+    assert rec.status_code == 201 and rec.json()["fields"]["Double"] == 8, rec.text
+    assert rec.json()["pipeline"]["status"] == "ok", rec.text
+    r = ws.api.patch(f"{base}/{cols['Double']['id']}", json={"name": "Twice"})
+    assert r.status_code == 200 and r.json()["config"]["legacy"] == 1, r.text
+    r = ws.api.patch(f"{base}/{cols['Double']['id']}", json={"formula": "{N} * 3"})
+    assert r.status_code == 200, r.text
+    assert ws.api.patch(f"{base}/{cols['Wait']['id']}", json={"name": "Pause"}).status_code == 200
+    # a config sent anew is checked: the old key must go
+    r = ws.api.patch(f"{base}/{cols['Double']['id']}", json={"config": r.json()["config"]})
+    assert r.status_code == 400 and "'legacy'" in r.json()["error"], r.text
+    r = ws.api.patch(f"{base}/{cols['Double']['id']}", json={"config": {}})
+    assert r.status_code == 200 and r.json()["config"] == {}, r.text
+    assert ws.api.patch(f"{base}/{cols['Wait']['id']}", json={"config": {}}).status_code == 400

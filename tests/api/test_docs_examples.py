@@ -143,3 +143,81 @@ def test_documented_error_shapes(ws: Workspace):
     anon = httpx.get(f"{ws.base_url}/functions/v1/rest-api/tables", timeout=30)
     assert anon.status_code == 401 and anon.json()["code"] == "UNAUTHORIZED"
     assert re.fullmatch(r"[A-Z_]+", anon.json()["code"])
+
+
+def _section(title: str) -> str:
+    text = API_MD.read_text()
+    start = text.index(f"\n## {title}\n")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_storage_examples(ws: Workspace, admin: httpx.Client):
+    """The Storage section's curl lines, run as written (``$TOKEN`` the builder token): the
+    public download took the bucket's name (``/public/avatars/ada.png``: 404), while the
+    public URL takes its id, as the same section says."""
+    section = _section("Storage")
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+    h = {"Authorization": f"Bearer {ws.builder_token}"}
+    with httpx.Client(base_url=ws.base_url, timeout=30) as c:
+        created = c.post("/storage/v1/bucket", headers=h, json={"name": "avatars", "public": True})
+        assert created.status_code == 201 and created.json() == {"id": created.json()["id"], "name": "avatars",
+                                                                 "public": True}, created.text
+        assert '{"id": 1, "name": "avatars", "public": true}' in section
+        up = c.post("/storage/v1/object/avatars/ada.png", headers={**h, "Content-Type": "image/png"}, content=png)
+        assert up.status_code == 201, up.text
+        public = re.search(r"curl -s \$BASE(/storage/v1/object/public/(\d+)/ada\.png) -o ada\.png", section)
+        assert public is not None, "the public download example"
+        bucket_id = created.json()["id"]
+        got = c.get(public[1].replace(f"/public/{public[2]}/", f"/public/{bucket_id}/"))  # no token
+        assert got.status_code == 200 and got.content == png
+        assert "object/public/avatars" not in section
+        assert c.get("/storage/v1/object/public/avatars/ada.png").status_code == 404  # names never work there
+        signed = c.post("/storage/v1/object/sign/avatars/ada.png", headers=h, json={"expires_in": 3600})
+        assert signed.status_code == 200 and set(signed.json()) == {"signed_url", "expires_at"}
+
+
+def test_storage_access_is_by_grant_as_documented(ws: Workspace, admin: httpx.Client):
+    """api.md said any REST credential "may list, download and sign"; a rest_api token
+    without a bucket grant is 403, and so is an app user without one, even under its own
+    users/<id>/ (security.md "Buckets obey grants"). The page says so now."""
+    section = " ".join(_section("Storage").split())
+    assert "may list, download and sign" not in section
+    assert "answered `403 FORBIDDEN` without one" in section and "users/<its user id>/" in section
+    h = {"Authorization": f"Bearer {ws.builder_token}"}
+    with httpx.Client(base_url=f"{ws.base_url}/storage/v1", timeout=30) as c:
+        assert c.post("/bucket", headers=h, json={"name": "private"}).status_code == 201
+        assert c.post("/bucket", headers=h, json={"name": "open", "public": True}).status_code == 201
+        assert c.post("/object/private/a.txt", headers=h, content=b"a").status_code == 201
+        assert c.post("/object/open/a.txt", headers=h, content=b"a").status_code == 201
+        other = {"Authorization": f"Bearer {ws.token('rest_api')['token']}"}
+        for method, path in (("GET", "/object/private/a.txt"), ("GET", "/object/list/private"),
+                             ("POST", "/object/sign/private/a.txt")):
+            r = c.request(method, path, headers=other)
+            assert r.status_code == 403 and r.json()["code"] == "FORBIDDEN", (path, r.text)
+        assert c.get("/object/open/a.txt", headers=other).status_code == 200  # public: readable by all
+        assert c.post("/object/open/b.txt", headers=other, content=b"b").json()["code"] == "FORBIDDEN"
+        # an app user of the workspace without a bucket grant: 403 under its own prefix too
+        notes = ws.create_table("Notes", [{"name": "Title", "type": "text"}])
+        relay = ws.profile([{"table_id": notes["id"], "read": True}], name="relay")
+        assert admin.patch(f"/workspaces/{ws.id}", json={"relay_profile_id": relay["id"]}).status_code == 200
+        session = httpx.post(f"{ws.base_url}/functions/v1/auth/signup", timeout=30, json={
+            "workspace_id": ws.id, "email": "ada@example.com", "password": "correct horse battery"})
+        assert session.status_code == 201, session.text
+        user = {"Authorization": f"Bearer {session.json()['access_token']}"}
+        own = f"users/{session.json()['user']['id']}/x.txt"
+        assert c.post(f"/object/private/{own}", headers=user, content=b"x").json()["code"] == "FORBIDDEN"
+        assert c.get(f"/object/list/private?prefix=users/{session.json()['user']['id']}/",
+                     headers=user).json()["code"] == "FORBIDDEN"
+
+
+def test_select_columns_do_not_take_ordering_operators(ws: Workspace):
+    """The operator table said gt/gte/lt/lte compare "select by option order"; on a
+    single_select they are 400 UNKNOWN_OPERATOR (sorting follows the options' order)."""
+    text = " ".join(API_MD.read_text().split())
+    assert "select by option order" not in text
+    assert "`Stage=gt.lead` is `400 UNKNOWN_OPERATOR`" in text
+    t = ws.create_table("Deals", [{"name": "Stage", "type": "single_select", "options": ["lead", "won"]}])
+    for op in ("gt", "gte", "lt", "lte"):
+        r = ws.api.get(f"/tables/{t['id']}/records", params={"Stage": f"{op}.lead"})
+        assert r.status_code == 400 and r.json()["code"] == "UNKNOWN_OPERATOR", (op, r.text)
+    assert ws.api.get(f"/tables/{t['id']}/records", params={"Stage": "in.(won)"}).status_code == 200

@@ -239,3 +239,24 @@ def test_the_sign_in_email_column_and_the_users_table_keep_their_names_while_acc
     assert _signup(ws, "bob@example.com").status_code == 201
     rows = ws.api.get(f"/tables/{users['id']}/records").json()["records"]
     assert sorted(r["fields"]["Email"] for r in rows) == ["ada@example.com", "bob@example.com"]
+
+
+def test_unknown_auth_body_keys_are_refused_and_create_nothing(ws, admin):
+    """Sign-up took {"role": "admin"} with 201 and ignored the key: a client that meant to
+    set something learnt nothing. Unknown keys of sign-up, sign-in, refresh and sign-out
+    bodies are 400 VALIDATION_ERROR naming the key, and the refused sign-up made no account."""
+    _app(ws, admin)
+    r = _signup(ws, "eve@example.com", role="admin")
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
+    assert "role" in r.json()["error"]
+    assert _signin(ws.base_url, ws.id, "eve@example.com").json()["code"] == "INVALID_CREDENTIALS"
+    r = _signup(ws, "eve@example.com")  # the e-mail was never taken
+    assert r.status_code == 201, r.text
+    with _auth(ws.base_url) as auth:
+        r = auth.post("/token", json={"grant_type": "password", "workspace_id": ws.id, "email": "eve@example.com",
+                                      "password": PASSWORD, "scope": "admin"})
+        assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR" and "scope" in r.json()["error"]
+        refresh = _signin(ws.base_url, ws.id, "eve@example.com").json()["refresh_token"]
+        r = auth.post("/logout", json={"workspace_id": ws.id, "refresh_token": refresh, "everywhere": True})
+        assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
+        assert _refresh(ws.base_url, ws.id, refresh).status_code == 200  # the refused sign-out ended nothing

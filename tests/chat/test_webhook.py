@@ -348,3 +348,25 @@ def test_chat_calls_are_logged_under_usage(cws: Workspace, ai_api: ApiProcess) -
     assert post(ai_api.base_url, bot["token"], {"message": "count me", "session_id": "u"}).status_code == 200
     report = cws.admin.get(f"/workspaces/{cws.id}/usage").json()
     assert "chat" in json.dumps(report)
+
+
+def test_a_page_on_another_origin_can_use_the_session_headers(cws: Workspace, ai_api: ApiProcess) -> None:
+    """A preflight asking for X-Chat-Session-Key was refused (400), and the X-Chat-Session-Id
+    / -Key answer headers were not exposed: a page on another origin could not use the
+    documented header form of a chat session. Both work now."""
+    origin = "https://shop.example"
+    bot = make_agent(cws, [])
+    url = f"{ai_api.base_url}{WEBHOOK}?type=web&token={bot['token']}"
+    pre = httpx.options(url, headers={"Origin": origin, "Access-Control-Request-Method": "POST",
+                                      "Access-Control-Request-Headers": "content-type, x-chat-session-key"})
+    assert pre.status_code == 200, pre.text
+    allowed = {h.strip().lower() for h in pre.headers["access-control-allow-headers"].split(",")}
+    assert {"content-type", "x-chat-session-key"} <= allowed
+    first = httpx.post(url, json={"message": "hi"}, headers={"Origin": origin}, timeout=60)
+    assert first.status_code == 200, first.text
+    exposed = {h.strip().lower() for h in first.headers["access-control-expose-headers"].split(",")}
+    assert {"x-chat-session-id", "x-chat-session-key"} <= exposed
+    sid, key = first.headers["x-chat-session-id"], first.headers["x-chat-session-key"]
+    again = httpx.post(url, json={"message": "more", "session_id": sid},
+                       headers={"Origin": origin, "X-Chat-Session-Key": key}, timeout=60)
+    assert again.status_code == 200 and again.json()["reply"].endswith("(history 2)"), again.text

@@ -279,3 +279,58 @@ def test_json_uploads_are_file_bytes_whatever_they_hold(ws):
         r = st.post("/object/files/odd.json", content=data, headers={**headers, "x-upsert": "true"})
         assert r.status_code == status, r.text
         assert st.get("/object/files/odd.json").content == data
+
+
+def test_concurrent_uploads_to_one_path_have_exactly_one_winner(ws, services):
+    """Ten parallel uploads of one new path without x-upsert all answered 201, and the
+    stored bytes were whichever came last. Exactly one wins (201); the others are 409
+    CONFLICT, and a loser never overwrites the winner's bytes."""
+    import concurrent.futures
+
+    _bucket(_storage(ws))
+    clients = [_storage(ws) for _ in range(10)]
+    bodies = [f"body {i} ".encode() * (2000 + i) for i in range(10)]  # ~16 KB: several chunks each
+    barrier = __import__("threading").Barrier(10)
+
+    def upload(i):
+        barrier.wait()
+        return clients[i].post("/object/files/doc.txt", content=bodies[i])
+
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        answers = list(pool.map(upload, range(10)))
+    statuses = sorted(r.status_code for r in answers)
+    assert statuses == [201] + [409] * 9, [(r.status_code, r.text[:100]) for r in answers]
+    assert all(r.json()["code"] == "CONFLICT" for r in answers if r.status_code == 409)
+    winner = next(i for i, r in enumerate(answers) if r.status_code == 201)
+    st = clients[0]
+    assert st.get("/object/files/doc.txt").content == bodies[winner]
+    listed = st.get("/object/list/files").json()["objects"]
+    assert [(o["path"], o["size"]) for o in listed] == [("doc.txt", len(bodies[winner]))]
+    # the same race with x-upsert: every upload is stored in turn; the row and the bytes agree
+    answers = list(concurrent.futures.ThreadPoolExecutor(10).map(
+        lambda i: clients[i].put("/object/files/doc.txt", content=bodies[i]), range(10)))
+    assert all(r.status_code == 200 for r in answers), [r.text[:100] for r in answers]
+    got = st.get("/object/files/doc.txt").content
+    assert got in bodies
+    assert st.get("/object/list/files").json()["objects"][0]["size"] == len(got)
+    # no upload left its staged bytes behind
+    staging = (services.data_dir or services.tmp / "data") / "storage" / str(ws.id) / ".staging"
+    assert staging.parent.is_dir() and (not staging.exists() or list(staging.iterdir()) == [])
+
+
+def test_unknown_or_mistyped_bucket_and_sign_body_keys_are_refused(ws):
+    """{"name": "k1", "pubic": true} made a private bucket (the typo was ignored) and
+    "public": "yes" was read as true. Both are 400 VALIDATION_ERROR and make no bucket;
+    the sign body refuses unknown keys too."""
+    st = _storage(ws)
+    for body, key in (({"name": "k1", "public": False, "bogus": 1}, "bogus"), ({"name": "k1", "pubic": True}, "pubic"),
+                      ({"name": "k1", "public": "yes"}, "public"), ({"name": "k1", "public": 1}, "public")):
+        r = st.post("/bucket", json=body)
+        assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", (body, r.text)
+        assert key in r.json()["error"], r.text
+    assert st.get("/bucket").json() == []
+    assert _bucket(st, "k1", public=True)["public"] is True
+    st.post("/object/k1/a.txt", content=b"a")
+    r = st.post("/object/sign/k1/a.txt", json={"expires_in": 60, "bogus": 1})
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR" and "bogus" in r.json()["error"], r.text
+    assert st.post("/object/sign/k1/a.txt", json={"expires_in": 60}).status_code == 200

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from api.deps import StateDep, bearer
@@ -25,6 +25,7 @@ router = APIRouter(prefix="/functions/v1/auth", tags=["auth"],
 
 
 class SignupIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an unknown key ("role") is refused, not ignored
     workspace_id: int
     email: str
     password: str
@@ -34,6 +35,7 @@ class SignupIn(BaseModel):
 
 
 class TokenIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     grant_type: Literal["password", "refresh_token"]
     workspace_id: int
     email: str | None = None
@@ -42,6 +44,7 @@ class TokenIn(BaseModel):
 
 
 class LogoutIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     workspace_id: int | None = None
     refresh_token: str | None = None
 

@@ -3,7 +3,9 @@ delete and batch create. Writes run the table's computed columns before answerin
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 from api.deps import RestPrincipal, StateDep
@@ -11,8 +13,21 @@ from api.doors.rest_reads import batch_response, list_response, record_response
 from api.ops import records as ops
 from api.responses import JSON
 from api.schemas import ERRORS, BatchIn, BatchOut, Deleted, RecordIn, RecordList, RecordOut
+from storage.query.parse import check_write_params
 
 router = APIRouter(prefix="/functions/v1/rest-api/tables/{table_id}/records", tags=["records"])
+_PIPELINE = frozenset({"run_pipeline"})
+
+
+def _only(allowed: frozenset[str], what: str, hint: str = "") -> Any:
+    """A dependency refusing any query parameter of a write but ``allowed`` (each once):
+    ``UNKNOWN_PARAMETER`` / ``REPEATED_PARAMETER`` before anything is written. Declared
+    after the principal, so a caller without a token still gets 401 first."""
+
+    async def check(request: Request) -> None:
+        check_write_params(request.query_params.multi_items(), allowed, what, hint)
+
+    return Depends(check)
 
 
 @router.get("", response_model=RecordList, responses=ERRORS)
@@ -72,6 +87,7 @@ async def create(
     principal: RestPrincipal,
     state: StateDep,
     run_pipeline: bool = Query(True, description="false skips computed columns"),
+    _query: None = _only(_PIPELINE, "creating a record"),
 ) -> JSON:
     """Create a record (`fields` or `row_data`); computed columns run before the answer."""
     return JSON(await ops.create_record(state, principal, table_id, body.fields, row_data=body.row_data,
@@ -86,6 +102,7 @@ async def update(
     principal: RestPrincipal,
     state: StateDep,
     run_pipeline: bool = Query(True, description="false skips computed columns"),
+    _query: None = _only(_PIPELINE, "updating a record"),
 ) -> JSON:
     """Change only the sent fields; computed columns depending on them run."""
     return JSON(await ops.update_record(state, principal, table_id, record_id, body.fields, row_data=body.row_data,
@@ -93,7 +110,8 @@ async def update(
 
 
 @router.delete("/{record_id}", response_model=Deleted, responses=ERRORS)
-async def delete(table_id: int, record_id: str, principal: RestPrincipal, state: StateDep) -> JSON:
+async def delete(table_id: int, record_id: str, principal: RestPrincipal, state: StateDep,
+                 _query: None = _only(frozenset(), "deleting a record")) -> JSON:
     """Delete a record. Relation cells pointing at it are cleared; the records whose cell
     was cleared run the computed columns that read it, as an update of the relation would,
     before the answer."""
@@ -101,7 +119,8 @@ async def delete(table_id: int, record_id: str, principal: RestPrincipal, state:
 
 
 @router.post("/batch", response_model=BatchOut, responses=ERRORS)
-async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: StateDep) -> Response:
+async def batch(table_id: int, body: BatchIn, principal: RestPrincipal, state: StateDep,
+                _query: None = _only(frozenset(), "a batch", " (send run_pipeline in the body)")) -> Response:
     """Create up to 500 records; one result per row in input order. A failing row does
     not abort the others; valid rows are inserted together in one statement."""
     return await batch_response(state, principal, table_id, body.rows, run_pipeline=body.run_pipeline)

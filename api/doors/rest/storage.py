@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, FastAPI, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.responses import StreamingResponse
 
 from api.deps import RestPrincipal, StateDep, require_writable
@@ -67,11 +67,13 @@ _SNIFF_BYTES = 512
 
 
 class BucketIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a typo ("pubic") is refused, never a private bucket
     name: str
-    public: bool = False
+    public: StrictBool = False
 
 
 class SignIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     expires_in: int = Field(3600, description="seconds the URL stays valid (1 s to 7 days)")
 
 
@@ -331,29 +333,41 @@ async def _upload(
             _check_size(size, max_object, room)  # aborts the store upload: nothing is kept
             yield chunk
 
+    # the bytes go to a staging key first: until the path is known to be this upload's
+    # (under the workspace's storage lock, below), nothing of another upload is touched
     key = obj.object_key(principal.workspace_id, bucket["id"], path)
+    staged = obj.staging_key(principal.workspace_id)
     store = storage_of(state)
-    await store.put(key, body())
+    await store.put(staged, body())
     try:
         async with state.db.transaction() as conn:
             await obj.lock_workspace_storage(conn, workspace_id=principal.workspace_id)
+            # concurrent uploads may have taken the path, made it a folder or used the room
+            # meanwhile: decide again under the lock, where no other upload of the workspace runs
+            current = await obj.get_object(conn, bucket_id=bucket["id"], path=path)
+            if current is not None and not upsert:
+                raise Conflict(f"object {path!r} already exists; send x-upsert: true to replace it")
+            clash = None if current is not None else await obj.path_clash(conn, bucket_id=bucket["id"], path=path)
+            if clash is not None:
+                raise Conflict(f"object {clash!r} exists: a path cannot be both an object and a folder of"
+                               f" objects ({path!r})")
             if quota is not None:
-                # concurrent uploads may have used the room meanwhile: re-check under the lock
                 now_used = await obj.used_bytes(conn, workspace_id=principal.workspace_id)
-                current = await obj.get_object(conn, bucket_id=bucket["id"], path=path)
                 if now_used - (current["size"] if current else 0) + size > quota:
                     raise PlanLimit("this upload would exceed the plan's storage", kind="storage")
             row = await obj.put_object_row(
                 conn, workspace_id=principal.workspace_id, bucket_id=bucket["id"], path=path,
-                size=size, content_type=ctype,
+                size=size, content_type=ctype, replace=upsert,
             )
-    except PlanLimit:
-        # the bytes are already stored (replacing any previous version): remove both
-        await store.delete([key])
-        async with state.db.connection() as conn:
-            await obj.delete_object_row(conn, bucket_id=bucket["id"], path=path)
+            # still under the lock: the row and the bytes change together (a failed move
+            # rolls the row back)
+            await store.rename(staged, key)
+    except BaseException:
+        # the staged bytes are nobody's: any previous version of the object stays as it was
+        with suppress(Exception):  # the refusal is the answer, not a failed clean-up
+            await store.delete([staged])
         raise
-    return JSON(_object_out(bucket, row), status_code=201 if existing is None else 200)
+    return JSON(_object_out(bucket, row), status_code=201 if current is None else 200)
 
 
 def _check_size(size: int, max_object: int, room: int | None) -> None:
@@ -368,9 +382,11 @@ async def delete_object(bucket: str, path: str, principal: RestPrincipal, state:
     path = obj.clean_path(path)
     row = await _bucket(state, principal, bucket)
     _may_write(principal, row, path)
-    async with state.db.connection() as conn:
+    async with state.db.transaction() as conn:
+        # under the upload lock: an upload of the same path lands before or after, never between
+        await obj.lock_workspace_storage(conn, workspace_id=principal.workspace_id)
         found = await obj.delete_object_row(conn, bucket_id=row["id"], path=path)
-    if not found:
-        raise NotFound("object not found")
-    await storage_of(state).delete([obj.object_key(principal.workspace_id, row["id"], path)])
+        if not found:
+            raise NotFound("object not found")
+        await storage_of(state).delete([obj.object_key(principal.workspace_id, row["id"], path)])
     return JSON({"path": path, "deleted": True})
