@@ -61,6 +61,44 @@ export function flattenRecord(rec) {
   return out;
 }
 
+// the field names a select string names at its top level ("A,Rel(X,Y),\"B,c\"" → A, Rel,
+// B,c); null when it selects every field ("*" among them)
+function selectedNames(select) {
+  const names = [];
+  let depth = 0, quoted = false, cur = "";
+  const push = () => {
+    let name = cur.trim();
+    const paren = name.indexOf("(");
+    if (paren >= 0 && !name.startsWith('"')) name = name.slice(0, paren).trim();
+    if (name.startsWith('"') && name.endsWith('"') && name.length >= 2) name = name.slice(1, -1).replace(/\\(.)/g, "$1");
+    if (name) names.push(name);
+    cur = "";
+  };
+  for (let i = 0; i < select.length; i++) {
+    const ch = select[i];
+    if (quoted) {
+      cur += ch;
+      if (ch === "\\" && i + 1 < select.length) cur += select[++i];
+      else if (ch === '"') quoted = false;
+    } else if (ch === '"') { quoted = true; cur += ch; }
+    else if (ch === "(") { depth++; cur += ch; }
+    else if (ch === ")") { depth--; cur += ch; }
+    else if (ch === "," && depth === 0) push();
+    else cur += ch;
+  }
+  push();
+  return names.includes("*") ? null : names;
+}
+
+// a written record with only the fields a select names (writes answer every field; the
+// REST write routes take no select)
+function projectRecord(rec, names) {
+  if (names === null || rec === null || typeof rec !== "object" || typeof rec.fields !== "object" || rec.fields === null) return rec;
+  const fields = {};
+  for (const n of names) if (n in rec.fields) fields[n] = rec.fields[n];
+  return { ...rec, fields };
+}
+
 function formatValue(v) {
   if (v === null || v === undefined) return "null";
   if (v instanceof Date) return v.toISOString();
@@ -579,7 +617,7 @@ class QueryBuilder {
       if (values === null || typeof values !== "object") return fail("insert takes an object or an array of objects", "VALIDATION_ERROR", NO_HTTP);
       const r = await http.request("POST", base + this._pipelineQuery(), { body: { fields: values }, keyed: true });
       if (r.error) return result(null, r.error, null, r.status);
-      return result(this._flatten ? flattenRecord(r.data) : r.data, null, 1, r.status);
+      return result(this._shapeWritten(r.data), null, 1, r.status);
     }
     const data = new Array(values.length).fill(null);
     const errors = [];
@@ -598,7 +636,7 @@ class QueryBuilder {
       for (const item of r.data.results) {
         const i = start + item.index;
         if (item.record) {
-          data[i] = this._flatten ? flattenRecord(item.record) : item.record;
+          data[i] = this._shapeWritten(item.record);
           created++;
         } else {
           errors.push({ index: i, message: item.error, code: item.code });
@@ -610,6 +648,13 @@ class QueryBuilder {
       return result(data, error, created, status);
     }
     return result(data, null, created, status);
+  }
+
+  // a record a write answered, as the query asks: only the selected fields (.select(...)
+  // after insert/update), flattened unless the client keeps the REST shape
+  _shapeWritten(rec) {
+    const projected = this._select === null ? rec : projectRecord(rec, selectedNames(this._select));
+    return this._flatten ? flattenRecord(projected) : projected;
   }
 
   _singleId() {
@@ -631,7 +676,7 @@ class QueryBuilder {
       updating
         ? http.request("PATCH", `${base}/${rid}${this._pipelineQuery()}`, { body: { fields: this._values }, keyed: true })
         : http.request("DELETE", `${base}/${rid}`, { keyed: true });
-    const shape = (data) => (updating && this._flatten ? flattenRecord(data) : data);
+    const shape = (data) => (updating ? this._shapeWritten(data) : data);
     const singleId = this._singleId();
     if (singleId !== undefined) {
       const r = await one(singleId);

@@ -232,3 +232,19 @@ test("a builder kept in a variable is never changed by the queries made from it"
   assert.equal(named.data.N, 903);
   assert.equal(await reused(), 2);
 });
+
+test("insert(...).select(...) and update(...).select(...) answer only the selected fields", async () => {
+  const t = client.from(table.id);
+  const one = await t.insert({ N: 31, Tag: "sel" }).select("N,Double");
+  assert.equal(one.error, null);
+  assert.deepEqual(Object.keys(one.data).sort(), ["Double", "N", "created_at", "id", "updated_at"]);
+  assert.equal(one.data.Double, 62);
+  const many = await t.insert([{ N: 32, Tag: "sel" }, { N: 33, Tag: "sel" }]).select(["Tag"]);
+  assert.deepEqual(many.data.map((r) => [r.Tag, "N" in r]), [["sel", false], ["sel", false]]);
+  const upd = await t.update({ N: 34 }).eq("id", one.data.id).select("Double");
+  assert.equal(upd.error, null);
+  assert.deepEqual(upd.data.map((r) => [r.Double, "N" in r, "Tag" in r]), [[68, false, false]]);
+  const all = await t.insert({ N: 35, Tag: "sel" }).select("*");
+  assert.equal(all.data.Tag, "sel");
+  assert.equal(all.data.N, 35);
+});
