@@ -43,6 +43,7 @@ Filter(column='Status', op=<Op.EQ: 'eq'>, value='Done', negate=False)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -332,15 +333,36 @@ def parse_arguments(args: Mapping[str, Any], *, default_limit: int = DEFAULT_LIM
 
 
 def terms_text(name: str, value: Any) -> str | None:
-    """A JSON door's ``order``/``select``/``expand``: REST text, or a list of terms
-    (each term is taken as written: ``"Owner(Name)"`` embeds, ``"\"a,b\""`` quotes)."""
+    """A JSON door's ``order``/``select``/``expand``: REST text, or a list of terms, each
+    one term: ``"Owner(Name)"`` embeds, ``"\"a,b\""`` is quoted as in REST, and a term
+    whose name holds a comma outside quotes and parentheses (``"x,y"``, ``"x,y.desc"``)
+    is that column's name (it was cut in two; the SDK quotes such names itself)."""
     if value is None:
         return None
     if isinstance(value, str):
         return value
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return ",".join(value)
+        return ",".join(_one_term(name, v) for v in value)
     raise ValidationError(f"{name} must be text or a list of texts")
+
+
+_ORDER_SUFFIX = re.compile(r"((?:\.(?:asc|desc))?(?:\.(?:nullsfirst|nullslast))?)$")
+
+
+def _one_term(kind: str, term: str) -> str:
+    """A list item as one REST term: a name holding a top-level comma gets quoted."""
+    if term.lstrip().startswith('"') or len(split_top(term)) < 2:
+        return term
+    if kind == "order":
+        found = _ORDER_SUFFIX.search(term)
+        suffix = found.group(1) if found else ""
+        bare = term[: len(term) - len(suffix)] if suffix else term
+        return _quoted(bare) + suffix
+    return _quoted(term)
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def parse_expand(text: str) -> tuple[str, ...]:

@@ -228,3 +228,18 @@ async def test_read_only_plan_refuses_writes_but_serves_reads(ws, mcp, table, ad
             assert error_code(await c.call_tool(tool, {"table_id": table["id"], **args})) == "PLAN_READ_ONLY"
         assert error_code(await c.call_tool("create_table", {"name": "New"})) == "PLAN_READ_ONLY"
         assert len(data(await c.call_tool("list_records", {"table_id": table["id"]}))["records"]) == 1
+
+
+def test_list_form_terms_are_one_term_each_even_with_a_comma_in_the_name(ws, base_url):
+    """``{"select": ["x,y"]}`` was cut into the columns ``x`` and ``y`` (UNKNOWN_COLUMN),
+    while REST's quoted ``select="x,y"`` and the SDK's ``.select(["x,y"])`` worked."""
+    from tests.mcp.conftest import call_tool_sync
+
+    t = ws.create_table("Commas", [{"name": "x,y", "type": "number"}, {"name": "Other", "type": "text"}])
+    for n in (2, 3, 1):
+        assert ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"x,y": n, "Other": "o"}}).status_code == 201
+    got = call_tool_sync(base_url, ws.builder_token, "list_records",
+                         {"table_id": t["id"], "select": ["x,y"], "order": ["x,y.desc"]})
+    assert [r["fields"] for r in got["records"]] == [{"x,y": 3}, {"x,y": 2}, {"x,y": 1}], got
+    rest = ws.api.get(f"/tables/{t['id']}/records", params={"select": '"x,y"', "order": '"x,y".desc'}).json()
+    assert [r["fields"] for r in rest["records"]] == [r["fields"] for r in got["records"]]
