@@ -48,6 +48,7 @@ async def create_workspace_schema(conn: AsyncConnection[Any], workspace_id: int)
     if not exists:
         await conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(role))
     await conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, role))
+    await ensure_concat_function(conn)  # what the role's analytic queries call for ||
     await conn.execute(
         sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} GRANT SELECT ON TABLES TO {}").format(schema, role)
     )
@@ -296,6 +297,46 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
     AND pg_input_is_valid(v #>> '{}', 'timestamptz')
   THEN (v #>> '{}')::timestamptz END
 $$"""
+
+
+# ``a || b`` of the SQL endpoint's analytic queries (storage/sqlquery/analytic.py): the
+# concatenation, refused when its result would be longer than a text value may be
+# (MAX_TEXT, 1,000,000 characters). A tree of || over a 1M-character column built
+# ~1.1 G characters in one expression (the backend at ~11 GB, past any timeout, since
+# one expression is not interruptible); checked at every ||, no expression holds more
+# than twice the limit. Its schema holds nothing else and every role may use it: the
+# workspaces' read-only roles call it (search_path pinned to pg_catalog, so every name
+# in the body is qualified). Migration m0020 creates it.
+CONCAT_FUNCTION = "wds_sql.concat_text"
+CONCAT_FUNCTION_SQL = (
+    "CREATE SCHEMA IF NOT EXISTS wds_sql",
+    "GRANT USAGE ON SCHEMA wds_sql TO PUBLIC",
+    r"""CREATE OR REPLACE FUNCTION wds_sql.concat_text(a text, b text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
+BEGIN
+  -- bytes bound characters from above: count characters only for long texts
+  IF pg_catalog.octet_length(a)::bigint OPERATOR(pg_catalog.+) pg_catalog.octet_length(b)::bigint
+       OPERATOR(pg_catalog.>) 1000000 THEN
+    IF pg_catalog.length(a)::bigint OPERATOR(pg_catalog.+) pg_catalog.length(b)::bigint
+         OPERATOR(pg_catalog.>) 1000000 THEN
+      RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
+        MESSAGE = 'a text built with || would be longer than 1,000,000 characters, the most a text value holds';
+    END IF;
+  END IF;
+  RETURN a OPERATOR(pg_catalog.||) b;
+END
+$fn$""",
+)
+
+
+async def ensure_concat_function(conn: AsyncConnection[Any]) -> None:
+    """Create :data:`CONCAT_FUNCTION` when missing: migration m0020 makes it; a bare
+    scratch database (storage tests) may lack it."""
+    row = await (await conn.execute("SELECT to_regprocedure('wds_sql.concat_text(text, text)') IS NOT NULL")).fetchone()
+    found = next(iter(row.values())) if isinstance(row, dict) else (row[0] if row else False)
+    if not found:
+        for statement in CONCAT_FUNCTION_SQL:
+            await conn.execute(statement)
 
 
 def computed_value_expr(column: sql.Composable, value_type: str) -> sql.Composable:

@@ -44,11 +44,11 @@ DECLARE
   r record;
 BEGIN
   FOR r IN SELECT n.nspname FROM pg_namespace n
-            WHERE (n.nspname = 'wds' OR n.nspname LIKE 'ws\_%') AND pg_get_userbyid(n.nspowner) <> app LOOP
+            WHERE (n.nspname IN ('wds', 'wds_sql') OR n.nspname LIKE 'ws\_%') AND pg_get_userbyid(n.nspowner) <> app LOOP
     EXECUTE format('ALTER SCHEMA %I OWNER TO %I', r.nspname, app);
   END LOOP;
   FOR r IN SELECT c.oid::regclass AS rel, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-            WHERE (n.nspname = 'wds' OR n.nspname LIKE 'ws\_%') AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+            WHERE (n.nspname IN ('wds', 'wds_sql') OR n.nspname LIKE 'ws\_%') AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
               AND pg_get_userbyid(c.relowner) <> app
               -- identity and serial sequences follow their table
               AND NOT (c.relkind = 'S' AND EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
@@ -58,7 +58,7 @@ BEGIN
                                   ELSE 'TABLE' END, r.rel, app);
   END LOOP;
   FOR r IN SELECT p.oid::regprocedure AS fn FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-            WHERE (n.nspname = 'wds' OR n.nspname LIKE 'ws\_%') AND pg_get_userbyid(p.proowner) <> app LOOP
+            WHERE (n.nspname IN ('wds', 'wds_sql') OR n.nspname LIKE 'ws\_%') AND pg_get_userbyid(p.proowner) <> app LOOP
     EXECUTE format('ALTER ROUTINE %s OWNER TO %I', r.fn, app);
   END LOOP;
   FOR r IN SELECT rolname FROM pg_roles WHERE rolname LIKE 'wds\_ro\_%'

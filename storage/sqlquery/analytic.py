@@ -26,6 +26,10 @@ Values in analytic queries (documented in ``docs/sql.md``):
   arithmetic and in ``SUM``/``AVG``; a boolean formula (``result_type`` boolean) reads
   as a boolean;
 - file columns are not available.
+
+What one query costs is bounded: select labels are written once per statement (a JSON
+map per column in a ``WITH``, :meth:`_Translator.labels`), and ``a || b`` is
+``wds_sql.concat_text`` (storage/ddl.py), refusing a text over 1,000,000 characters.
 """
 
 from __future__ import annotations
@@ -36,16 +40,24 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import orjson
 import sqlglot
 from psycopg import sql
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from storage.ddl import computed_value_expr
+from storage.ddl import CONCAT_FUNCTION, computed_value_expr
 from storage.errors import InvalidSQL, ServiceError
 from storage.plans import IN_MAX, page_size
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
-from storage.sqlquery.parse import check_text, check_tokens, parse_error_text, snippet
+from storage.sqlquery.parse import (
+    check_number_text,
+    check_text,
+    check_tokens,
+    parse_error_text,
+    snippet,
+    whole_number,
+)
 from storage.values import invalid_option
 
 # Result column types reported in ``columns``.
@@ -87,6 +99,7 @@ _COMPARISONS: dict[type[exp.Expression], str] = {
 _ARITHMETIC: dict[type[exp.Expression], str] = {
     exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%",
 }
+_CONCAT = sql.Identifier(*CONCAT_FUNCTION.split("."))
 _NUMERIC_TEXT_RE = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 _UNIT_RE = re.compile(r"[a-z]+")
 
@@ -246,6 +259,9 @@ class _Translator:
         self.tables: dict[int, TableMeta] = {}
         self.aliases = 0
         self.label_aliases: dict[int, str] = {}
+        # one option map per select column read, written once before the statement
+        # (:meth:`labels`): the CTE's name and the column
+        self.label_maps: dict[int, tuple[str, ColumnMeta]] = {}
 
     # ------------------------------------------------------------------ statements
 
@@ -262,14 +278,15 @@ class _Translator:
             names[item.name] = None
         ordered = core + order
         r = sql.Identifier("r")
+        maps = self.maps_sql()
         probe = sql.SQL(
-            "SELECT coalesce(array_to_json((array_agg({r}.*))[1:{n}]), '[]')::text, count(*)"
+            "{w}SELECT coalesce(array_to_json((array_agg({r}.*))[1:{n}]), '[]')::text, count(*)"
             " FROM ({q} LIMIT {n1} OFFSET {o}) AS {r}"
-        ).format(r=r, q=ordered, n=sql.Literal(limit), n1=sql.Literal(limit + 1), o=sql.Literal(offset))
+        ).format(w=maps, r=r, q=ordered, n=sql.Literal(limit), n1=sql.Literal(limit + 1), o=sql.Literal(offset))
         counted = sql.SQL(
-            "SELECT coalesce(array_to_json(array_agg({r}.*)), '[]')::text, (SELECT count(*) FROM ({core}) AS q)"
+            "{w}SELECT coalesce(array_to_json(array_agg({r}.*)), '[]')::text, (SELECT count(*) FROM ({core}) AS q)"
             " FROM ({q} LIMIT {n} OFFSET {o}) AS {r}"
-        ).format(r=r, core=core, q=ordered, n=sql.Literal(limit), o=sql.Literal(offset))
+        ).format(w=maps, r=r, core=core, q=ordered, n=sql.Literal(limit), o=sql.Literal(offset))
         tables = tuple(self.tables.values())
         single = sources[0].table if len(sources) == 1 and len(tables) == 1 and not grouped else None
         return AnalyticPlan(
@@ -282,6 +299,33 @@ class _Translator:
             limit=limit,
             offset=offset,
         )
+
+    def labels(self, col: ColumnMeta, value: sql.Composable) -> sql.Composable:
+        """A select column's option id ``value`` read as its label.
+
+        The column's options are written once per statement, as a JSON object ``{id:
+        label}`` in a ``WITH`` of the statement (:meth:`maps_sql`), and every reference
+        looks the id up in it: an uncorrelated scalar subquery, evaluated once. Writing the
+        options at every reference (a ``CASE`` over all of them) made a query of 916
+        references to a column of 1,000 options a 30 MB statement that took ~20 s to
+        compose, with the event loop blocked."""
+        if not col.options:
+            return sql.SQL("NULL::text")
+        found = self.label_maps.get(col.id)
+        if found is None:
+            found = self.label_maps[col.id] = (f"o{len(self.label_maps) + 1}", col)
+        return sql.SQL("((SELECT m FROM {}) ->> ({}))").format(sql.Identifier(found[0]), value)
+
+    def maps_sql(self) -> sql.Composable:
+        """The ``WITH`` holding the option maps :meth:`labels` reads (or nothing)."""
+        if not self.label_maps:
+            return sql.SQL("")
+        maps = [
+            sql.SQL("{}(m) AS (VALUES ({}::jsonb))").format(
+                sql.Identifier(name), sql.Literal(orjson.dumps({o.id: o.label for o in col.options}).decode()))
+            for name, col in self.label_maps.values()
+        ]
+        return sql.SQL("WITH {} ").format(sql.SQL(", ").join(maps))
 
     def select(
         self, node: exp.Select, *, top: bool = False,
@@ -534,11 +578,11 @@ class _Translator:
         if t is ColumnType.CHECKBOX:
             return _E(sql.SQL("coalesce({}, false)").format(ident), BOOLEAN, loose, column=col)
         if t is ColumnType.SINGLE_SELECT:
-            return _E(_labels_case(col, ident), TEXT, loose, column=col, raw=ident)
+            return _E(self.labels(col, ident), TEXT, loose, column=col, raw=ident)
         if t is ColumnType.MULTI_SELECT:
             labels = sql.SQL(
                 "ARRAY(SELECT {case} FROM unnest({c}) WITH ORDINALITY AS u(v, n) ORDER BY u.n)"
-            ).format(case=_labels_case(col, sql.SQL("u.v")), c=ident)
+            ).format(case=self.labels(col, sql.SQL("u.v")), c=ident)
             return _E(labels, LIST, loose, column=col, raw=ident)
         if col.computed and col.scalar_value_type == "boolean":
             # a boolean formula reads as a boolean (a value that is not one: NULL, as its
@@ -726,7 +770,8 @@ class _Translator:
         if isinstance(node, exp.DPipe):
             _check_args(node, {"this", "expression", "safe"}, "||")
             left, right = self.expr(node.this, ctx), self.expr(node.expression, ctx)
-            return _E(sql.SQL("({} || {})").format(self.text(left), self.text(right)), TEXT,
+            # bounded: a result longer than a text may be (1,000,000 characters) is an error
+            return _E(sql.SQL("{}({}, {})").format(_CONCAT, self.text(left), self.text(right)), TEXT,
                       _loose(left, right), left.agg or right.agg)
         if isinstance(node, exp.Case):
             return self.case(node, ctx)
@@ -1066,15 +1111,6 @@ def _dated(e: _E) -> sql.Composable:
     return sql.SQL("({})::timestamptz").format(e.sql) if e.type == UNKNOWN else e.sql
 
 
-def _labels_case(col: ColumnMeta, value: sql.Composable) -> sql.Composable:
-    if not col.options:
-        return sql.SQL("NULL::text")
-    whens = sql.SQL(" ").join(
-        sql.SQL("WHEN {} THEN {}").format(sql.Literal(o.id), sql.Literal(o.label)) for o in col.options
-    )
-    return sql.SQL("(CASE {} {} END)").format(value, whens)
-
-
 def _option_label(col: ColumnMeta, value: str) -> str:
     opt = col.option_by_id_or_label(value)
     if opt is None:
@@ -1097,9 +1133,9 @@ def _literal(node: exp.Literal) -> _E:
     text = str(node.this)
     if node.is_string:
         return _E(sql.Literal(text), UNKNOWN)
-    if text.isdigit():
-        value: Any = int(text)
-    else:
+    check_number_text(text)
+    value: Any = whole_number(text)
+    if value is None:
         try:
             value = Decimal(text)
         except InvalidOperation:
@@ -1137,8 +1173,8 @@ def _unit(node: Any, allowed: frozenset[str], what: str) -> str:
 
 
 def _ordinal_value(node: exp.Expression) -> int | None:
-    if isinstance(node, exp.Literal) and not node.is_string and str(node.this).isdigit():
-        return int(str(node.this))
+    if isinstance(node, exp.Literal) and not node.is_string:
+        return whole_number(str(node.this))
     return None
 
 
@@ -1146,7 +1182,7 @@ def _ordinal(node: exp.Expression, count: int, what: str) -> int | None:
     if isinstance(node, exp.Literal):
         n = _ordinal_value(node)
         if n is None or not 1 <= n <= count:
-            raise InvalidSQL(f"{what} position {node.this} is not in the select list")
+            raise InvalidSQL(f"{what} position {str(node.this)[:20]} is not in the select list")
         return n - 1
     return None
 

@@ -22,6 +22,10 @@ from sqlglot.errors import ParseError, TokenError
 from storage.errors import InvalidSQL, PayloadTooLarge
 
 MAX_QUERY_CHARS = 10_000
+# A number literal's length. Python's int() refuses more than 4,300 digits (a ValueError,
+# which was a 500), a double holds at most 309 integer digits and PostgreSQL's numeric
+# more than anyone writes: a longer literal is a mistake or an attack, refused up front.
+MAX_NUMBER_CHARS = 1_000
 
 # The grammar's node types; anything else anywhere in the tree is refused.
 _ALLOWED_NODES: tuple[type[exp.Expression], ...] = (
@@ -394,10 +398,31 @@ def _literal(node: exp.Expression, where: str) -> Lit:
     return Lit(sign * _number(str(node.this)))
 
 
+def check_number_text(text: str) -> None:
+    """Refuse a number literal longer than :data:`MAX_NUMBER_CHARS` (``INVALID_SQL``)."""
+    if len(text) > MAX_NUMBER_CHARS:
+        raise InvalidSQL(f"a number literal is at most {MAX_NUMBER_CHARS:,} characters long"
+                         f" ({text[:20]}… has {len(text):,})")
+
+
+def whole_number(text: str) -> int | None:
+    """The value of a literal written as ASCII digits only (a whole number), else ``None``.
+
+    Raises:
+        InvalidSQL: more than :data:`MAX_NUMBER_CHARS` digits.
+    """
+    if not (text.isascii() and text.isdigit()):  # "²".isdigit() is true, int("²") fails
+        return None
+    check_number_text(text)
+    return int(text)
+
+
 def _number(text: str) -> int | float:
+    check_number_text(text)
     try:
-        if text.isdigit():
-            return int(text)
+        whole = whole_number(text)
+        if whole is not None:
+            return whole
         num = float(text)
     except ValueError:
         raise InvalidSQL(f"{text!r} is not a number") from None
@@ -423,9 +448,9 @@ def _int_clause(node: exp.Limit | exp.Offset | None, what: str) -> int | None:
         return None
     _check_args(node, {"expression"}, what)
     value = node.expression
-    if not (isinstance(value, exp.Literal) and not value.is_string and str(value.this).isdigit()):
+    n = whole_number(str(value.this)) if isinstance(value, exp.Literal) and not value.is_string else None
+    if n is None:
         raise InvalidSQL(f"{what} must be a non-negative whole number")
-    n = int(str(value.this))
     if n > 2**63 - 1:
         raise InvalidSQL(f"{what} is too large")
     return n

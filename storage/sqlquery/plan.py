@@ -318,7 +318,11 @@ def _typed(field: Field, lit: Lit, op: Op) -> Any:
             except ValueError:
                 return JsonOperand(None, value)
             return JsonOperand(num if math.isfinite(num) else None, value)
-        return JsonOperand(float(value), _number_text(value))
+        try:
+            as_double: float | None = float(value)
+        except OverflowError:  # an integer of 309+ digits: no JSON number (a double) equals it
+            as_double = None
+        return JsonOperand(as_double, _number_text(value))
     raise bad("no value")  # file columns only take IS [NOT] NULL, refused before this
 
 

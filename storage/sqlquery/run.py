@@ -11,6 +11,7 @@ the ``SET LOCAL`` settings when the caller's connection was already inside a tra
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,8 @@ from storage.sqlquery.plan import SqlPlan
 from storage.values import decode_value, iso
 
 _MIN_TIMEOUT_MS = 1
+
+log = logging.getLogger("wds.sql")
 
 
 async def run_sql(
@@ -100,7 +103,27 @@ async def _execute(conn: psycopg.AsyncConnection[Any], work: Any, *, workspace_i
         raise SQLTimeout(f"the query ran longer than the plan's SQL timeout of {timeout_s:g} s") from exc
     except pg_errors.DataError as exc:
         raise InvalidSQL(f"the database rejected a value: {exc.diag.message_primary}") from exc
+    except (pg_errors.ProgramLimitExceeded, pg_errors.OutOfMemory, pg_errors.ConfigurationLimitExceeded,
+            pg_errors.InternalError_) as exc:
+        raise _too_big(exc) from exc
     return results
+
+
+def _too_big(exc: psycopg.Error) -> InvalidSQL:
+    """A query the database could not afford: a value past one of its limits (54000, e.g.
+    a text built with ``||`` longer than a text may be, or one over PostgreSQL's 1 GB per
+    value: XX000 "invalid memory alloc request size"), out of memory (53200) or of
+    temporary file space (53400). The client's query asked for it and the same query fails
+    the same way: ``INVALID_SQL``, never a 500 (no statement of ours raises these on
+    its own)."""
+    reason = (exc.diag.message_primary if exc.diag else None) or type(exc).__name__
+    if isinstance(exc, pg_errors.InternalError_):
+        log.warning("SQL endpoint query failed with XX000: %s", reason)
+        if "memory alloc request size" in reason:
+            reason = "it would build a value larger than the database can hold (1 GB)"
+    elif isinstance(exc, (pg_errors.OutOfMemory, pg_errors.ConfigurationLimitExceeded)):
+        reason = f"it needs more memory or temporary space than the database may give one query ({reason})"
+    return InvalidSQL(f"the database refused the query: {reason}; narrow it (fewer or shorter values)")
 
 
 async def _run_analytic(
@@ -123,11 +146,14 @@ async def _run_analytic(
     key = "counted" if count else "probe"
     statement = plan.bound.get(key)
     if statement is None:  # every value is a literal of the composed text: no parameters
-        statement = plan.bound[key] = (plan.counted if count else plan.probe).as_bytes(conn)
+        try:
+            statement = plan.bound[key] = (plan.counted if count else plan.probe).as_bytes(conn)
+        except RecursionError:  # a long chain of operators nests the composed statement as deep
+            raise InvalidSQL("query is nested too deeply") from None
     work = _Work((statement,), "json", count)
     try:
         results = await _execute(conn, work, workspace_id=workspace_id, timeout_s=timeout_s)
-    except (psycopg.ProgrammingError, psycopg.NotSupportedError, pg_errors.ProgramLimitExceeded) as exc:
+    except (psycopg.ProgrammingError, psycopg.NotSupportedError) as exc:
         # e.g. a function over a type it does not take, a statement too complex to plan
         raise InvalidSQL(f"the database refused the query: {exc.diag.message_primary}") from exc
     (text, number), = results[0]

@@ -514,3 +514,109 @@ def test_json_cells_are_compact_on_both_sql_paths(ws):
             assert resp.status_code == 200, resp.text
             assert resp.json()["rows"][0]["J"] == {"n": 45, "b": None, "l": [1, 2]}
             assert '"b":null,"l":[1,2],"n":45' in resp.text, (query, resp.text)  # jsonb's key order
+
+
+# --------------------------------------------------------------------------- hostile queries
+
+
+def _physical_insert(ws, table, values):
+    """Rows written straight into the workspace's physical table (test setup)."""
+    dsn = os.environ.get("WDS_TEST_SCRATCH_DSN")
+    if not dsn:
+        pytest.skip("needs the session PostgreSQL (WDS_TEST_SCRATCH_DSN) to load rows physically")
+    col = table["columns"][0]["id"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for value in values:
+            conn.execute(sql.SQL("INSERT INTO {}.{} ({}) VALUES (%s)").format(
+                sql.Identifier(f"ws_{ws.id}"), sql.Identifier(f"t_{table['id']}"), sql.Identifier(f"c_{col}")),
+                (value,))
+
+
+def test_text_built_by_concatenation_is_bounded_by_the_text_limit(make_workspace):
+    """A balanced tree of ``||`` over a 1,000,000-character text built ~1.1 G characters
+    in one expression: the backend grew to ~11 GB, went past the free plan's 5 s (one
+    expression cannot be interrupted) and ended in XX000 "invalid memory alloc request
+    size", a 500. Every ``||`` now refuses a result longer than a text may be."""
+    free = make_workspace(plan="free")
+    t = free.create_table("Big", [{"name": "T", "type": "text"}])
+    _physical_insert(free, t, ["x" * 600_000])
+    ok = q(free.api, "SELECT length(T || 'abc') AS x FROM Big")
+    assert ok.status_code == 200 and ok.json()["rows"] == [{"x": 600_003}], ok.text
+    r = q(free.api, "SELECT length(T || T) AS x FROM Big")
+    assert r.status_code == 400 and r.json()["code"] == "INVALID_SQL", r.text
+    assert "1,000,000 characters" in r.json()["error"], r.text
+    _physical_insert(free, t, ["y" * 1_000_000])
+
+    def bal(n):
+        return "T" if n == 1 else "(" + bal(n // 2) + "||" + bal(n - n // 2) + ")"
+
+    started = time.monotonic()
+    r = q(free.api, "SELECT length(" + bal(1100) + ") AS x FROM Big")
+    assert r.status_code == 400 and r.json()["code"] == "INVALID_SQL", r.text
+    assert time.monotonic() - started < 4, "refused at the first concatenation past the limit, not at a timeout"
+    # concatenations within the limit keep working, nulls included
+    _physical_insert(free, t, ["ab"])
+    r = q(free.api, "SELECT T || '-' || 1 || upper(T) AS x, NULL || T AS n FROM Big WHERE length(T) < 10")
+    assert r.status_code == 200 and r.json()["rows"] == [{"x": "ab-1AB", "n": None}], r.text
+
+
+def test_single_select_labels_cost_little_to_translate(ws):
+    """Every reference to a single-select was a CASE over all its options: 916 references
+    to a column of 1,000 options took ~20 s to answer, the event loop blocked while the
+    statement was composed. The labels are now read from one map per column."""
+    labels = [f"option {i}" for i in range(1000)]
+    t = ws.create_table("Opts", [{"name": "S", "type": "single_select", "options": labels},
+                                 {"name": "M", "type": "multi_select", "options": labels[:50]}])
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [
+        {"fields": {"S": "option 999", "M": ["option 3", "option 1"]}}, {"fields": {"S": "option 0"}}, {"fields": {}}]})
+    assert r.status_code == 200, r.text
+    query = "SELECT " + ", ".join(f"S AS a{i}" for i in range(916)) + " FROM Opts ORDER BY S"
+    started = time.monotonic()
+    r = q(ws.api, query)
+    elapsed = time.monotonic() - started
+    assert r.status_code == 200, r.text
+    assert [row["a0"] for row in r.json()["rows"]] == ["option 0", "option 999", None]
+    assert all(row["a915"] == row["a0"] for row in r.json()["rows"])
+    assert elapsed < 2, elapsed
+    # labels read alike in conditions, groups, functions, multi-selects and subqueries
+    body = q(ws.api, "SELECT upper(S) AS s, COUNT(*) AS n FROM Opts WHERE S IN ('option 0', 'option 999')"
+                     " OR S IS NULL GROUP BY upper(S) ORDER BY 1").json()
+    assert body["rows"] == [{"s": "OPTION 0", "n": 1}, {"s": "OPTION 999", "n": 1}, {"s": None, "n": 1}], body
+    body = q(ws.api, "SELECT S, M FROM Opts WHERE M = 'option 1' OR S = 'option 0' ORDER BY S DESC").json()
+    assert body["rows"] == [{"S": "option 999", "M": ["option 3", "option 1"]}, {"S": "option 0", "M": []}], body
+    body = q(ws.api, "SELECT S, COUNT(*) AS n FROM Opts WHERE S IN (SELECT S FROM Opts WHERE M = 'option 3')"
+                     " GROUP BY S").json()
+    assert body["rows"] == [{"S": "option 999", "n": 1}], body
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT * FROM Open LIMIT {D}",
+    "SELECT * FROM Open OFFSET {D}",
+    "SELECT * FROM Open WHERE N = {D}",
+    "SELECT N + {D} AS x FROM Open",
+    "SELECT N FROM Open WHERE N > 1 OR N = {D}",
+    "SELECT N, COUNT(*) AS c FROM Open GROUP BY N LIMIT {D}",
+    "SELECT N FROM Open ORDER BY {D}",
+    "SELECT N, COUNT(*) AS c FROM Open GROUP BY {D}",
+    "SELECT round(N, {D}) AS x FROM Open",
+    "SELECT N FROM Open WHERE N IN (1, {D})",
+    "SELECT N FROM Open WHERE N = -{D}",
+    "SELECT * FROM Open LIMIT \u00b2",  # "²".isdigit() is true, int("²") raises
+])
+def test_integer_literals_past_pythons_digit_limit_are_invalid_sql(ws, query):
+    """int() refuses more than 4,300 digits (ValueError): a 5,000-digit literal was a 500."""
+    ws.create_table("Open", [{"name": "N", "type": "number"}])
+    r = q(ws.api, query.format(D="1" * 5000))
+    assert r.status_code == 400 and r.json()["code"] == "INVALID_SQL", r.text
+
+
+def test_a_huge_integer_compared_with_a_computed_column_matches_nothing(ws):
+    """The simple form turned the literal into a double: an integer of 309+ digits raised
+    OverflowError there (a 500). No computed number (a double) equals it."""
+    t = ws.create_table("Calc", [{"name": "N", "type": "number"},
+                                 {"name": "F", "type": "formula", "formula": "{N} * 2"}])
+    assert ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"N": 2}}).status_code == 201
+    for query in ("SELECT N FROM Calc WHERE F = " + "9" * 400, "SELECT N FROM Calc WHERE F > " + "9" * 400):
+        r = q(ws.api, query)
+        assert r.status_code == 200 and r.json()["rows"] == [], (query, r.text)
+    assert q(ws.api, "SELECT N FROM Calc WHERE F = 4").json()["rows"] == [{"N": 2}]

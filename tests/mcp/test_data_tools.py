@@ -175,6 +175,16 @@ async def test_list_views_and_sql_query(ws, mcp, table):
             == "INVALID_SQL"
 
 
+async def test_sql_query_refuses_integer_literals_past_pythons_digit_limit(ws, mcp, table):
+    """A 5,000-digit literal (int() stops at 4,300 digits) was INTERNAL; it is INVALID_SQL."""
+    digits = "1" * 5000
+    async with mcp(ws.builder_token) as c:
+        for query in (f"SELECT * FROM Tasks LIMIT {digits}", f"SELECT * FROM Tasks WHERE Score = {digits}",
+                      f"SELECT Score + {digits} AS x FROM Tasks", f"SELECT Score FROM Tasks ORDER BY {digits}",
+                      f"SELECT round(Score, {digits}) AS x FROM Tasks"):
+            assert error_code(await c.call_tool("sql_query", {"query": query})) == "INVALID_SQL", query
+
+
 async def test_semantic_search_on_a_table_without_it_is_a_clear_error(ws, mcp):
     # the happy path over MCP is in tests/semantic (it needs an embeddings provider)
     ws.create_table("Notes", [{"name": "Body", "type": "text"}])

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import random
+import re
 import secrets
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -767,16 +768,28 @@ def _check_emitted(world: World, plan: AnalyticPlan, statement: str) -> None:
     tree = sqlglot.parse_one(statement, read="postgres")
     assert isinstance(tree, exp.Select)
     readable = {f"t_{t.id}" for t in (world.companies, world.deals)}
+    # the select columns' option maps, one VALUES of a JSON literal each (analytic.labels)
+    maps = set()
+    with_ = tree.args.get("with_") or tree.args.get("with")
+    for cte in (with_.expressions if with_ is not None else ()):
+        assert re.fullmatch(r"o\d+", cte.alias), statement
+        body = cte.this  # sqlglot reads VALUES (…) as SELECT * FROM (VALUES (…))
+        assert body.find(exp.Values) is not None and not list(body.find_all(exp.Column, exp.Table)), statement
+        assert [type(n) for n in body.find(exp.Values).walk() if isinstance(n, exp.Func)
+                and not isinstance(n, _OPERATORS)] == [], statement
+        maps.add(cte.alias)
     for table in tree.find_all(exp.Table):
         if isinstance(table.this, exp.Identifier) and table.args.get("db") is not None:
             assert table.args["db"].name == f"ws_{world.ws}", statement
             assert table.name in readable, statement
         else:
-            assert isinstance(table.this, exp.Unnest) or table.name in ("r", "q", "u"), (table, statement)
+            assert isinstance(table.this, exp.Unnest) or table.name in ("r", "q", "u", *maps), (table, statement)
     for node in tree.walk():
         assert not isinstance(node, (exp.Insert, exp.Update, exp.Delete, exp.Drop, exp.Create, exp.Command,
                                      exp.Lock, exp.Into)), statement
-        if isinstance(node, exp.Anonymous):
+        if isinstance(node, exp.Anonymous) and node.name == "concat_text":  # ||, bounded (storage/ddl.py)
+            assert isinstance(node.parent, exp.Dot) and node.parent.this.name == "wds_sql", statement
+        elif isinstance(node, exp.Anonymous):
             assert node.name.lower() in _ALLOWED_EMITTED, statement
         elif isinstance(node, exp.Func) and not isinstance(node, _OPERATORS):
             assert node.sql_name().lower() in _ALLOWED_EMITTED, (node.sql_name(), statement)
@@ -888,6 +901,68 @@ async def test_a_connection_stays_usable_after_queries_the_database_rejects(conn
                         await run_sql(conn, bad, workspace_id=world.ws, timeout_s=TIMEOUT_S)
                 assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("in_transaction", [False, True])
+@pytest.mark.parametrize(("sqlstate", "message", "fragment"), [
+    ("XX000", "invalid memory alloc request size 1100000004", "larger than the database can hold"),
+    ("53200", "out of memory", "more memory"),
+    ("53400", "temporary file size exceeds temp_file_limit (1024kB)", "temporary space"),
+    ("54000", "a text built with || would be longer than 1,000,000 characters", "1,000,000 characters"),
+])
+async def test_queries_the_database_cannot_afford_are_invalid_sql(conn, world, in_transaction, sqlstate, message,
+                                                                   fragment) -> None:
+    """What a query too large for the database raises (a value over its 1 GB per value:
+    XX000 "invalid memory alloc request size", out of memory, temporary files, a program
+    limit) was a 500: it is INVALID_SQL, and the connection stays usable. The errors are
+    PostgreSQL's own, raised as the workspace's read-only role."""
+    from storage.sqlquery.run import _execute, _Work  # the one place every SQL plan runs
+
+    statement = (f"DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = '{sqlstate}',"
+                 f" MESSAGE = '{message}'; END $$").encode()
+    if in_transaction:
+        await conn.execute("BEGIN")
+    try:
+        with pytest.raises(InvalidSQL) as info:
+            await _execute(conn, _Work((statement,), "json", False), workspace_id=world.ws, timeout_s=TIMEOUT_S)
+        assert fragment in info.value.message and info.value.status == 400, info.value.message
+    finally:
+        if in_transaction:
+            await conn.execute("ROLLBACK")
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert (await _run(conn, world, "SELECT COUNT(*) FROM Deals"))["count"] == N_DEALS
+
+
+@pytest.mark.asyncio
+async def test_concatenation_is_bounded_by_the_text_limit(conn, world) -> None:
+    """``||`` is ``wds_sql.concat_text``: SQL's concatenation (NULL absorbs), refusing a
+    result longer than a text may be (1,000,000 characters) before building it; the
+    bomb over a long column is in tests/api/test_sql.py."""
+    plan = world.plan("SELECT Title || '-' || Amount AS t, NULL || Title AS z FROM Deals ORDER BY id LIMIT 1")
+    assert plan.probe.as_string(conn).count('"wds_sql"."concat_text"(') == 3
+    row = (await _run(conn, world, "SELECT Title || '-' || Amount AS t, NULL || Title AS z, Title, Amount"
+                                   " FROM Deals ORDER BY id LIMIT 1"))["rows"][0]
+    assert row["t"] == f"{row['Title']}-{row['Amount']:g}" and row["z"] is None
+    async with conn.transaction(force_rollback=True):
+        await conn.execute(psycopg.sql.SQL("SET LOCAL ROLE {}").format(psycopg.sql.Identifier(ddl.ro_role(world.ws))))
+        await conn.execute("SET LOCAL search_path TO pg_catalog")
+        fits = await (await conn.execute("SELECT length(wds_sql.concat_text(repeat('é', 999999), 'a')) AS n")).fetchone()
+        assert fits == {"n": 1_000_000}
+        with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="1,000,000 characters"):
+            await conn.execute("SELECT wds_sql.concat_text(repeat('é', 999999), 'ab')")
+
+
+@pytest.mark.asyncio
+async def test_a_long_chain_of_operators_is_refused_not_a_crash(conn, world) -> None:
+    """400 ``+`` in a row nested the composed statement deeper than Python's recursion
+    limit when it was written out: a RecursionError, a 500."""
+    for query in ("SELECT " + " + ".join(["Amount"] * 400) + " AS x FROM Deals",
+                  "SELECT " + " + ".join(["Calc"] * 400) + " AS x FROM Deals"):
+        with pytest.raises(InvalidSQL, match="nested too deeply"):
+            await _run(conn, world, query)
+    short = await _run(conn, world, "SELECT " + " + ".join(["Amount"] * 50) + " AS x FROM Deals WHERE Amount = 1")
+    assert all(r["x"] == 50 for r in short["rows"])
 
 
 _TOKENS = [
