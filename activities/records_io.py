@@ -15,7 +15,7 @@ from activities import formula, json_parser, written
 from activities.ledger import Ledger
 from activities.metrics import STALE_VALUES, observe_step
 from activities.sandbox import SandboxLost, lost_message, sandbox
-from activities.snap import step_decoder, table_meta
+from activities.snap import step_decoder, table_meta, table_snap
 from activities.types import FusedInput, LoadInput, PipelineResult, TableSnap, WriteInput
 from storage import guards, meta
 from storage import records as rec
@@ -24,7 +24,7 @@ from storage.schema import TableMeta
 
 
 GUARDS_KEY = "_guards"  # load_records' result: the write-back guard beside the records
-BULK_RETRIES = 2  # a backfill's records whose values a concurrent write left out: evaluated again
+RETRIES = 2  # records a write-back left values of out, evaluated again (see pure_pipeline)
 
 
 class RecordIO:
@@ -54,6 +54,19 @@ class RecordIO:
     async def _read(self, table: TableMeta, record_ids: list[int]) -> list[dict[str, Any]]:
         async with self.db.connection() as conn:
             return await rec.get_record_rows(conn, table=table, record_ids=record_ids)
+
+    async def _current(self, snap: TableSnap) -> TableSnap:
+        """The table's snapshot as it is now (its definitions after a schema change).
+
+        Raises:
+            ApplicationError: the table itself is gone (non-retryable).
+        """
+        async with self.db.connection() as conn:
+            now = (await meta.load_schema(conn, workspace_id=snap.workspace_id)).tables.get(snap.id)
+        if now is None:
+            raise ApplicationError("the table was deleted while the run went on", type="TABLE_GONE",
+                                   non_retryable=True)
+        return table_snap(now)
 
     async def _still_there(self, snap: TableSnap) -> TableSnap:
         """``snap`` without the columns deleted since it was taken (a run's table snapshot
@@ -86,28 +99,35 @@ class RecordIO:
         """Load the records, evaluate every level of formula/parser columns in order, and
         write the results: a whole pipeline of pure steps in one local activity.
 
-        A backfill's records whose values did not land because a write changed their
-        inputs meanwhile (storage/guards.py) are loaded and evaluated again, at most
-        :data:`BULK_RETRIES` times: that write's own run may have used the column's
-        previous definition (its write is then refused too), and a backfill must leave
-        every row computed by the current one."""
+        Records some of whose values did not land (storage/guards.py) are loaded and
+        evaluated again, at most :data:`RETRIES` times: those refused because a column's
+        definition changed, with the table's current definitions (a backfill may already
+        have computed the column from inputs this run then wrote); and, in a backfill,
+        those refused because a write changed their inputs (that write's run may have
+        used a previous definition, and a backfill must leave every row computed by the
+        current one)."""
         p = inp.pipeline
-        guard = guards.plan(table_meta(p.table), [cid for level in p.levels for cid in level])
         record_ids = p.record_ids
         result: PipelineResult | None = None
-        for attempt in range(1 + (BULK_RETRIES if p.bulk_run_id else 0)):
+        for attempt in range(1 + RETRIES):
+            guard = guards.plan(table_meta(p.table), [cid for level in p.levels for cid in level])
             fields, loaded = await self._load(LoadInput(table=p.table, record_ids=record_ids),
                                               inp.run_id if attempt == 0 else "")
-            ledger = await evaluate_pure(inp, fields)
+            ledger = await evaluate_pure(dataclasses.replace(inp, pipeline=p), fields)
             again, updates = ledger.result(inp.run_id, json_keys=False)
             result = again if result is None else _merged(result, again)
             if not (p.write and updates):
                 break
-            stale = await self._write(p.table, [(u["id"], u["values"], u["outcome"]) for u in updates], loaded,
-                                      bulk_run_id=p.bulk_run_id, guard=guards.stamp(guard, loaded.values()))
-            if not stale:
+            checked = await self._write(p.table, [(u["id"], u["values"], u["outcome"]) for u in updates], loaded,
+                                        bulk_run_id=p.bulk_run_id, guard=guards.stamp(guard, loaded.values()))
+            redo = set(checked.redefined)
+            if p.bulk_run_id:
+                redo |= checked.moved
+            if not redo:
                 break
-            record_ids = sorted(stale)
+            if checked.redefined:  # evaluate again with the definitions the table has now
+                p = dataclasses.replace(p, table=await self._current(p.table))
+            record_ids = sorted(redo)
         assert result is not None
         return result
 
@@ -116,14 +136,13 @@ class RecordIO:
         """Write every record's computed values and outcome in one statement (only those
         still derived from what the table holds: ``inp.guard``, storage/guards.py)."""
         updates = [(u["id"], {int(k): v for k, v in u["values"].items()}, u["outcome"]) for u in inp.updates]
-        stale = await self._write(inp.table, updates, bulk_run_id=inp.bulk_run_id, guard=inp.guard)
-        return len(updates) - len(stale)
+        checked = await self._write(inp.table, updates, bulk_run_id=inp.bulk_run_id, guard=inp.guard)
+        return len(updates) - len(checked.moved | checked.redefined)
 
     async def _write(self, snap: TableSnap, updates: list[tuple[int, dict[int, Any], dict[str, Any]]],
                      loaded: dict[int, dict[str, Any]] | None = None, *, bulk_run_id: str | None = None,
-                     guard: dict[str, Any] | None = None) -> set[int]:
-        """Store ``updates``; the ids of records some of whose values were left out because
-        what they derive from changed since the run read it (``guard``)."""
+                     guard: dict[str, Any] | None = None) -> guards.Checked:
+        """Store ``updates``; what the check (``guard``) left out, and why."""
         table = table_meta(snap)
         # an API process of ours waiting for this run gets the written rows straight away
         # (activities/written.py), instead of reading them again after the run completes;
@@ -131,20 +150,20 @@ class RecordIO:
         run_id = str((updates[0][2] or {}).get("run_id") or "") if updates else ""
         waited = written.waiting(run_id)
         try:
-            rows, stale = await self._store(table, updates, waited, loaded, bulk_run_id, guard)
+            rows, checked = await self._store(table, updates, waited, loaded, bulk_run_id, guard)
         except psycopg.errors.UndefinedColumn:
             # a column was deleted since the run began: write what still has a column
             snap = await self._still_there(snap)
             ids = {c.id for c in snap.columns}
             updates = [(rid, {k: v for k, v in values.items() if k in ids}, out) for rid, values, out in updates]
-            rows, stale = await self._store(table_meta(snap), updates, waited, None, bulk_run_id, guard)
+            rows, checked = await self._store(table_meta(snap), updates, waited, None, bulk_run_id, guard)
         if waited:  # committed
             written.notify(run_id, rows)
-        return stale
+        return checked
 
     async def _store(self, table: TableMeta, updates: list[tuple[int, dict[int, Any], dict[str, Any]]],
                      waited: bool, loaded: dict[int, dict[str, Any]] | None,
-                     bulk_run_id: str | None, guard: dict[str, Any] | None) -> tuple[list[dict[str, Any]], set[int]]:
+                     bulk_run_id: str | None, guard: dict[str, Any] | None) -> tuple[list[dict[str, Any]], guards.Checked]:
         """Write ``updates`` in one statement; with ``guard``, in a transaction that first
         locks the rows and keeps only the values still derived from what they hold
         (:func:`storage.guards.check`). Returns the written rows (when ``waited``) and the
@@ -155,21 +174,20 @@ class RecordIO:
                 of: storage.schema.storable). A retry fails alike; the reason is one line,
                 not the server's DETAIL and CONTEXT lines, which quote the parameters.
         """
-        stale: set[int] = set()
         try:
             if guard is None:
                 async with self.db.connection() as conn:
                     _, rows = await rec.write_computed(conn, table=table, updates=updates, returning=waited,
                                                        loaded=loaded, unless_superseded=bulk_run_id)
-                return rows, stale
+                return rows, guards.Checked(updates, {})
             async with self.db.transaction() as conn:
-                kept, current, stale = await guards.check(conn, table, updates, guard)
-                if stale:
-                    STALE_VALUES.inc(sum(len(v) for _, v, _ in updates) - sum(len(v) for _, v, _ in kept))
+                checked = await guards.check(conn, table, updates, guard)
+                if checked.moved or checked.redefined:
+                    STALE_VALUES.inc(sum(len(v) for _, v, _ in updates) - sum(len(v) for _, v, _ in checked.kept))
                 # the rows as they are now (locked): what the answer is built from
-                _, rows = await rec.write_computed(conn, table=table, updates=kept, returning=waited,
-                                                   loaded=current, unless_superseded=bulk_run_id)
-                return rows, stale
+                _, rows = await rec.write_computed(conn, table=table, updates=checked.kept, returning=waited,
+                                                   loaded=checked.current, unless_superseded=bulk_run_id)
+                return rows, checked
         except psycopg.DataError as exc:
             raise ApplicationError(f"the computed values could not be stored: {exc.diag.message_primary or 'refused'}",
                                    type="UNSTORABLE", non_retryable=True) from None

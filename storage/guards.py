@@ -23,7 +23,12 @@ not either (it describes a run whose values did not land). Who stores the right 
   since nothing changed after it read. The last write's run always lands;
 * definition changed: the schema change's backfill recomputes the column for every row,
   reading after the change committed. Its writes wait for a run's row locks, so it lands
-  after the stale run, never before.
+  after the stale run, never before. But the backfill may already have passed the row,
+  computing the column from an input this run then writes (a write's run, snapshot before
+  a formula edit, stores ``F`` while its ``G`` is refused; the backfill stored ``G`` from the
+  old ``F``). So a run whose values were refused for a definition evaluates those records
+  again with the definitions the table has now (``activities.records_io``), where it can
+  (formula and parser runs).
 
 The check and the write run in one transaction that locks the rows first (``FOR NO KEY
 UPDATE``, in id order) and reads the definitions after, so a schema change committing
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -93,19 +99,28 @@ def stamp(guard: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) -> dict[s
     return {**guard, "rows": {str(r["id"]): [digest(r, s) for s in guard["sets"]] for r in rows}}
 
 
+@dataclass
+class Checked:
+    """What :func:`check` keeps of a write-back and why it left the rest out."""
+
+    kept: list[Update]  # the values to write
+    current: dict[int, dict[str, Any]]  # the rows as they are now (locked), by id
+    moved: set[int] = field(default_factory=set)  # records with a value whose inputs changed
+    redefined: set[int] = field(default_factory=set)  # records with a value whose column's definition changed
+
+
 async def check(
     conn: psycopg.AsyncConnection[Any], table: TableMeta, updates: list[Update], stamped: Mapping[str, Any],
-) -> tuple[list[Update], dict[int, dict[str, Any]], set[int]]:
+) -> Checked:
     """Lock the rows of ``updates`` and keep of each only the values whose inputs and
     definition are unchanged (see the module docstring); run inside the transaction that
-    then writes them. Returns (the updates to write, the rows as they are now by id, the
-    ids of records with values left out). A record gone is left out whole (not counted).
-    A record's outcome is kept only with all its values."""
+    then writes them. A record gone is left out whole (and not reported). A record's
+    outcome is kept only with all its values."""
     ids = sorted({rid for rid, _, _ in updates})
     cur = await conn.execute(
         sql.SQL("SELECT {} FROM {} WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE").format(
             row_list(table), ddl.qualified(table.workspace_id, table.id)), (ids,))
-    current = {row["id"]: row for row in await cur.fetchall()}
+    out = Checked([], {row["id"]: row for row in await cur.fetchall()})
     written = {cid for _, values, _ in updates for cid in values}
     snap = {c.id: c for c in table.columns}
     sets: list[list[str]] = stamped.get("sets", [])
@@ -127,23 +142,23 @@ async def check(
     defined = {cid for cid in written
                if cid in defs and cid in snap and (not snap[cid].definition or definition_of(defs[cid]) == snap[cid].definition)}
     rows: dict[str, list[str]] = stamped.get("rows", {})
-    kept: list[Update] = []
-    stale: set[int] = set()
     for rid, values, outcome in updates:
-        row = current.get(rid)
+        row = out.current.get(rid)
         if row is None:
             continue
         if not values:
-            kept.append((rid, values, outcome))
+            out.kept.append((rid, values, outcome))
             continue
         read = rows.get(str(rid))
         ok: dict[int, Any] = {}
         for cid, value in values.items():
             s = cols.get(str(cid))
-            if cid in defined and (s is None or read is None or (types_hold[s] and digest(row, sets[s]) == read[s])):
+            if cid not in defined:
+                out.redefined.add(rid)
+            elif s is not None and read is not None and not (types_hold[s] and digest(row, sets[s]) == read[s]):
+                (out.moved if types_hold[s] else out.redefined).add(rid)
+            else:
                 ok[cid] = value
-        if len(ok) < len(values):
-            stale.add(rid)
         if ok:
-            kept.append((rid, ok, outcome if len(ok) == len(values) else None))
-    return kept, current, stale
+            out.kept.append((rid, ok, outcome if len(ok) == len(values) else None))
+    return out
