@@ -67,7 +67,10 @@ def service_error_response(exc: ServiceError) -> Response:
 # open relation with OID …" (an InternalError, otherwise a 500): only that message counts
 SCHEMA_RACES = (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable, psycopg.errors.DatatypeMismatch,
                 psycopg.errors.UndefinedFunction, psycopg.errors.CannotCoerce, psycopg.errors.InternalError_)
-_DROPPED_RELATION = "could not open relation with OID"
+# PostgreSQL's internal errors when the relation a statement planned for is dropped under
+# it (relation_open, the syscache): a race with a schema change, not a fault of ours
+_DROPPED_RELATION = ("could not open relation with OID", "cache lookup failed for relation",
+                     "cache lookup failed for type")
 
 
 def _schema_race(exc: psycopg.Error) -> bool:
