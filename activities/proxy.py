@@ -26,12 +26,13 @@ import asyncio
 import base64
 import hashlib
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
 import httpx
 import orjson
@@ -138,11 +139,21 @@ class Credential:
         return base64.b64encode(self.secret.encode()).decode()
 
     def _forms(self) -> list[str]:
-        """The forms of the secret a receiver may echo, longest first."""
-        forms = {self.secret, quote(self.secret, safe=""), quote(self.secret)}
+        """The forms of the secret a receiver may echo, longest first: as is, every
+        percent-encoding a client or receiver writes (``%20`` or ``+`` for a space, ``/``
+        kept or not, upper- or lower-case hex digits) including the very query value httpx
+        sends, and base64 ``user:password`` for ``basic``.
+
+        >>> forms = Credential("c", "query", "k", "SECRET QUERY+456/é")._forms()
+        >>> [f in forms for f in ("SECRET+QUERY%2B456%2F%C3%A9", "SECRET%20QUERY%2B456/%C3%A9", "SECRET+QUERY%2b456%2f%c3%a9")]
+        [True, True, True]
+        """
+        s = self.secret
+        encoded = {quote(s, safe=""), quote(s), quote_plus(s), quote_plus(s, safe="/"), _sent_query_value(s)}
+        forms = {s} | encoded | {_PERCENT.sub(lambda m: m.group().lower(), f) for f in encoded}
         if self.type == "basic":
             forms.add(self._basic())
-        return [f for f in sorted(forms, key=len, reverse=True) if f and len(f) >= 4]
+        return [f for f in sorted(forms, key=lambda f: (-len(f), f)) if f and len(f) >= 4]
 
     def redact(self, data: bytes) -> bytes:
         """Remove the secret from what a receiver echoed back (cells and errors hold this)."""
@@ -168,6 +179,20 @@ class Credential:
             return item
 
         return clean(value)
+
+
+_PERCENT = re.compile(r"%[0-9A-F]{2}")
+
+
+def _sent_query_value(value: str) -> str:
+    """``value`` as httpx writes it into a query string (what :meth:`Credential.apply`
+    sends for a ``query`` credential): today ``quote_plus``, asked of httpx itself so that
+    the redaction follows its encoding.
+
+    >>> _sent_query_value("a b+c/~é")
+    'a+b%2Bc%2F~%C3%A9'
+    """
+    return httpx.URL("http://h/").copy_merge_params([("k", value)]).raw_path.decode("ascii").split("k=", 1)[1]
 
 
 async def load_credentials(
@@ -318,8 +343,14 @@ async def _exchange(
                     f" {req.credential.name!r} in clear; nothing was sent")
             req.credential.apply(send_headers, params)
         target = url.copy_merge_params(params) if params else url
-        request = client.build_request(method, target, headers=send_headers, content=content,
-                                       timeout=httpx.Timeout(timeout))
+        try:
+            request = client.build_request(method, target, headers=send_headers, content=content,
+                                           timeout=httpx.Timeout(timeout))
+        except UnicodeEncodeError:
+            # httpx sends header values as ASCII only; the exception holds the whole value
+            # (a credential's secret, say), so it goes no further
+            raise RequestInvalid("a header value holds a character that is not ASCII, which HTTP headers"
+                                 " cannot carry; nothing was sent") from None
         resp = await client.send(request, stream=True)
         try:
             location = resp.headers.get("location")

@@ -70,6 +70,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     "UNKNOWN_COLUMN": ("A filter, order, select, view, formula, template or config names a column the table does not have. `column` names it when known.", "column"),
     "UNKNOWN_OPERATOR": ("A filter operator outside `eq neq gt gte lt lte like ilike in cs is` (optionally `not.`).", ""),
     "TOO_MANY_VALUES": ("More than 200 values in an `in`/`cs` filter or an SQL `IN (...)` list.", ""),
+    "TOO_MANY_CONDITIONS": ("More than 200 filter conditions in one query's filters, those inside `or`/`and` groups included: a REST list's query string, MCP `list_records` `filters`, a view's `config.filters`, run-actions, schedules and write-by-filter `filters`, a realtime subscription's `filter`. Refused before any condition is read ([query.md](query.md#errors-400-unless-said)).", ""),
     "LIMIT_TOO_LARGE": ("`limit` above the page maximum (1,000 on REST, SQL and MCP; semantic search has its own maximum).", ""),
     "BATCH_TOO_LARGE": ("A batch of more than 500 rows, or an MCP bulk update matching more records than it may change.", ""),
     "INVALID_SQL": ("`POST /sql`: not a single read-only `SELECT`, a syntax error, an unknown table or column, a construct outside the supported subset.", ""),
@@ -701,7 +702,8 @@ def render_plans() -> str:
         rows.append(f"| {title} | " + " | ".join(get(plans.PLANS[x]) for x in names) + " |")
     rows += ["", "On every plan: page size default "
              f"{plans.PAGE_DEFAULT}, at most {plans.PAGE_MAX:,}; a batch holds at most {plans.BATCH_MAX}"
-             f" rows; `in`/`cs` take at most {plans.IN_MAX} values; one token makes at most"
+             f" rows; `in`/`cs` take at most {plans.IN_MAX} values; a query's filters hold at most"
+             f" {plans.CONDITIONS_MAX} conditions; one token makes at most"
              f" {plans.TOKEN_REQUESTS_PER_MINUTE:,} requests per minute."]
     return "\n".join(rows)
 

@@ -42,6 +42,7 @@ PAGE_DEFAULT = 100
 PAGE_MAX = 1000
 BATCH_MAX = 500
 IN_MAX = 200
+CONDITIONS_MAX = 200  # filter conditions in one query's filters, those inside or/and groups too
 TOKEN_REQUESTS_PER_MINUTE = 3_000
 SDK_WRITE_PARALLELISM = 8
 

@@ -7,6 +7,8 @@ parentheses.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from storage.errors import InvalidValue, ValidationError
 
 
@@ -62,8 +64,17 @@ def parse_list(text: str, open_: str, close: str, *, required: bool) -> tuple[st
 def split_top(text: str, *, braces: bool = False) -> list[str]:
     """Split on commas outside double quotes and parentheses (and ``{}`` with ``braces``:
     the conditions of a group, whose ``cs.{a,b}`` lists hold commas)."""
+    return list(iter_top(text, braces=braces))
+
+
+def iter_top(text: str, *, braces: bool = False) -> Iterator[str]:
+    """:func:`split_top` one part at a time, so that a caller counting the parts stops
+    reading at the first one too many (the unbalanced-text check comes at the end).
+
+    >>> list(iter_top('a,"b,c",f(x,y)'))
+    ['a', '"b,c"', 'f(x,y)']
+    """
     opens, closes = ("({", ")}") if braces else ("(", ")")
-    parts: list[str] = []
     buf: list[str] = []
     depth, quoted, i = 0, False, 0
     while i < len(text):
@@ -79,7 +90,7 @@ def split_top(text: str, *, braces: bool = False) -> list[str]:
         elif not quoted and ch in closes:
             depth -= 1
         elif not quoted and depth == 0 and ch == ",":
-            parts.append("".join(buf))
+            yield "".join(buf)
             buf = []
             i += 1
             continue
@@ -87,8 +98,7 @@ def split_top(text: str, *, braces: bool = False) -> list[str]:
         i += 1
     if quoted or depth != 0:
         raise ValidationError(f"unbalanced quotes or parentheses in {text!r}")
-    parts.append("".join(buf))
-    return parts
+    yield "".join(buf)
 
 
 def partition_unquoted(text: str, sep: str) -> tuple[str, str, str]:

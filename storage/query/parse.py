@@ -30,6 +30,11 @@ The JSON doors (MCP ``list_records``, run-actions, realtime, views) go through
 :func:`parse_arguments` / :func:`parse_filter_object` / :func:`parse_filter_list`, which
 build the same :class:`Query` with the same errors (docs/query.md).
 
+Every door's filters hold at most :data:`MAX_CONDITIONS` conditions, those inside
+``or``/``and`` groups included: the parsers count them as they read them and refuse the
+first one past it (``TOO_MANY_CONDITIONS``) before it is parsed, so a 100,000-condition
+filter costs what 200 do, never a planner or SQL pass over all of them.
+
 >>> q = parse_params([("Status", "eq.Done"), ("Score", "not.gt.5"), ("order", "Score.desc")])
 >>> q.filters[0]
 Filter(column='Status', op=<Op.EQ: 'eq'>, value='Done', negate=False)
@@ -50,8 +55,9 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from storage.errors import InvalidValue, ServiceError, UnknownOperator, ValidationError
-from storage.plans import IN_MAX, PAGE_DEFAULT, PAGE_MAX
+from storage.plans import CONDITIONS_MAX, IN_MAX, PAGE_DEFAULT, PAGE_MAX
 from storage.query.lexer import (
+    iter_top,
     name_and_rest,
     parse_list,
     partition_unquoted,
@@ -63,6 +69,7 @@ from storage.query.lexer import (
 DEFAULT_LIMIT = PAGE_DEFAULT  # fixed on every plan: storage/plans.py
 MAX_LIMIT = PAGE_MAX
 MAX_IN_VALUES = IN_MAX
+MAX_CONDITIONS = CONDITIONS_MAX
 MAX_OFFSET = 2**63 - 1  # beyond bigint PostgreSQL would fail at run time
 
 # Parameters that are never column filters.
@@ -163,6 +170,35 @@ _OPS = {op.value: op for op in Op}
 _IS_VALUES = frozenset({"null", "true", "false"})
 
 
+class Conditions:
+    """The count of one query's filter conditions, taken before each is parsed.
+
+    >>> budget = Conditions()
+    >>> budget.take(MAX_CONDITIONS)
+    >>> budget.take()
+    Traceback (most recent call last):
+    storage.errors.ServiceError: a query's filters hold at most 200 conditions (those inside or/and groups count too)
+    """
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = MAX_CONDITIONS
+
+    def take(self, n: int = 1) -> None:
+        """Raises:
+            ServiceError: ``TOO_MANY_CONDITIONS``, more than :data:`MAX_CONDITIONS` in all.
+        """
+        if n > self.left:
+            raise too_many_conditions()
+        self.left -= n
+
+
+def too_many_conditions() -> ServiceError:
+    return ServiceError(f"a query's filters hold at most {MAX_CONDITIONS} conditions (those inside or/and groups"
+                        " count too)", code="TOO_MANY_CONDITIONS")
+
+
 def parse_params(params: Sequence[tuple[str, str]]) -> Query:
     """Parse REST query parameters into a :class:`Query`.
 
@@ -172,7 +208,8 @@ def parse_params(params: Sequence[tuple[str, str]]) -> Query:
         ValidationError: malformed ``limit``/``offset``/``order``/``select``/``count``
             or group.
         ServiceError: ``REPEATED_PARAMETER`` (a single-valued parameter given twice),
-            ``UNKNOWN_PARAMETER`` (``run_pipeline``, which only writes take).
+            ``UNKNOWN_PARAMETER`` (``run_pipeline``, which only writes take),
+            ``TOO_MANY_CONDITIONS`` (more than :data:`MAX_CONDITIONS` filter conditions).
 
     >>> parse_params([("filter[Name][not.eq]", "x"), ("limit", "5")])
     Query(filters=(Filter(column='Name', op=<Op.EQ: 'eq'>, value='x', negate=True),), order=(), limit=5, offset=0, select=None, expand=(), count=False, view=None, after=None)
@@ -186,12 +223,14 @@ def parse_params(params: Sequence[tuple[str, str]]) -> Query:
     """
     filters: list[Filter | Group] = []
     single: dict[str, tuple[str, str]] = {}  # slot → (key as written, value)
+    budget = Conditions()
     for key, value in params:
         legacy = _legacy_key(key)
         if legacy is not None:
+            budget.take()
             filters.append(parse_legacy(legacy[0], legacy[1], value))
         elif key in GROUP_PARAMS:
-            filters.append(parse_group(key, value))
+            filters.append(parse_group(key, value, budget=budget))
         elif key in RESERVED_PARAMS:
             if key == "run_pipeline":
                 raise ServiceError("query parameter 'run_pipeline' applies to writes only",
@@ -201,6 +240,7 @@ def parse_params(params: Sequence[tuple[str, str]]) -> Query:
                 raise _repeated(key)
             single[slot] = (key, value)
         else:
+            budget.take()
             filters.append(parse_filter(key, value))
     order: tuple[OrderTerm, ...] = ()
     if "order" in single:
@@ -389,8 +429,12 @@ def count_param(params: Sequence[tuple[str, str]]) -> str | None:
     return None
 
 
-def parse_group(key: str, text: str, *, depth: int = 0) -> Group:
+def parse_group(key: str, text: str, *, depth: int = 0, budget: Conditions | None = None) -> Group:
     """Parse ``or=(...)`` / ``and=(...)`` (``key`` may be ``not.or``/``not.and``).
+
+    Its conditions, nested ones too, are taken from ``budget`` (the query's, or the
+    group's own): the text is split only as far as the budget goes, since each part holds
+    at least one condition.
 
     >>> g = parse_group("or", "(Score.gte.10,and(Status.eq.done,Title.ilike.*x*))")
     >>> g.kind, g.items[0], g.items[1].kind, g.items[1].items[1].value
@@ -407,15 +451,23 @@ def parse_group(key: str, text: str, *, depth: int = 0) -> Group:
     body = text.strip()
     if not (body.startswith("(") and body.endswith(")")):
         raise ValidationError(f"{key} takes a parenthesised list of conditions, e.g. {kind}=(A.eq.1,B.gt.2)")
+    if budget is None:
+        budget = Conditions()
+    parts: list[str] = []
+    for part in iter_top(body[1:-1], braces=True):
+        parts.append(part)
+        if len(parts) > budget.left:
+            raise too_many_conditions()
     items: list[Filter | Group] = []
-    for part in split_top(body[1:-1], braces=True):
+    for part in parts:
         part = part.strip()
         if not part:
             raise ValidationError(f"empty condition in {key}={text}")
         nested = _nested_group(part)
         if nested is not None:
-            items.append(parse_group(nested[0], nested[1], depth=depth + 1))
+            items.append(parse_group(nested[0], nested[1], depth=depth + 1, budget=budget))
         else:
+            budget.take()
             items.append(_group_condition(part))
     if not items:
         raise ValidationError(f"{key}=() holds no condition")
@@ -573,12 +625,15 @@ def parse_filter_object(obj: Mapping[str, Any]) -> tuple[Filter | Group, ...]:
     if not isinstance(obj, Mapping):
         raise ValidationError("filters must be an object {column: \"op.value\"}")
     out: list[Filter | Group] = []
+    budget = Conditions()
     for column, expr in obj.items():
         if column in GROUP_PARAMS:
             if not isinstance(expr, str):
                 raise ValidationError(f"{column} takes the REST group text, e.g. \"(A.eq.1,B.gt.2)\"")
-            out.append(parse_group(column, expr))
-        elif isinstance(expr, str):
+            out.append(parse_group(column, expr, budget=budget))
+            continue
+        budget.take()
+        if isinstance(expr, str):
             out.append(parse_filter(str(column), expr))
         else:
             out.append(_filter_from_json(str(column), None, expr))
@@ -601,14 +656,18 @@ def parse_filter_list(items: Sequence[Mapping[str, Any]]) -> tuple[Filter | Grou
     """
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
         raise ValidationError("filters must be a list of {column, op, value} objects")
+    if len(items) > MAX_CONDITIONS:  # each item is at least one condition
+        raise too_many_conditions()
     out: list[Filter | Group] = []
+    budget = Conditions()
     for item in items:
         if isinstance(item, Mapping) and len(item) == 1 and next(iter(item)) in GROUP_PARAMS:
             key, text = next(iter(item.items()))
             if not isinstance(text, str):
                 raise ValidationError(f"{key} takes the REST group text, e.g. \"(A.eq.1,B.gt.2)\"")
-            out.append(parse_group(key, text))
+            out.append(parse_group(key, text, budget=budget))
             continue
+        budget.take()
         if not isinstance(item, Mapping) or not isinstance(item.get("column"), str):
             raise ValidationError("each filter needs a string 'column'")
         unknown = set(item) - _FILTER_ITEM_KEYS

@@ -3,6 +3,8 @@ pipelines on writes, pagination hints and read-only plans."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.mcp.conftest import data, error_code
@@ -253,3 +255,31 @@ def test_list_form_terms_are_one_term_each_even_with_a_comma_in_the_name(ws, bas
     assert [r["fields"] for r in got["records"]] == [{"x,y": 3}, {"x,y": 2}, {"x,y": 1}], got
     rest = ws.api.get(f"/tables/{t['id']}/records", params={"select": '"x,y"', "order": '"x,y".desc'}).json()
     assert [r["fields"] for r in rest["records"]] == [r["fields"] for r in got["records"]]
+
+
+async def test_list_records_refuses_more_than_200_conditions_at_once(ws, mcp):
+    """The hostile-tenant probe: 100,000 conditions (~4 MB, under the MCP body limit) were
+    planned on the event loop for 6.6 s. The parser refuses the 201st condition, groups'
+    ones included, before reading it (``TOO_MANY_CONDITIONS``); the REST and view doors:
+    ``tests/api/test_filter_conditions.py``."""
+    t = ws.create_table("Nums", [{"name": "N", "type": "number"}])
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"fields": {"N": i}} for i in range(5)]})
+    assert r.status_code == 200, r.text
+    base = {"table_id": t["id"]}
+
+    def neq(n: int, start: int = 1000) -> list[dict[str, object]]:
+        return [{"column": "N", "op": "neq", "value": i} for i in range(start, start + n)]
+
+    async with mcp(ws.builder_token) as c:
+        assert len(data(await c.call_tool("list_records", {**base, "filters": neq(200)}))["records"]) == 5
+        assert error_code(await c.call_tool("list_records", {**base, "filters": neq(201)})) == "TOO_MANY_CONDITIONS"
+        group = "(" + ",".join(f"N.neq.{i}" for i in range(100_000)) + ")"
+        # the list form, the object form's group, and 100,000 list items each a group of one
+        for filters in (neq(100_000, 0), {"or": group}, [{"and": f"(N.neq.{i})"} for i in range(100_000)]):
+            started = time.monotonic()
+            result = await c.call_tool("list_records", {**base, "filters": filters})
+            elapsed = time.monotonic() - started
+            assert error_code(result) == "TOO_MANY_CONDITIONS"
+            assert "at most 200 conditions" in result.content[0].text  # type: ignore[union-attr]
+            # the ~4 MB request's transfer and JSON decoding aside, nothing is done per condition
+            assert elapsed < 2.5, elapsed

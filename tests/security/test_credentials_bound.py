@@ -16,18 +16,22 @@ import json
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import anyio
 import anyio.from_thread
 import httpx
+import orjson
 import psycopg
 import pytest
 from aiohttp import web
 from sqlalchemy import create_engine
 from temporalio.client import Client
 
+from activities.proxy import Credential, Outcome, OutboundRequest, send
 from storage.errors import ValidationError
 from storage.migrations import m0008_credential_hosts, sqlalchemy_url
 from storage.secrets import check_hosts, host_allowed
@@ -37,7 +41,8 @@ from wds.runtime import free_port
 
 
 def listener() -> ServerThread:
-    """Echoes ``{authorization, x-api-key, api_key, method, path, query, headers}`` back with
+    """Echoes ``{authorization, x-api-key, api_key, method, path, query, headers, raw_path}``
+    back (``raw_path``: the path and query string exactly as sent) with
     the status asked in ``?status=``;
     ``/redirect?to=URL`` answers a 302 to it."""
     server: ServerThread
@@ -54,7 +59,7 @@ def listener() -> ServerThread:
                 "x-api-key": request.headers.get("X-Api-Key"),
                 "api_key": request.query.get("api_key"),
                 "method": request.method, "path": request.path, "query": dict(request.query),
-                "headers": dict(request.headers)}
+                "headers": dict(request.headers), "raw_path": request.raw_path}
         status = int(request.query.get("status", "200"))
         if request.query.get("escape"):  # every character of every string as a JSON \\u escape
             return web.Response(body=_escaped(data).encode(), status=status, content_type="application/json")
@@ -402,6 +407,79 @@ def test_a_secret_echoed_in_json_escapes_is_redacted_too(ws, rest, echo):
             assert secret not in text and escaped not in text and escaped.lower() not in text.lower()
     listed = rest.post("/sql", json={"query": f"SELECT Call FROM \"{t['name']}\""})
     assert listed.status_code == 200 and secret not in str(listed.json())
+
+
+def test_a_query_secret_with_a_space_is_redacted_from_the_echoed_query_string(ws, rest, echo):
+    """The hostile-tenant probe: httpx writes a space in a query parameter as ``+`` (and
+    ``+`` as ``%2B``), a form the redaction did not know; the receiver echoed the query
+    string as sent and the cell kept ``api_key=SECRET+QUERY%2B456``."""
+    secret = "SECRET QUERY+456 " + secrets.token_hex(4)
+    bound(ws, "cq", "query", secret, [f"127.0.0.1:{echo.port}"], "api_key")
+    t = table(rest, [{"name": "Tag", "type": "text"},
+                     call(echo.url + "/echo?tag={{ Tag }}", method="GET", credential="cq")])
+    tag = secrets.token_hex(4)
+    rec = write(rest, t, {"Tag": tag})
+    [got] = tagged(echo, tag)
+    assert got.query["api_key"] == secret  # it was sent...
+    assert rec["pipeline"]["status"] == "ok", rec["pipeline"]
+    cell = rec["fields"]["Call"]
+    assert cell["raw_path"] == f"/echo?tag={tag}&api_key=[redacted]", cell  # ...and echoed, redacted
+    stored = rest.get(f"/tables/{t['id']}/records/{rec['id']}")
+    assert stored.status_code == 200
+    for text in (json.dumps(rec), stored.text):
+        for form in (secret, quote_plus(secret), quote(secret, safe=""), quote(secret)):
+            assert form not in text, form
+
+
+# every printable ASCII character and a few beyond (Latin-1, a 3-byte and a 4-byte UTF-8
+# character, a no-break space)
+SECRET_CHARS = [chr(i) for i in range(0x20, 0x7F)] + ["é", "ß", "\u00a0", "€", "😀"]
+
+
+def _encodings(secret: str) -> set[str]:
+    """Every form of ``secret`` a request built by httpx can carry: as is, each
+    percent-encoding (``+`` or ``%20`` for a space), and the query value httpx writes."""
+    built = httpx.URL("http://h/e").copy_merge_params([("k", secret)]).raw_path.decode().split("k=", 1)[1]
+    forms = {secret, quote(secret, safe=""), quote(secret), quote_plus(secret), quote_plus(secret, safe="/"), built}
+    return forms | {f.lower() for f in forms if "%" in f}
+
+
+@pytest.mark.parametrize(("kind", "header_name"), [("query", "api_key"), ("header", "X-Api-Key")])
+def test_no_character_lets_an_echoed_secret_past_the_redaction(echo, kind, header_name):
+    """The proxy itself (``activities.proxy.send``, as every step calls it) against the
+    listener, once per character: the echoed secret is in no cell in any encoding.
+    A header secret httpx cannot send (not ASCII) fails the record, without the secret."""
+    async def run() -> list[tuple[str, Outcome]]:
+        out = []
+        async with httpx.AsyncClient() as client:
+            for ch in SECRET_CHARS:
+                secret = f"sk {ch}+{ch}x{ch}z"
+                cred = Credential(name="c", type=kind, header_name=header_name, secret=secret,
+                                  hosts=(f"127.0.0.1:{echo.port}",))
+                req = OutboundRequest(method="GET", url=f"{echo.url}/echo?status=200", headers={},
+                                      content=None, idempotency_key="k", credential=cred)
+                out.append((secret, await send(client, req, deadline=time.monotonic() + 10, max_attempts=1)))
+        return out
+
+    sent = 0
+    for secret, outcome in asyncio.run(run()):
+        text = orjson.dumps({"value": outcome.value, "error": outcome.error}).decode()
+        # the cell as stored, and the same JSON with every escape undone
+        for shown in (text, json.dumps(json.loads(text), ensure_ascii=False)):
+            for form in _encodings(secret):
+                assert form not in shown, (secret, form, shown)
+        if outcome.value is not None:
+            sent += 1
+            assert "[redacted]" in text, (secret, text)
+            if kind == "query":
+                assert outcome.value["query"]["api_key"] == "[redacted]"
+                assert outcome.value["raw_path"].endswith("api_key=[redacted]"), (secret, outcome.value)
+            else:
+                assert outcome.value["x-api-key"] == "[redacted]", (secret, outcome.value)
+        else:
+            assert kind == "header" and not secret.isascii(), (secret, outcome)
+    # every query secret was sent and echoed; every ASCII header secret too
+    assert sent == (len(SECRET_CHARS) if kind == "query" else sum(ch.isascii() for ch in SECRET_CHARS))
 
 
 # --------------------------------------------------------------------------- upgrade
