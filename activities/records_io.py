@@ -55,8 +55,8 @@ class RecordIO:
         async with self.db.connection() as conn:
             return await rec.get_record_rows(conn, table=table, record_ids=record_ids)
 
-    async def _current(self, snap: TableSnap) -> TableSnap:
-        """The table's snapshot as it is now (its definitions after a schema change).
+    async def _now(self, snap: TableSnap) -> TableMeta:
+        """The table of ``snap`` as the schema has it now.
 
         Raises:
             ApplicationError: the table itself is gone (non-retryable).
@@ -66,21 +66,16 @@ class RecordIO:
         if now is None:
             raise ApplicationError("the table was deleted while the run went on", type="TABLE_GONE",
                                    non_retryable=True)
-        return table_snap(now)
+        return now
+
+    async def _current(self, snap: TableSnap) -> TableSnap:
+        """The table's snapshot as it is now (its definitions after a schema change)."""
+        return table_snap(await self._now(snap))
 
     async def _still_there(self, snap: TableSnap) -> TableSnap:
         """``snap`` without the columns deleted since it was taken (a run's table snapshot
-        is taken when the run starts; a schema change may commit while it runs).
-
-        Raises:
-            ApplicationError: the table itself is gone (non-retryable).
-        """
-        async with self.db.connection() as conn:
-            now = (await meta.load_schema(conn, workspace_id=snap.workspace_id)).tables.get(snap.id)
-        if now is None:
-            raise ApplicationError("the table was deleted while the run went on", type="TABLE_GONE",
-                                   non_retryable=True)
-        ids = {c.id for c in now.columns}
+        is taken when the run starts; a schema change may commit while it runs)."""
+        ids = {c.id for c in (await self._now(snap)).columns}
         return dataclasses.replace(snap, columns=[c for c in snap.columns if c.id in ids])
 
     @activity.defn(name="load_records")

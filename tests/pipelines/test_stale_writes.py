@@ -88,8 +88,11 @@ def test_the_slower_run_of_an_older_write_does_not_overwrite_a_newer_one(ws, slo
     assert final["Slow"] == {"slept": 1.0}, final
 
 
-def test_a_formula_edited_while_a_write_runs_keeps_the_new_formulas_value(ws, slow):
-    t = ws.create_table("Edit", [
+def _change_under_a_running_write(ws: Any, slow: str, name: str, change: Any) -> tuple[dict[str, Any], int, Any]:
+    """A table N, M, Slow (2 s of HTTP for N = 2) and F = {M} * 2; a write of N = 2, M = 5
+    whose run is in flight when ``change(table)`` (a schema change) is made, 0.7 s in.
+    Returns (the table, the record id, ``change``'s answer), once the write has answered."""
+    t = ws.create_table(name, [
         {"name": "N", "type": "number"},
         {"name": "M", "type": "number"},
         {"name": "Slow", "type": "http_request", "config": {"method": "GET", "url": slow + "/slow/{{ N }}"}},
@@ -97,14 +100,23 @@ def test_a_formula_edited_while_a_write_runs_keeps_the_new_formulas_value(ws, sl
     ])
     url = f"/tables/{t['id']}/records"
     rid = ws.api.post(url, json={"fields": {"N": 0, "M": 1}}).json()["id"]
-    f_id = next(c["id"] for c in t["columns"] if c["name"] == "F")
     with ws.client(ws.builder_token) as c:
         writer, _ = _in_thread(lambda: c.patch(f"{url}/{rid}", json={"fields": {"N": 2, "M": 5}}, timeout=30))
         time.sleep(0.7)
-        r = ws.api.patch(f"/tables/{t['id']}/columns/{f_id}", json={"formula": "{M} * 3"})
-        assert r.status_code == 200, r.text
-        backfill = (r.json().get("backfill") or {}).get("run_id")
+        answer = change(t)
         writer.join()
+    return t, rid, answer
+
+
+def _column_id(table: dict[str, Any], name: str) -> int:
+    return next(c["id"] for c in table["columns"] if c["name"] == name)
+
+
+def test_a_formula_edited_while_a_write_runs_keeps_the_new_formulas_value(ws, slow):
+    t, rid, r = _change_under_a_running_write(ws, slow, "Edit", lambda t: ws.api.patch(
+        f"/tables/{t['id']}/columns/{_column_id(t, 'F')}", json={"formula": "{M} * 3"}))
+    assert r.status_code == 200, r.text
+    backfill = (r.json().get("backfill") or {}).get("run_id")
     if backfill:
         assert wait_run(ws, backfill)["status"] == "completed"
     final = _record(ws, t["id"], rid)
@@ -113,21 +125,9 @@ def test_a_formula_edited_while_a_write_runs_keeps_the_new_formulas_value(ws, sl
 
 
 def test_a_column_deleted_under_a_running_write_leaves_its_readers_cleared(ws, slow):
-    t = ws.create_table("Gone", [
-        {"name": "N", "type": "number"},
-        {"name": "M", "type": "number"},
-        {"name": "Slow", "type": "http_request", "config": {"method": "GET", "url": slow + "/slow/{{ N }}"}},
-        {"name": "F", "type": "formula", "formula": "{M} * 2"},
-    ])
-    url = f"/tables/{t['id']}/records"
-    rid = ws.api.post(url, json={"fields": {"N": 0, "M": 1}}).json()["id"]
-    m_id = next(c["id"] for c in t["columns"] if c["name"] == "M")
-    with ws.client(ws.builder_token) as c:
-        writer, _ = _in_thread(lambda: c.patch(f"{url}/{rid}", json={"fields": {"N": 2, "M": 5}}, timeout=30))
-        time.sleep(0.7)
-        r = ws.api.delete(f"/tables/{t['id']}/columns/{m_id}", params={"force": "true"})
-        assert r.status_code == 200, r.text
-        writer.join()
+    t, rid, r = _change_under_a_running_write(ws, slow, "Gone", lambda t: ws.api.delete(
+        f"/tables/{t['id']}/columns/{_column_id(t, 'M')}", params={"force": "true"}))
+    assert r.status_code == 200, r.text
     final = _record(ws, t["id"], rid)
     assert "M" not in final and final["Slow"] == {"slept": 2.0}
     assert final["F"] is None, final  # broken: cleared, never the value of the deleted input
