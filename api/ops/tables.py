@@ -37,6 +37,8 @@ def _semantic(value: Any, table: TableMeta | None, column_names: set[str]) -> di
     if value is None:
         return None
     cols = list(dict.fromkeys(value.columns))
+    if not cols:  # it embedded empty text for every record and every search scored 0
+        raise ValidationError("semantic_search needs at least one column; send semantic_search: null to turn it off")
     missing = [c for c in cols if c not in column_names]
     if missing:
         raise ValidationError(f"semantic_search names unknown column(s): {', '.join(missing)}")

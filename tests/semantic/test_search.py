@@ -211,3 +211,15 @@ def test_choosing_the_provider(setting: str, base: str | None, expected: Any) ->
         assert choose_provider(setting, ai_base_url=base) in ("local", "openai")
     else:
         assert choose_provider(setting, ai_base_url=base) == expected
+
+
+def test_semantic_search_over_no_column_is_refused(cws: Workspace) -> None:
+    """``{"columns": []}`` was taken: a backfill embedded empty text for every record and
+    every search scored 0. ``null`` is how it is turned off."""
+    t = cws.create_table("NoCols", [{"name": "Title", "type": "text"}])
+    r = cws.api.patch(f"/tables/{t['id']}", json={"semantic_search": {"columns": []}})
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
+    assert cws.api.get(f"/tables/{t['id']}").json()["semantic_search"] is None
+    r = cws.api.post("/tables", json={"name": "NoCols2", "columns": [{"name": "T", "type": "text"}],
+                                      "semantic_search": {"columns": []}})
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
