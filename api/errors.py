@@ -97,6 +97,16 @@ def database_error(exc: psycopg.Error) -> ServiceError | None:
     return None
 
 
+async def table_gone(state: Any, table_id: int) -> bool:
+    """Whether table ``table_id`` no longer exists (a statement failed as it was dropped)."""
+    try:
+        async with state.db.connection() as conn:
+            cur = await conn.execute("SELECT 1 FROM wds.tables WHERE id = %s", (table_id,))
+            return await cur.fetchone() is None
+    except Exception:  # the database is away too: not a race we can name
+        return False
+
+
 def data_error_response(exc: psycopg.Error) -> Response:
     mapped = database_error(exc)
     if mapped is None:

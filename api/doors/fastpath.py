@@ -40,6 +40,7 @@ answers (a created record's id and timestamps aside).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -52,7 +53,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.deps import resolve_principal
 from api.doors.rest_reads import batch_response, list_response, record_response
-from api.errors import SCHEMA_RACES, data_error_response, service_error_response
+from api.errors import data_error_response, database_error, service_error_response, table_gone
 from api.middleware.bodies import read_body, replay
 from api.middleware.front import HEADERS_KEY
 from api.middleware.usage import RESOLVED_KEY, bearer  # None leaves the 401 to FastAPI
@@ -61,7 +62,9 @@ from api.ops.sql import execute_sql
 from api.responses import JSON
 from api.services import appusers
 from storage.access import Principal, TokenType
-from storage.errors import Forbidden, ServiceError
+from storage.errors import Forbidden, SchemaChanged, ServiceError
+
+log = logging.getLogger("wds.api")
 
 _A = TypeVar("_A")  # a POST's parsed arguments (FastReads._arguments)
 _PREFIX = "/functions/v1/rest-api/tables/"
@@ -163,7 +166,7 @@ class FastReads:
         await self._answer(scope, receive, send, secret, _LIST_ROUTE, answer_list)
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send, secret: str, route: tuple[str, str],
-                      answer: Callable[[Any, Principal], Awaitable[Response]]) -> None:
+                      answer: Callable[[Any, Principal], Awaitable[Response]], table_id: int | None = None) -> None:
         """Resolve the caller as FastAPI's ``RestPrincipal`` would, mark the request with the
         route it stands for, and send ``answer``'s response, or the error a route would give."""
         st: dict[str, Any] = scope.setdefault("state", {})
@@ -177,8 +180,15 @@ class FastReads:
             response = await answer(state, principal)
         except ServiceError as exc:
             response = service_error_response(exc)
-        except (psycopg.DataError, *SCHEMA_RACES) as exc:
-            response = data_error_response(exc)
+        except psycopg.Error as exc:
+            if table_id is not None and database_error(exc) is None and await table_gone(state, table_id):
+                # any other error of a statement whose table was dropped under it (the
+                # drop's locks make PostgreSQL fail it in ways that vary with timing)
+                log.warning("a write to table %s failed as the table was deleted: %s", table_id, type(exc).__name__)
+                response = service_error_response(SchemaChanged(
+                    "the table was deleted while this request ran; nothing was written by it"))
+            else:
+                response = data_error_response(exc)
         await response(scope, receive, send)
 
     async def _arguments(self, scope: Scope, receive: Receive, send: Send, limit: int,
@@ -229,7 +239,7 @@ class FastReads:
             return JSON(await record_ops.create_record(state, principal, table_id, fields,
                                                        run_pipeline=bool(run_pipeline)), status_code=201)
 
-        await self._answer(scope, receive, send, secret, _CREATE_ROUTE, answer)  # type: ignore[arg-type]
+        await self._answer(scope, receive, send, secret, _CREATE_ROUTE, answer, table_id)  # type: ignore[arg-type]
 
     async def _batch(self, scope: Scope, receive: Receive, send: Send, table_id: int) -> None:
         """``POST {rest}/tables/{id}/records/batch`` as the batch route answers it, for a
@@ -244,7 +254,7 @@ class FastReads:
         async def answer(state: Any, principal: Principal) -> Response:
             return await batch_response(state, principal, table_id, rows, run_pipeline=run_pipeline)
 
-        await self._answer(scope, receive, send, secret, _BATCH_ROUTE, answer)
+        await self._answer(scope, receive, send, secret, _BATCH_ROUTE, answer, table_id)
 
 
 async def _principal(state: Any, st: dict[str, Any], secret: str) -> Principal:
