@@ -170,6 +170,9 @@ class Deleted(BaseModel):
         default=None, description="forced column deletes: the backfill recomputing the computed columns that read"
         " the ones marked broken (their values came from the cleared ones), as a column edit's `backfill`",
     )
+    backfills: list[dict[str, Any]] | None = Field(
+        default=None, description="forced table deletes: the same, one per table whose columns were marked broken",
+    )
 
 
 class PipelineOut(BaseModel):

@@ -213,9 +213,9 @@ async def lock_table_for_delete(conn: Conn, *, workspace_id: int, table_id: int)
 
 
 async def delete_table(conn: Conn, *, workspace_id: int, table_id: int) -> None:
-    """Drop a table, its records, and relation columns of other tables that point at it
-    (after :func:`lock_table_for_delete`, taken here if the caller did not)."""
-    await lock_table_for_delete(conn, workspace_id=workspace_id, table_id=table_id)
+    """Drop a table, its records, and relation columns of other tables that point at it.
+    Take :func:`lock_table_for_delete` first in the same transaction (before anything else
+    the delete changes), or writes in flight deadlock with it."""
     cur = await conn.execute(
         "DELETE FROM wds.columns WHERE workspace_id = %s AND relation_table_id = %s AND table_id <> %s"
         " RETURNING *",

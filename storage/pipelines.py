@@ -63,14 +63,14 @@ def _check_keys(name: str, kind: str, config: dict[str, Any], *, sub_step: bool)
         return  # an unknown kind is refused by its type check
     if not sub_step:
         allowed = allowed | COMMON_CONFIG_KEYS
-    unknown = sorted(k for k in config if k not in allowed)
+    _refuse_unknown(name, "config.step.config" if sub_step else "config", config, allowed, f" for {kind}")
+
+
+def _refuse_unknown(name: str, where: str, given: dict[str, Any], allowed: frozenset[str], kind: str = "") -> None:
+    unknown = sorted(k for k in given if k not in allowed)
     if unknown:
-        where = "config.step.config" if sub_step else "config"
-        raise ValidationError(
-            f"{name}: unknown {where} key{'s' if len(unknown) > 1 else ''} "
-            + ", ".join(repr(k) for k in unknown)
-            + f" for {kind}; allowed: {', '.join(sorted(allowed))}"
-        )
+        raise ValidationError(f"{name}: unknown {where} key{'s' if len(unknown) > 1 else ''} "
+                              + ", ".join(repr(k) for k in unknown) + f"{kind}; allowed: {', '.join(sorted(allowed))}")
 
 
 def check_config(
@@ -94,10 +94,7 @@ def check_config(
         if keys and step is not None:
             if not isinstance(step, dict) or not isinstance(step.get("type"), str):
                 raise ValidationError(f"{name}: config.step must be {{type, config}}")
-            unknown = sorted(k for k in step if k not in LOOP_STEP_KEYS)
-            if unknown:
-                raise ValidationError(f"{name}: unknown config.step key{'s' if len(unknown) > 1 else ''} "
-                                      + ", ".join(repr(k) for k in unknown) + "; allowed: config, type")
+            _refuse_unknown(name, "config.step", step, LOOP_STEP_KEYS)
         if isinstance(step, dict) and isinstance(step.get("type"), str):
             if step["type"] in ("loop", "delay"):
                 raise ValidationError(f"{name}: a loop's step may be any kind but loop or delay")

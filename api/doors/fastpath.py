@@ -40,7 +40,6 @@ answers (a created record's id and timestamps aside).
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -53,7 +52,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.deps import resolve_principal
 from api.doors.rest_reads import batch_response, list_response, record_response
-from api.errors import data_error_response, database_error, service_error_response, table_gone
+from api.errors import database_error_on, service_error_response
 from api.middleware.bodies import read_body, replay
 from api.middleware.front import HEADERS_KEY
 from api.middleware.usage import RESOLVED_KEY, bearer  # None leaves the 401 to FastAPI
@@ -62,9 +61,7 @@ from api.ops.sql import execute_sql
 from api.responses import JSON
 from api.services import appusers
 from storage.access import Principal, TokenType
-from storage.errors import Forbidden, SchemaChanged, ServiceError
-
-log = logging.getLogger("wds.api")
+from storage.errors import Forbidden, ServiceError
 
 _A = TypeVar("_A")  # a POST's parsed arguments (FastReads._arguments)
 _PREFIX = "/functions/v1/rest-api/tables/"
@@ -154,7 +151,7 @@ class FastReads:
             async def answer(state: Any, principal: Principal) -> Response:
                 return await record_response(state, principal, tid, ref, params)
 
-            await self._answer(scope, receive, send, secret, _GET_ROUTE, answer)
+            await self._answer(scope, receive, send, secret, _GET_ROUTE, answer, tid)
             return
         table_id = int(listing[1])  # type: ignore[index]
         view = next((v for k, v in reversed(params) if k == "view"), None)
@@ -163,7 +160,7 @@ class FastReads:
         async def answer_list(state: Any, principal: Principal) -> Response:
             return await list_response(state, principal, table_id, params, prefer=prefer, view=view)
 
-        await self._answer(scope, receive, send, secret, _LIST_ROUTE, answer_list)
+        await self._answer(scope, receive, send, secret, _LIST_ROUTE, answer_list, table_id)
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send, secret: str, route: tuple[str, str],
                       answer: Callable[[Any, Principal], Awaitable[Response]], table_id: int | None = None) -> None:
@@ -181,14 +178,10 @@ class FastReads:
         except ServiceError as exc:
             response = service_error_response(exc)
         except psycopg.Error as exc:
-            if table_id is not None and database_error(exc) is None and await table_gone(state, table_id):
-                # any other error of a statement whose table was dropped under it (the
-                # drop's locks make PostgreSQL fail it in ways that vary with timing)
-                log.warning("a write to table %s failed as the table was deleted: %s", table_id, type(exc).__name__)
-                response = service_error_response(SchemaChanged(
-                    "the table was deleted while this request ran; nothing was written by it"))
-            else:
-                response = data_error_response(exc)
+            mapped = await database_error_on(state, exc, table_id)
+            if mapped is None:
+                raise
+            response = service_error_response(mapped)
         await response(scope, receive, send)
 
     async def _arguments(self, scope: Scope, receive: Receive, send: Send, limit: int,

@@ -146,10 +146,10 @@ async def recompute_readers(state: AppState, principal: Principal, table_id: int
     if table is None or not cleared:
         return None
     readers = dependant_ids(table, cleared) - set(cleared)
-    if not any(c.id in readers and c.type in PURE_KINDS for c in table.columns):
+    pure = {c.id for c in table.columns if c.id in readers and c.type in PURE_KINDS}
+    if not pure:
         return None
-    ids = [c.id for c in table.columns if (c.id in readers and c.type in PURE_KINDS) or c.id in cleared]
-    return await start_backfill(state, principal, table, ids)
+    return await start_backfill(state, principal, table, [c.id for c in table.columns if c.id in pure or c.id in cleared])
 
 
 async def _sign_in_column(state: AppState, table: TableMeta, col: ColumnMeta) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 from api.deps import require_writable, table_or_404
 from api.ops.access import require_manage, table_for
 from api.ops.agents import list_agents, may_manage_agents
+from api.ops.columns import recompute_readers
 from api.ops.schema_tx import check_column_hosts, schema_change
 from api.schemas import TableIn, TablePatch
 from api.serialize import table_out, table_summary
@@ -192,4 +193,12 @@ async def delete_table(state: AppState, principal: Principal, table_ref: int | s
     out: dict[str, Any] = {"id": table.id, "deleted": True}
     if users:
         out["detached"] = users
+        # the columns reading those marked broken held values computed from the cleared ones
+        broken: dict[int, list[int]] = {}
+        for dep in users:
+            if dep["kind"] == "column":
+                broken.setdefault(dep["table_id"], []).append(dep["id"])
+        runs = [run for tid, ids in broken.items() if (run := await recompute_readers(state, principal, tid, ids))]
+        if runs:
+            out["backfills"] = runs
     return out

@@ -235,3 +235,25 @@ def test_rename_carries_into_a_loop_sub_step_formula(ws):
     assert rec["fields"]["Scaled"] == [3, 6], rec
     r = ws.api.delete(f"/tables/{t['id']}/columns/{cols['Factor']['id']}")
     assert r.status_code == 409 and r.json()["dependents"][0]["name"] == "Scaled"
+
+
+def test_a_forced_table_delete_recomputes_the_readers_of_what_it_broke(ws):
+    """OL reads the relation O, OL2 reads OL: deleting O's table marks OL broken and clears
+    it, and OL2 (computed from OL's old values, else left as it was) is recomputed, as after
+    a forced column delete: it ends skipped (null), as on a new record."""
+    from tests.pipelines.test_backfill import wait_run
+
+    own = ws.create_table("Own2", [{"name": "Name", "type": "text"}])
+    child = ws.create_table("Child2", [
+        {"name": "O", "type": "relation", "relation_table_id": own["id"]},
+        {"name": "OL", "type": "formula", "formula": "{O} * 1"},
+        {"name": "OL2", "type": "formula", "formula": "{OL} + 1"},
+    ])
+    owner = ws.api.post(f"/tables/{own['id']}/records", json={"fields": {"Name": "a"}}).json()
+    rec = ws.api.post(f"/tables/{child['id']}/records", json={"fields": {"O": owner["id"]}}).json()
+    assert rec["fields"]["OL2"] == owner["id"] + 1
+    r = ws.api.delete(f"/tables/{own['id']}?force=true")
+    assert r.status_code == 200, r.text
+    (run,) = r.json()["backfills"]
+    assert wait_run(ws, run["run_id"])["status"] == "completed_with_errors"  # OL cannot compute
+    assert ws.api.get(f"/tables/{child['id']}/records/{rec['id']}").json()["fields"] == {"OL": None, "OL2": None}

@@ -20,7 +20,7 @@ from api.deps import require_writable
 from api.doors.mcp.spec import ToolSpec
 from api.doors.mcp.tools_builder import BUILDER_TOOLS
 from api.doors.mcp.tools_data import DATA_TOOLS
-from api.errors import database_error
+from api.errors import database_error_on
 from api.state import AppState
 from storage.access import Principal, TokenType
 from storage.errors import NotFound, ServiceError, ValidationError
@@ -131,7 +131,8 @@ async def run_tool(state: AppState, principal: Principal, spec: ToolSpec, args: 
         return False, exc.body()
     except Exception as exc:  # a tool must answer, never crash the connection
         # a database error REST maps (a value that cannot be stored, a schema race) maps alike
-        mapped = database_error(exc) if isinstance(exc, psycopg.Error) else None
+        mapped = (await database_error_on(state, exc, args.get("table_id") if isinstance(args, dict) else None)
+                  if isinstance(exc, psycopg.Error) else None)
         if mapped is not None:
             return False, mapped.body()
         log.exception("tool %s failed", spec.name)
