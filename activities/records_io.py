@@ -161,8 +161,8 @@ class RecordIO:
                      bulk_run_id: str | None, guard: dict[str, Any] | None) -> tuple[list[dict[str, Any]], guards.Checked]:
         """Write ``updates`` in one statement; with ``guard``, in a transaction that first
         locks the rows and keeps only the values still derived from what they hold
-        (:func:`storage.guards.check`). Returns the written rows (when ``waited``) and the
-        ids of records with values left out.
+        (:func:`storage.guards.check`). Returns the written rows (when ``waited``) and what
+        the check kept and left out.
 
         Raises:
             ApplicationError: values the database refuses (the ledger keeps out what it knows
@@ -177,8 +177,8 @@ class RecordIO:
                 return rows, guards.Checked(updates, {})
             async with self.db.transaction() as conn:
                 checked = await guards.check(conn, table, updates, guard)
-                if checked.moved or checked.redefined:
-                    STALE_VALUES.inc(sum(len(v) for _, v, _ in updates) - sum(len(v) for _, v, _ in checked.kept))
+                STALE_VALUES.inc(sum(len(v) for _, v, _ in updates) - sum(len(v) for _, v, _ in checked.kept)
+                                 - sum(len(v) for rid, v, _ in updates if rid not in checked.current))
                 # the rows as they are now (locked): what the answer is built from
                 _, rows = await rec.write_computed(conn, table=table, updates=checked.kept, returning=waited,
                                                    loaded=checked.current, unless_superseded=bulk_run_id)
