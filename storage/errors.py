@@ -12,6 +12,7 @@ Hierarchy::
     ├── (ServiceError)      400 SIGNUP_FIELD_NOT_ALLOWED (a field the workspace's sign-up does not take)
     ├── UnknownColumn       400 UNKNOWN_COLUMN
     ├── UnknownOperator     400 UNKNOWN_OPERATOR
+    ├── ResultTooLarge      400 RESULT_TOO_LARGE       (a page past its byte cap; adds "fit")
     ├── InvalidSQL          400 INVALID_SQL
     ├── InvalidFormula      400 INVALID_FORMULA
     ├── CircularReference   400 CIRCULAR_REFERENCE
@@ -75,6 +76,12 @@ class UnknownColumn(ServiceError):
 
 class UnknownOperator(ServiceError):
     code = "UNKNOWN_OPERATOR"
+
+
+class ResultTooLarge(ServiceError):
+    """An answer past its byte cap (a page of records): the caller asks for less."""
+
+    code = "RESULT_TOO_LARGE"
 
 
 class InvalidSQL(ServiceError):

@@ -17,6 +17,8 @@ from psycopg.rows import tuple_row
 
 from storage.ddl import embedding_table, qualified
 from storage.query import QueryPlan, build_where, decode_row
+from storage.query.build import decoded_size
+from storage.query.listing import PAGE_MAX_BYTES, page_too_large
 from storage.records import row_list
 from storage.schema import TableMeta
 
@@ -102,11 +104,20 @@ async def search(conn: Conn, plan: QueryPlan, vector: Sequence[float]) -> list[t
     columns.extend(sql.Identifier("t", c.physical) for c in plan.fields)
     where, params = build_where(plan.filters, alias="t")
     distance = sql.SQL("(e.embedding <=> %s::vector)")
-    query = sql.SQL(
+    closest = sql.SQL(
         "SELECT {cols}, {dist} AS distance FROM {e} AS e JOIN {t} AS t ON t.id = e.id"
         " WHERE {where} ORDER BY {dist} LIMIT %s"
     ).format(cols=sql.SQL(", ").join(columns), dist=distance, e=embedding_table(table.workspace_id, table.id),
              t=qualified(table.workspace_id, table.id), where=where)
+    # the results hold at most PAGE_MAX_BYTES, as a list's page: measured in the same
+    # statement, the values of the rows past it are not read (NULL), and the answer refused
+    size, size_params = decoded_size(plan)
+    kept = [sql.SQL("CASE WHEN w._fits THEN {} END").format(sql.Identifier("w", c.physical)) for c in plan.fields]
+    query = sql.SQL(
+        "SELECT w.id, w.created_at, w.updated_at{kept}, w.distance, w._fits FROM (SELECT t.*,"
+        " sum({size}) OVER (ORDER BY t.distance ROWS UNBOUNDED PRECEDING) <= %s AS _fits"
+        " FROM ({closest}) AS t) AS w ORDER BY w.distance"
+    ).format(kept=sql.SQL("").join(sql.SQL(", ") + k for k in kept), size=size, closest=closest)
     text = vector_text(vector)
     async with conn.transaction():
         # relaxed_order: keep scanning the index until LIMIT rows pass the filters; the
@@ -114,7 +125,11 @@ async def search(conn: Conn, plan: QueryPlan, vector: Sequence[float]) -> list[t
         await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         await conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(40, plan.limit * 2))))
         cur = conn.cursor(row_factory=tuple_row)
-        rows = await (await cur.execute(query, [text, *params, text, plan.limit])).fetchall()
-    out = [(decode_row(plan, row[:-1]), 1.0 - float(row[-1])) for row in rows]
+        rows = await (await cur.execute(query, [*size_params, PAGE_MAX_BYTES, text, *params, text,
+                                                plan.limit])).fetchall()
+    fit = sum(1 for row in rows if row[-1])
+    if fit < len(rows):
+        raise page_too_large(fit)
+    out = [(decode_row(plan, row[:-2]), 1.0 - float(row[-2])) for row in rows]
     out.sort(key=lambda pair: -pair[1])
     return out

@@ -121,6 +121,46 @@ def build_list(plan: QueryPlan) -> tuple[sql.Composed, list[Any]]:
     return query, params
 
 
+def build_page_sizes(plan: QueryPlan, size: sql.Composable, size_params: list[Any], cap: int) -> tuple[sql.Composed, list[Any]]:
+    """How many of the page's rows fit in ``cap`` bytes, and how many it reads: one row
+    ``(fit, read)``. ``size`` is a row's size over the row ``t`` (its JSON, or an estimate
+    of it) and ``fit`` counts the rows, in the page's order, whose running total of sizes
+    stays within ``cap``. Every row is measured as it is read and none is kept, so the
+    statement holds no more than one row's values at a time (a window function over the
+    page's ``limit + 1`` rows)."""
+    params: list[Any] = [cap, *size_params]
+    order, order_params = _order_by(plan.order, keyed=True)
+    params.extend(order_params)
+    source, source_params = page_source(plan)
+    inner_order, inner_params = _order_by(plan.order)
+    params.extend(source_params)
+    params.extend(inner_params)
+    params.extend([plan.limit + 1, page_offset(plan)])
+    query = sql.SQL(
+        "SELECT count(*) FILTER (WHERE w._upto <= %s), count(*) FROM (SELECT sum({size})"
+        " OVER (ORDER BY {order} ROWS UNBOUNDED PRECEDING) AS _upto"
+        " FROM (SELECT *{computed} FROM {source} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}) AS w"
+    ).format(size=size, order=order, computed=computed_keys(plan.order), source=source,
+             inner_order=inner_order, a=sql.Identifier(TABLE_ALIAS))
+    return query, params
+
+
+def decoded_size(plan: QueryPlan) -> Fragment:
+    """A row's size as :func:`build_list` reads it, estimated by its values' JSON: each
+    raw field's ``to_json`` text and each embedded record's (the bytes the API writes, to
+    within the keys' names)."""
+    parts: list[sql.Composable] = [sql.SQL("100")]  # id, timestamps, keys
+    params: list[Any] = []
+    for col in plan.fields:
+        parts.append(sql.SQL("coalesce(octet_length(to_json({})::text), 4)").format(
+            sql.Identifier(TABLE_ALIAS, col.physical)))
+    for embed in plan.embeds:
+        expr, p = _embed_expr(embed)
+        parts.append(sql.SQL("coalesce(octet_length(({})::text), 4)").format(expr))
+        params.extend(p)
+    return sql.SQL("(") + sql.SQL(" + ").join(parts) + sql.SQL(")::bigint"), params
+
+
 def page_source(plan: QueryPlan) -> Fragment:
     """The page's rows before ORDER BY: ``<table> AS t WHERE <filters>`` and, with
     ``after``, the keyset condition. When the rows after the cursor are two ranges of the

@@ -10,6 +10,8 @@ REPEATABLE READ transaction.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import StrEnum
@@ -17,10 +19,19 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
+from storage.errors import ResultTooLarge
 from storage.query import cursor
-from storage.query.build import build_count, build_counter, build_estimate, build_list
+from storage.query.build import (
+    build_count,
+    build_counter,
+    build_estimate,
+    build_list,
+    build_page_sizes,
+    decoded_size,
+)
 from storage.query.plan import Embed, QueryPlan
 from storage.query.targets import Kind
 from storage.schema import ColumnMeta, ColumnType
@@ -40,6 +51,53 @@ class CountMode(StrEnum):
 ESTIMATE_EXACT_MAX = 100_000
 
 Statement = tuple[sql.Composed | bytes, list[Any] | None]
+
+# The most a page's records may hold, as the JSON the API writes. A page past it is
+# refused (RESULT_TOO_LARGE, with how many of its records fit), never cut short: a client
+# paging by offset may take a short page for the last one. Text cells hold up to 1,000,000
+# characters, so 1,000 of them would otherwise be a gigabyte, built by PostgreSQL and then
+# by the one API process every workspace shares.
+PAGE_MAX_BYTES = 16 * 1024 * 1024
+
+
+def page_too_large(fit: int, cap: int = PAGE_MAX_BYTES) -> ResultTooLarge:
+    """The error for a page whose first ``fit`` records fit in ``cap`` bytes and no more."""
+    mib = cap // (1024 * 1024)
+    if fit == 0:
+        return ResultTooLarge(
+            f"the page's first record alone holds more than {mib} MiB of JSON, the most a page may hold:"
+            " select fewer fields (select=...), or read the record by id", extra={"fit": 0})
+    return ResultTooLarge(
+        f"this page's records hold more than {mib} MiB of JSON, the most a page may hold; its first {fit}"
+        f" fit: ask for limit={fit} or fewer, or select fewer fields", extra={"fit": fit})
+
+
+@asynccontextmanager
+async def snapshot(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """One REPEATABLE READ snapshot for the statements inside (a page measured, then
+    read: a write between them cannot make it longer). Inside a caller's transaction,
+    that transaction's."""
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        yield
+        return
+    async with conn.transaction():
+        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        yield
+
+
+async def check_page_size(conn: psycopg.AsyncConnection[Any], plan: QueryPlan, size: sql.Composable,
+                          size_params: list[Any], cap: int = PAGE_MAX_BYTES) -> None:
+    """Raise :func:`page_too_large` when the page of ``plan`` holds more than ``cap``
+    bytes by ``size`` (:func:`~storage.query.build.build_page_sizes`).
+
+    Raises:
+        ResultTooLarge: the page would pass ``cap``.
+    """
+    query, params = build_page_sizes(plan, size, size_params, cap)
+    row = await (await conn.cursor(row_factory=tuple_row).execute(query, params)).fetchone()
+    fit, read = (int(row[0]), int(row[1])) if row is not None else (0, 0)
+    if fit < min(read, plan.limit):
+        raise page_too_large(fit, cap)
 
 
 def count_mode(count: bool | str | CountMode | None) -> CountMode | None:
@@ -140,10 +198,13 @@ async def list_page(
     page_sql, page_params = build_list(plan)
     mode = count_mode(count)
     counts = CountQueries(build_count(plan), build_counter(plan), build_estimate(plan)) if mode else None
-    if counts is None:
-        rows, total = await fetch_page(conn, page_sql, page_params, None)
-    else:
-        rows, total = await page_and_total(conn, page_sql, page_params, mode, counts)
+    async with snapshot(conn):
+        # measured first: rows decoded here may embed records and hold files
+        await check_page_size(conn, plan, *decoded_size(plan))
+        if counts is None:
+            rows, total = await fetch_page(conn, page_sql, page_params, None)
+        else:
+            rows, total = await page_and_total(conn, page_sql, page_params, mode, counts)
     page = rows[: plan.limit]
     keys = page[-1][-1] if len(rows) > plan.limit and page else None
     if isinstance(keys, (str, bytes)):

@@ -223,3 +223,24 @@ def test_semantic_search_over_no_column_is_refused(cws: Workspace) -> None:
     r = cws.api.post("/tables", json={"name": "NoCols2", "columns": [{"name": "T", "type": "text"}],
                                       "semantic_search": {"columns": []}})
     assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
+
+
+def test_results_past_16_mib_are_refused_with_how_many_fit(cws: Workspace) -> None:
+    """As a list's page (tests/api/test_page_cap.py): measured in the search's statement,
+    the values of the results past the cap are never read."""
+    table = cws.create_table("LongDocs", [{"name": "Title", "type": "text"}, {"name": "Body", "type": "text"}],
+                             semantic_search={"columns": ["Title"]})
+    body = "lorem ipsum " * 83_333  # 999,996 characters
+    for start in range(0, 18, 4):
+        rows = [{"fields": {"Title": f"cats and kittens {i}", "Body": body}} for i in range(start, min(start + 4, 18))]
+        r = cws.api.post(f"/tables/{table['id']}/records/batch", json={"rows": rows})
+        assert r.status_code == 200, r.text
+    deadline = time.monotonic() + 30
+    while len(_search(cws, table["id"], "cats", limit=16).json().get("results", [])) < 16:
+        assert time.monotonic() < deadline, "the records were not embedded"
+        time.sleep(0.2)
+    r = _search(cws, table["id"], "cats", limit=18)
+    assert r.status_code == 400 and r.json()["code"] == "RESULT_TOO_LARGE" and r.json()["fit"] == 16, r.text
+    r = _search(cws, table["id"], "cats", limit=16)
+    assert r.status_code == 200 and len(r.json()["results"]) == 16, r.text
+    assert all(hit["record"]["fields"]["Body"] == body for hit in r.json()["results"])
