@@ -71,6 +71,7 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     "UNKNOWN_OPERATOR": ("A filter operator outside `eq neq gt gte lt lte like ilike in cs is` (optionally `not.`).", ""),
     "TOO_MANY_VALUES": ("More than 200 values in an `in`/`cs` filter or an SQL `IN (...)` list.", ""),
     "TOO_MANY_CONDITIONS": ("More than 200 filter conditions in one query's filters, those inside `or`/`and` groups included: a REST list's query string, MCP `list_records` `filters`, a view's `config.filters`, run-actions, schedules and write-by-filter `filters`, a realtime subscription's `filter`. Refused before any condition is read ([query.md](query.md#errors-400-unless-said)).", ""),
+    "RESULT_TOO_LARGE": ("`POST /sql` or the MCP `sql_query` tool: the page's rows would take more than 16 MiB as JSON (`WDS_SQL_MAX_ANSWER_BYTES`); refused inside PostgreSQL at the row that passes it, before the page is built. Select fewer or shorter columns or fewer rows, and page with `LIMIT`/`OFFSET` ([sql.md](sql.md#the-answers-size)). `max_bytes` is the cap.", "max_bytes"),
     "LIMIT_TOO_LARGE": ("`limit` above the page maximum (1,000 on REST, SQL and MCP; semantic search has its own maximum).", ""),
     "BATCH_TOO_LARGE": ("A batch of more than 500 rows, or an MCP bulk update matching more records than it may change.", ""),
     "INVALID_SQL": ("`POST /sql`: not a single read-only `SELECT`, a syntax error, an unknown table or column, a construct outside the supported subset.", ""),
