@@ -132,6 +132,10 @@ class Settings(BaseSettings):
     header_timeout_s: float = Field(default=10.0, gt=0)
     body_timeout_s: float = Field(default=30.0, gt=0)
     keep_alive_s: int = Field(default=5, ge=1)
+    # POST /sql and the MCP sql_query tool: the most one answer's rows may take as JSON
+    # (storage/sqlquery/build.py MAX_ANSWER_BYTES); a page past it is 400 RESULT_TOO_LARGE,
+    # stopped inside PostgreSQL at the row that passes it (docs/sql.md)
+    sql_max_answer_bytes: int = Field(default=16 * 1024**2, ge=1024)
 
     # REST: answer GET record / GET records list / POST sql / POST one record / batch without
     # FastAPI's router (api/doors/fastpath.py, same handler functions); off = every request via FastAPI

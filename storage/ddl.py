@@ -48,7 +48,7 @@ async def create_workspace_schema(conn: AsyncConnection[Any], workspace_id: int)
     if not exists:
         await conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(role))
     await conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, role))
-    await ensure_concat_function(conn)  # what the role's analytic queries call for ||
+    await ensure_concat_function(conn)  # what the role's queries call: || and the answer's cap
     await conn.execute(
         sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} GRANT SELECT ON TABLES TO {}").format(schema, role)
     )
@@ -329,14 +329,40 @@ $fn$""",
 )
 
 
+# The SQL endpoint's answers are bounded in bytes (storage/sqlquery/build.py,
+# ``guarded_page``): its statements measure each row of the page as PostgreSQL produces
+# it and call this function at the first row that takes the page past the cap, which
+# ends the statement with SQLSTATE 54W01 (storage/sqlquery/run.py turns it into 400
+# RESULT_TOO_LARGE). It is only ever called to fail; VOLATILE so that it is never
+# evaluated ahead of its row. Migration m0021 creates it.
+ANSWER_GUARD_FUNCTION = "wds_sql.answer_too_large"
+ANSWER_TOO_LARGE_SQLSTATE = "54W01"
+ANSWER_GUARD_FUNCTION_SQL = (
+    "CREATE SCHEMA IF NOT EXISTS wds_sql",
+    "GRANT USAGE ON SCHEMA wds_sql TO PUBLIC",
+    r"""CREATE OR REPLACE FUNCTION wds_sql.answer_too_large(size bigint, cap bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $fn$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = '54W01',
+    MESSAGE = 'the answer would be larger than ' OPERATOR(pg_catalog.||) cap::pg_catalog.text
+      OPERATOR(pg_catalog.||) ' bytes (at least ' OPERATOR(pg_catalog.||) size::pg_catalog.text
+      OPERATOR(pg_catalog.||) ')';
+END
+$fn$""",
+)
+
+
 async def ensure_concat_function(conn: AsyncConnection[Any]) -> None:
-    """Create :data:`CONCAT_FUNCTION` when missing: migration m0020 makes it; a bare
-    scratch database (storage tests) may lack it."""
-    row = await (await conn.execute("SELECT to_regprocedure('wds_sql.concat_text(text, text)') IS NOT NULL")).fetchone()
-    found = next(iter(row.values())) if isinstance(row, dict) else (row[0] if row else False)
-    if not found:
-        for statement in CONCAT_FUNCTION_SQL:
-            await conn.execute(statement)
+    """Create :data:`CONCAT_FUNCTION` and :data:`ANSWER_GUARD_FUNCTION` when missing:
+    migrations m0020 and m0021 make them; a bare scratch database (storage tests) may
+    lack them."""
+    for name, statements in (("wds_sql.concat_text(text, text)", CONCAT_FUNCTION_SQL),
+                             ("wds_sql.answer_too_large(bigint, bigint)", ANSWER_GUARD_FUNCTION_SQL)):
+        row = await (await conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", (name,))).fetchone()
+        found = next(iter(row.values())) if isinstance(row, dict) else (row[0] if row else False)
+        if not found:
+            for statement in statements:
+                await conn.execute(statement)
 
 
 def computed_value_expr(column: sql.Composable, value_type: str) -> sql.Composable:

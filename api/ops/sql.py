@@ -23,14 +23,16 @@ async def execute_sql(
     ``total`` (see :func:`storage.sqlquery.run_sql`).
 
     Raises:
-        ServiceError: the query's translation errors (400), ``SQL_TIMEOUT`` (408).
+        ServiceError: the query's translation errors (400), ``SQL_TIMEOUT`` (408),
+            ``RESULT_TOO_LARGE`` (400: the page would pass ``WDS_SQL_MAX_ANSWER_BYTES``).
     """
     schema = await state.schema(principal.workspace_id)
     # Translation is pure given the text and this schema version; clients repeat their queries.
     plans: dict[str, SqlPlan | AnalyticPlan] = schema.derived.setdefault("sql_plans", {})
     plan = plans.get(query)
     if plan is None or not all(principal.can_read(t) for t in plan.table_ids):
-        plan = translate(query, resolve_table=table_resolver(schema.tables.values()), can_read=principal.can_read)
+        plan = translate(query, resolve_table=table_resolver(schema.tables.values()), can_read=principal.can_read,
+                         max_bytes=state.settings.sql_max_answer_bytes)
         if len(plans) >= _PLAN_MEMO:
             plans.clear()
         plans[query] = plan

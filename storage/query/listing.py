@@ -66,10 +66,10 @@ def page_too_large(fit: int, cap: int = PAGE_MAX_BYTES) -> ResultTooLarge:
     if fit == 0:
         return ResultTooLarge(
             f"the page's first record alone holds more than {mib} MiB of JSON, the most a page may hold:"
-            " select fewer fields (select=...), or read the record by id", extra={"fit": 0})
+            " select fewer fields (select=...), or read the record by id", extra={"max_bytes": cap, "fit": 0})
     return ResultTooLarge(
         f"this page's records hold more than {mib} MiB of JSON, the most a page may hold; its first {fit}"
-        f" fit: ask for limit={fit} or fewer, or select fewer fields", extra={"fit": fit})
+        f" fit: ask for limit={fit} or fewer, or select fewer fields", extra={"max_bytes": cap, "fit": fit})
 
 
 @asynccontextmanager

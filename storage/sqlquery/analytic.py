@@ -50,6 +50,14 @@ from storage.ddl import CONCAT_FUNCTION, computed_value_expr
 from storage.errors import InvalidSQL, ServiceError
 from storage.plans import IN_MAX, page_size
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
+from storage.sqlquery.build import (
+    MAX_ANSWER_BYTES,
+    SIZE_FIXED,
+    SIZE_RENDER,
+    SIZE_TEXT,
+    Measured,
+    guarded_page,
+)
 from storage.sqlquery.parse import (
     check_number_text,
     check_text,
@@ -102,6 +110,8 @@ _ARITHMETIC: dict[type[exp.Expression], str] = {
 _CONCAT = sql.Identifier(*CONCAT_FUNCTION.split("."))
 _NUMERIC_TEXT_RE = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 _UNIT_RE = re.compile(r"[a-z]+")
+# how a result column's bytes are counted before its row is rendered (build.row_size)
+_SIZES = {TEXT: SIZE_TEXT, UNKNOWN: SIZE_TEXT, JSON: SIZE_RENDER, LIST: SIZE_RENDER}
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +137,7 @@ class AnalyticPlan:
     counted: sql.Composed
     limit: int
     offset: int
+    max_bytes: int = MAX_ANSWER_BYTES  # the page's rows as JSON, at most (else RESULT_TOO_LARGE)
     bound: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -181,8 +192,10 @@ def translate_analytic(
     *,
     resolve_table: Callable[[str], TableMeta | None],
     can_read: Callable[[int], bool],
+    max_bytes: int = MAX_ANSWER_BYTES,
 ) -> AnalyticPlan:
-    """Parse, check and translate an analytic query. Pure.
+    """Parse, check and translate an analytic query. Pure. ``max_bytes``: the most the
+    page's rows may take as JSON (:func:`storage.sqlquery.build.guarded_page`).
 
     Raises:
         InvalidSQL: anything outside the allow-list, an unknown or unreadable table, an
@@ -207,7 +220,7 @@ def translate_analytic(
         raise InvalidSQL(_refusal(root))
     tr = _Translator(resolve_table, can_read)
     try:
-        return tr.top(root)
+        return tr.top(root, max_bytes)
     except RecursionError:
         raise InvalidSQL("query is nested too deeply") from None
 
@@ -265,7 +278,7 @@ class _Translator:
 
     # ------------------------------------------------------------------ statements
 
-    def top(self, node: exp.Select) -> AnalyticPlan:
+    def top(self, node: exp.Select, max_bytes: int = MAX_ANSWER_BYTES) -> AnalyticPlan:
         core, order, items, sources, grouped, limit, offset = self.select(node, top=True)
         limit = page_size(limit, word="LIMIT")
         offset = offset or 0
@@ -277,16 +290,17 @@ class _Translator:
                 raise InvalidSQL(f"result column name {item.name[:40]!r}… is longer than {MAX_NAME} bytes: use AS")
             names[item.name] = None
         ordered = core + order
-        r = sql.Identifier("r")
         maps = self.maps_sql()
-        probe = sql.SQL(
-            "{w}SELECT coalesce(array_to_json((array_agg({r}.*))[1:{n}]), '[]')::text, count(*)"
-            " FROM ({q} LIMIT {n1} OFFSET {o}) AS {r}"
-        ).format(w=maps, r=r, q=ordered, n=sql.Literal(limit), n1=sql.Literal(limit + 1), o=sql.Literal(offset))
-        counted = sql.SQL(
-            "{w}SELECT coalesce(array_to_json(array_agg({r}.*)), '[]')::text, (SELECT count(*) FROM ({core}) AS q)"
-            " FROM ({q} LIMIT {n} OFFSET {o}) AS {r}"
-        ).format(w=maps, r=r, core=core, q=ordered, n=sql.Literal(limit), o=sql.Literal(offset))
+        # the page is measured row by row and refused past max_bytes (RESULT_TOO_LARGE)
+        # before it is rendered; the same expression twice is measured once
+        measured = [Measured(i.name, _SIZES.get(i.e.type, SIZE_FIXED), repr(self.output(i.e))) for i in items]
+        probe = maps + guarded_page(
+            sql.SQL("{q} LIMIT {n1} OFFSET {o}").format(q=ordered, n1=sql.Literal(limit + 1), o=sql.Literal(offset)),
+            measured, limit=limit, max_bytes=max_bytes)
+        counted = maps + guarded_page(
+            sql.SQL("{q} LIMIT {n} OFFSET {o}").format(q=ordered, n=sql.Literal(limit), o=sql.Literal(offset)),
+            measured, limit=limit, max_bytes=max_bytes,
+            count=sql.SQL("(SELECT count(*) FROM ({core}) AS q)").format(core=core))
         tables = tuple(self.tables.values())
         single = sources[0].table if len(sources) == 1 and len(tables) == 1 and not grouped else None
         return AnalyticPlan(
@@ -298,6 +312,7 @@ class _Translator:
             counted=counted,
             limit=limit,
             offset=offset,
+            max_bytes=max_bytes,
         )
 
     def labels(self, col: ColumnMeta, value: sql.Composable) -> sql.Composable:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from psycopg import sql
 
 from storage.ddl import text_key_expr
@@ -27,6 +28,13 @@ KIND_COMPUTED = "computed"
 _SQL_OPS = {Op.EQ: "=", Op.NEQ: "<>", Op.GT: ">", Op.GTE: ">=", Op.LT: "<", Op.LTE: "<="}
 # JSON strings that read as numbers compare numerically, as in REST filters.
 _NUMERIC_TEXT_RE = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
+
+MAX_ANSWER_BYTES = 16 * 1024**2  # a page's rows as JSON; WDS_SQL_MAX_ANSWER_BYTES overrides it
+
+# How an output column's bytes are counted before its row is rendered (see guarded_page):
+SIZE_TEXT = "text"  # its text's bytes, read from the value's header (free on a TOASTed text) + 2 quotes
+SIZE_RENDER = "render"  # its text form's bytes (jsonb, arrays: rendered once per row and distinct value)
+SIZE_FIXED = "fixed"  # a number, boolean, date or id: counted as 1 byte (it is at least that)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,25 +248,23 @@ def build_json_page(
     limit: int,
     offset: int,
     count: bool,
+    max_bytes: int = MAX_ANSWER_BYTES,
 ) -> Statement:
     """One statement answering a page: its rows rendered as a JSON array text (see
-    :func:`_page_rows`) and a number. With ``count`` the number is the exact count of every
-    match. Without it, the page is read with one row more (``LIMIT limit + 1``), which is
-    sliced off the array, and the number is how many rows were read: more than ``limit``
-    means more rows match."""
+    :func:`_page_rows`) and a number, the page at most ``max_bytes`` (:func:`guarded_page`).
+    With ``count`` the number is the exact count of every match. Without it, the page is
+    read with one row more (``LIMIT limit + 1``), which is left out of the array, and the
+    number is how many rows were read: more than ``limit`` means more rows match."""
+    columns = tuple(Measured(f.name, field_size(f), f.physical) for f in fields)
     if count:
         rows, params = _page_rows(schema, table, fields, where, order, limit, offset)
         where_params = tuple(p for f in where for p in f.params)
-        query = sql.SQL(
-            "SELECT coalesce(array_to_json(array_agg({a}.*)), '[]')::text, (SELECT count(*) FROM {src}{where})"
-            " FROM {rows}"
-        ).format(a=_ALIAS, src=sql.Identifier(schema, table), where=_where_sql(where), rows=rows)
+        number = sql.SQL("(SELECT count(*) FROM {src}{where})").format(
+            src=sql.Identifier(schema, table), where=_where_sql(where))
+        query = guarded_page(rows, columns, limit=limit, max_bytes=max_bytes, count=number)
         return Statement(query, (*where_params, *params))  # the count comes first in the text
     rows, params = _page_rows(schema, table, fields, where, order, limit + 1, offset)
-    query = sql.SQL(
-        "SELECT coalesce(array_to_json((array_agg({a}.*))[1:%s]), '[]')::text, count(*) FROM {rows}"
-    ).format(a=_ALIAS, rows=rows)
-    return Statement(query, (limit, *params))
+    return Statement(guarded_page(rows, columns, limit=limit, max_bytes=max_bytes), params)
 
 
 _ALIAS = sql.Identifier("r")
@@ -268,7 +274,7 @@ def _page_rows(
     schema: str, table: str, fields: tuple[Field, ...], where: tuple[Fragment, ...], order: tuple[Fragment, ...],
     limit: int, offset: int,
 ) -> tuple[sql.Composed, tuple[Any, ...]]:
-    """``(…) AS r``: the page's rows in order, with one column per field named by its
+    """``SELECT …``: the page's rows in order, with one column per field named by its
     human name and holding the value REST shows (:func:`storage.query.render.value_json`),
     so that PostgreSQL renders each row as the flat object of the answer (``r.*`` to
     JSON: PostgREST's approach). The page is read and ordered over the physical columns
@@ -278,7 +284,7 @@ def _page_rows(
         sql.SQL("{} AS {}").format(_json_value(f), sql.Identifier(f.name)) for f in fields
     )
     query = sql.SQL(
-        "(SELECT {columns} FROM (SELECT * FROM {src} AS {a}{where} ORDER BY {order} LIMIT %s OFFSET %s) AS {a}) AS {a}"
+        "SELECT {columns} FROM (SELECT * FROM {src} AS {a}{where} ORDER BY {order} LIMIT %s OFFSET %s) AS {a}"
     ).format(columns=columns, src=sql.Identifier(schema, table), a=_ALIAS, where=_where_sql(where),
              order=sql.SQL(", ").join(o.sql for o in order))
     params = (*(p for f in where for p in f.params), *(p for o in order for p in o.params), limit, offset)
@@ -290,3 +296,124 @@ def _json_value(field: Field) -> sql.Composable:
     if field.meta is not None:
         return value_json(field.meta, col)
     return col  # id, and the timestamps in PostgreSQL's JSON form (as storage.values.iso_text)
+
+
+# --------------------------------------------------------------------------- the answer's size
+
+_GUARD = sql.Identifier("wds_sql", "answer_too_large")  # storage/ddl.py ANSWER_GUARD_FUNCTION
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One output column of a page: its name (the row's key), how its bytes are counted
+    and ``key``: columns with the same key hold the same value (``T AS a, T AS b``) and
+    are measured once."""
+
+    name: str
+    size: str
+    key: str
+
+
+def _unused(names: set[str], base: str) -> str:
+    while base in names:
+        base = "_" + base
+    return base
+
+
+def row_size(columns: tuple[Measured, ...] | list[Measured], alias: sql.Identifier) -> sql.Composable:
+    """A lower bound of the bytes one row of ``alias`` adds to the page rendered as JSON:
+    its keys exactly (``"name":``, commas, braces), a text's bytes and quotes (escapes
+    only add), a rendered value's text, 1 byte for any other value (4 for a null text).
+    Reading a text's length does not read the text: ``octet_length`` takes it from the
+    value's header, also when the value is TOASTed (``pg_column_size`` would give the
+    compressed size, far smaller)."""
+    fixed = 2 + 1 + max(len(columns) - 1, 0)  # braces, the comma after the row, the commas between keys
+    measured: dict[str, tuple[Measured, int]] = {}
+    for c in columns:
+        fixed += len(orjson.dumps(c.name)) + 1  # "name": (PostgreSQL escapes a key as orjson does, or less)
+        if c.size == SIZE_FIXED:
+            fixed += 1
+            continue
+        first, times = measured.get(c.key, (c, 0))
+        measured[c.key] = (first, times + 1)
+    terms: list[sql.Composable] = [sql.Literal(fixed)]
+    for c, times in measured.values():
+        value = sql.SQL("({}.{})::text").format(alias, sql.Identifier(c.name))
+        extra = 2 if c.size == SIZE_TEXT else 0
+        term = sql.SQL("coalesce(octet_length({})::bigint + {}, 4)").format(value, sql.Literal(extra))
+        terms.append(term if times == 1 else sql.SQL("{} * {}").format(term, sql.Literal(times)))
+    return sql.SQL(" + ").join(terms)
+
+
+def guarded_page(
+    rows: sql.Composable, columns: tuple[Measured, ...] | list[Measured], *, limit: int, max_bytes: int,
+    count: sql.Composable | None = None,
+) -> sql.Composed:
+    """The statement answering a page as ``(JSON array text, number)``, bounded in bytes.
+
+    ``rows`` is a subquery (no alias) giving the page's rows in order, one column per
+    entry of ``columns`` named after it, and at most ``limit + 1`` rows (the row past the
+    page only tells that more rows match: it is counted, never rendered). The number is
+    ``count`` (an expression: the exact count) or, without it, how many rows were read.
+
+    Each row is measured as it comes (:func:`row_size`) and a running sum (a window over
+    the rows already read) is checked before the row goes further: the first row that
+    takes the page past ``max_bytes`` calls ``wds_sql.answer_too_large``, which ends the
+    statement (SQLSTATE 54W01) before any later row is read and before anything is
+    rendered. The rendered page is measured again, exactly, before it is sent.
+    """
+    names = {c.name for c in columns}
+    size, number = sql.Identifier(_unused(names, "wds size")), sql.Identifier(_unused(names, "wds row"))
+    x, p = sql.Identifier("x"), sql.Identifier("p")
+    keep = sql.SQL(", ").join(
+        sql.SQL("{}.{} AS {}").format(x, sql.Identifier(c.name), sql.Identifier(c.name)) for c in columns)
+    cap, lim = sql.Literal(max_bytes), sql.Literal(limit)
+    page = sql.SQL(
+        "SELECT coalesce(array_to_json(array_agg({p}.*) FILTER (WHERE {x}.{n} <= {lim})), '[]')::text AS t,"
+        " {number} AS n"
+        " FROM (SELECT {x}.*, sum({measure}) OVER w AS {s}, row_number() OVER w AS {n}"
+        " FROM ({rows}) AS {x} WINDOW w AS (ROWS UNBOUNDED PRECEDING)) AS {x},"
+        " LATERAL (SELECT {keep}) AS {p}"
+        " WHERE CASE WHEN {x}.{s} > {cap} AND {x}.{n} <= {lim} THEN {guard}(({x}.{s})::bigint, {cap}) ELSE true END"
+    ).format(p=p, x=x, n=number, lim=lim, number=count if count is not None else sql.SQL("count(*)"),
+             measure=row_size(columns, x), s=size, rows=rows, keep=keep, cap=cap, guard=_GUARD)
+    return sql.SQL(
+        "SELECT CASE WHEN octet_length(a.t) > {cap} AND {guard}(octet_length(a.t), {cap}) THEN NULL ELSE a.t END,"
+        " a.n FROM ({page}) AS a"
+    ).format(cap=cap, guard=_GUARD, page=page)
+
+
+def guarded_rows(
+    rows: sql.Composable, columns: tuple[Measured, ...], physical: tuple[str, ...], *, limit: int, max_bytes: int,
+) -> sql.Composed:
+    """``rows`` (a subquery of the physical columns ``physical``, in order) bounded as
+    :func:`guarded_page` bounds a page, for the plans whose rows Python renders (file
+    columns, long names): ``columns`` say how each is measured, under its human name;
+    the row past the page comes back with its values null."""
+    x = sql.Identifier("x")
+    renamed = sql.SQL(", ").join(
+        sql.SQL("{}.{} AS {}").format(x, sql.Identifier(ph), sql.Identifier(c.name)) for ph, c in zip(physical, columns,
+                                                                                                  strict=True))
+    names = {c.name for c in columns}
+    size, number = sql.Identifier(_unused(names, "wds size")), sql.Identifier(_unused(names, "wds row"))
+    cap, lim = sql.Literal(max_bytes), sql.Literal(limit)
+    out = sql.SQL(", ").join(
+        sql.SQL("CASE WHEN {x}.{n} <= {lim} THEN {x}.{c} END").format(x=x, n=number, lim=lim, c=sql.Identifier(c.name))
+        for c in columns)
+    return sql.SQL(
+        "SELECT {out} FROM (SELECT {x}.*, sum({measure}) OVER w AS {s}, row_number() OVER w AS {n}"
+        " FROM (SELECT {renamed} FROM ({rows}) AS {x}) AS {x} WINDOW w AS (ROWS UNBOUNDED PRECEDING)) AS {x}"
+        " WHERE CASE WHEN {x}.{s} > {cap} AND {x}.{n} <= {lim} THEN {guard}(({x}.{s})::bigint, {cap}) ELSE true END"
+    ).format(out=out, x=x, measure=row_size(columns, x), s=size, n=number, renamed=renamed, rows=rows,
+             cap=cap, lim=lim, guard=_GUARD)
+
+
+def field_size(field: Field) -> str:
+    """How :func:`row_size` counts a field's value, as the page shows it."""
+    if field.meta is None:
+        return SIZE_FIXED  # id, created_at, updated_at
+    if field.kind == KIND_COMPUTED or field.kind in (ColumnType.MULTI_SELECT, ColumnType.FILE):
+        return SIZE_RENDER
+    if field.kind in (ColumnType.TEXT, ColumnType.SINGLE_SELECT):
+        return SIZE_TEXT
+    return SIZE_FIXED

@@ -28,13 +28,17 @@ from storage.sqlquery.build import (
     KIND_COMPUTED,
     KIND_ID,
     KIND_TIMESTAMP,
+    MAX_ANSWER_BYTES,
     Field,
     Fragment,
     JsonOperand,
+    Measured,
     Statement,
     build_json_page,
     build_queries,
     condition,
+    field_size,
+    guarded_rows,
     json_renderable,
     order_item,
 )
@@ -69,7 +73,8 @@ class SqlPlan:
     ``count_query`` takes ``where_params``; ``rows_query`` (``None`` for ``COUNT(*)``)
     takes :attr:`rows_params` (the page) or :attr:`probe_rows_params` (the page and one
     row more, which tells whether more rows match). ``fields`` are the output columns in
-    order. When PostgreSQL can render the rows as JSON, ``json_page`` answers with the
+    order; ``page_query`` is ``rows_query`` measured row by row and refused past
+    ``max_bytes`` (it takes the same parameters). When PostgreSQL can render the rows as JSON, ``json_page`` answers with the
     rendered page and the exact count, and ``json_probe`` with the rendered page and the
     rows read (at most ``limit + 1``), each in one statement.
     """
@@ -85,6 +90,9 @@ class SqlPlan:
     offset: int
     json_page: Statement | None = None  # page rendered as JSON + the exact count
     json_probe: Statement | None = None  # page rendered as JSON + rows read (≤ limit + 1)
+    # rows_query bounded in bytes (build.guarded_rows): what runs when the rows are read
+    page_query: sql.Composed | None = None
+    max_bytes: int = MAX_ANSWER_BYTES  # the page's rows as JSON, at most (else RESULT_TOO_LARGE)
     # the statements with their values bound, as :func:`storage.sqlquery.run_sql` sends them
     bound: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
@@ -106,6 +114,7 @@ def translate(
     *,
     resolve_table: Callable[[str], TableMeta | None],
     can_read: Callable[[int], bool],
+    max_bytes: int = MAX_ANSWER_BYTES,
 ) -> SqlPlan | AnalyticPlan:
     """Parse, check and translate one query of the SQL endpoint's grammar. Pure.
 
@@ -120,6 +129,9 @@ def translate(
         resolve_table: the table of the caller's workspace with this human name, or
             ``None``; :func:`table_resolver` builds one with the documented matching rules.
         can_read: whether the caller's token may read the table with this id.
+        max_bytes: the most a page's rows may take as JSON: a page past it is refused
+            (``RESULT_TOO_LARGE``) while it is being read (see
+            :func:`storage.sqlquery.build.guarded_page`).
 
     Raises:
         InvalidSQL: anything outside the grammar, an unknown or unreadable table, an
@@ -131,7 +143,7 @@ def translate(
     try:
         parsed = parse_query(query)
     except InvalidSQL:
-        return translate_analytic(query, resolve_table=resolve_table, can_read=can_read)
+        return translate_analytic(query, resolve_table=resolve_table, can_read=can_read, max_bytes=max_bytes)
     table = resolve_table(parsed.table.text)
     if table is None:
         raise InvalidSQL(f"unknown table {parsed.table.text!r}")
@@ -161,10 +173,13 @@ def translate(
         schema=table.schema, table=table.physical, fields=fields, where=where, order=tuple(order)
     )
     offset = parsed.offset or 0
+    page_query = None if parsed.count else guarded_rows(
+        rows_query, tuple(Measured(f.name, field_size(f), f.physical) for f in fields),
+        tuple(f.physical for f in fields), limit=limit, max_bytes=max_bytes)
     json_page = json_probe = None
     if not parsed.count and json_renderable(fields):
         parts = {"schema": table.schema, "table": table.physical, "fields": fields, "where": where,
-                 "order": tuple(order), "limit": limit, "offset": offset}
+                 "order": tuple(order), "limit": limit, "offset": offset, "max_bytes": max_bytes}
         json_page = build_json_page(**parts, count=True)
         json_probe = build_json_page(**parts, count=False)
     return SqlPlan(
@@ -173,12 +188,14 @@ def translate(
         fields=() if parsed.count else fields,
         count_query=count_query,
         rows_query=None if parsed.count else rows_query,
+        page_query=page_query,
         where_params=params,
         order_params=() if parsed.count else order_params,
         limit=limit,
         offset=offset,
         json_page=json_page,
         json_probe=json_probe,
+        max_bytes=max_bytes,
     )
 
 

@@ -24,11 +24,11 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from storage.db import bound_once
+from storage.ddl import ANSWER_TOO_LARGE_SQLSTATE, ro_role
+from storage.errors import InvalidSQL, ServiceError, SQLTimeout
 from storage.jsontext import compact
-from storage.ddl import ro_role
-from storage.errors import InvalidSQL, SQLTimeout
 from storage.sqlquery.analytic import AnalyticPlan
-from storage.sqlquery.build import KIND_TIMESTAMP, Field
+from storage.sqlquery.build import KIND_TIMESTAMP, MAX_ANSWER_BYTES, Field
 from storage.sqlquery.plan import SqlPlan
 from storage.values import decode_value, iso
 
@@ -54,9 +54,11 @@ async def run_sql(
         plan: from :func:`storage.sqlquery.translate` for the same workspace.
         workspace_id: the caller's workspace; its read-only role runs the query.
         timeout_s: the plan's SQL timeout, covering the count and the page together.
-        json_rows: let PostgreSQL render the page and return ``rows`` as an
-            :class:`orjson.Fragment` of JSON text, for a caller that serialises the
-            answer with orjson; plans it cannot render decode as usual.
+        json_rows: return ``rows`` as an :class:`orjson.Fragment` of the JSON text
+            PostgreSQL rendered, for a caller that serialises the answer with orjson;
+            otherwise that text is parsed (the same statement runs either way, so every
+            door answers alike). Plans PostgreSQL cannot render (file columns, long
+            names) are read as rows and decoded here.
         count: count every matching row for ``total``. A count reads every match, which
             on a large table costs far more than the page; without it the page is read
             with one row more, which gives ``has_more`` (and ``total`` when this page
@@ -75,6 +77,9 @@ async def run_sql(
         SQLTimeout: the query ran past ``timeout_s`` (408 ``SQL_TIMEOUT``).
         InvalidSQL: the plan belongs to another workspace, or the database rejected a
             value (e.g. a LIKE pattern ending in the escape character).
+        ServiceError: ``RESULT_TOO_LARGE`` (400), the page's rows would take more than
+            the plan's ``max_bytes`` as JSON; the statement stopped at the row that
+            passed it (:func:`storage.sqlquery.build.guarded_page`).
     """
     if isinstance(plan, AnalyticPlan):
         return await _run_analytic(conn, plan, workspace_id=workspace_id, timeout_s=timeout_s,
@@ -84,14 +89,26 @@ async def run_sql(
         raise InvalidSQL(f"unknown table {plan.table.name!r}")
     if timeout_s <= 0:
         raise ValueError("timeout_s must be positive")
-    work = _work(conn, plan, count=count, json_rows=json_rows)
-    results = await _execute(conn, work, workspace_id=workspace_id, timeout_s=timeout_s)
-    return _shape(plan, work, results)
+    work = _work(conn, plan, count=count)
+    results = await _execute(conn, work, workspace_id=workspace_id, timeout_s=timeout_s, max_bytes=plan.max_bytes)
+    return _shape(plan, work, results, json_rows=json_rows)
 
 
-async def _execute(conn: psycopg.AsyncConnection[Any], work: Any, *, workspace_id: int, timeout_s: float) -> Any:
+def answer_too_large(max_bytes: int) -> ServiceError:
+    """``RESULT_TOO_LARGE``: the answer would pass the cap on an SQL answer's bytes."""
+    mib = max_bytes / 1024**2
+    shown = f"{mib:g} MiB ({max_bytes:,} bytes)" if mib >= 1 else f"{max_bytes:,} bytes"
+    return ServiceError(
+        f"the answer would be larger than {shown} of JSON rows, the most one SQL answer may hold:"
+        " select fewer or shorter columns, or fewer rows (LIMIT), and page with LIMIT/OFFSET",
+        code="RESULT_TOO_LARGE", extra={"max_bytes": max_bytes})
+
+
+async def _execute(conn: psycopg.AsyncConnection[Any], work: Any, *, workspace_id: int, timeout_s: float,
+                   max_bytes: int = MAX_ANSWER_BYTES) -> Any:
     """Run ``work`` in one round trip when the connection is idle in autocommit, else in a
-    (sub)transaction; a timeout is ``SQL_TIMEOUT``, a value PostgreSQL rejects ``INVALID_SQL``."""
+    (sub)transaction; a timeout is ``SQL_TIMEOUT``, a value PostgreSQL rejects ``INVALID_SQL``,
+    a page past ``max_bytes`` ``RESULT_TOO_LARGE``."""
     top_level = conn.info.transaction_status == TransactionStatus.IDLE
     try:
         if top_level and conn.autocommit:
@@ -106,6 +123,10 @@ async def _execute(conn: psycopg.AsyncConnection[Any], work: Any, *, workspace_i
     except (pg_errors.ProgramLimitExceeded, pg_errors.OutOfMemory, pg_errors.ConfigurationLimitExceeded,
             pg_errors.InternalError_) as exc:
         raise _too_big(exc) from exc
+    except psycopg.OperationalError as exc:
+        if exc.sqlstate == ANSWER_TOO_LARGE_SQLSTATE:  # wds_sql.answer_too_large
+            raise answer_too_large(max_bytes) from None
+        raise
     return results
 
 
@@ -152,7 +173,8 @@ async def _run_analytic(
             raise InvalidSQL("query is nested too deeply") from None
     work = _Work((statement,), "json", count)
     try:
-        results = await _execute(conn, work, workspace_id=workspace_id, timeout_s=timeout_s)
+        results = await _execute(conn, work, workspace_id=workspace_id, timeout_s=timeout_s,
+                                 max_bytes=plan.max_bytes)
     except (psycopg.ProgrammingError, psycopg.NotSupportedError) as exc:
         # e.g. a function over a type it does not take, a statement too complex to plan
         raise InvalidSQL(f"the database refused the query: {exc.diag.message_primary}") from exc
@@ -187,37 +209,44 @@ class _Work:
     counting: bool
 
 
-def _work(conn: psycopg.AsyncConnection[Any], plan: SqlPlan, *, count: bool, json_rows: bool) -> _Work:
+def _work(conn: psycopg.AsyncConnection[Any], plan: SqlPlan, *, count: bool) -> _Work:
     def bound(key: str, query: sql.Composed, params: tuple[Any, ...]) -> bytes:
         return bound_once(conn, plan.bound, key, query, params)
 
-    if plan.count_only or plan.rows_query is None:
+    if plan.count_only or plan.page_query is None:
         return _Work((bound("count", plan.count_query, plan.where_params),), "count", True)
-    if json_rows and count and plan.json_page is not None:
+    if count and plan.json_page is not None:
         return _Work((bound("json", plan.json_page.query, plan.json_page.params),), "json", True)
-    if json_rows and not count and plan.json_probe is not None:
+    if not count and plan.json_probe is not None:
         return _Work((bound("probe", plan.json_probe.query, plan.json_probe.params),), "json", False)
     if count:
         return _Work((bound("count", plan.count_query, plan.where_params),
-                      bound("rows", plan.rows_query, plan.rows_params)), "rows", True)
-    return _Work((bound("probe_rows", plan.rows_query, plan.probe_rows_params),), "rows", False)
+                      bound("rows", plan.page_query, plan.rows_params)), "rows", True)
+    return _Work((bound("probe_rows", plan.page_query, plan.probe_rows_params),), "rows", False)
 
 
-def _shape(plan: SqlPlan, work: _Work, results: list[list[tuple[Any, ...]]]) -> dict[str, Any]:
+def _shape(plan: SqlPlan, work: _Work, results: list[list[tuple[Any, ...]]], *, json_rows: bool) -> dict[str, Any]:
     rows: Any
     if work.shape == "count":
         return {"count": int(results[0][0][0])}
     if work.shape == "json":
         (text, number), = results[0]  # an aggregate always gives one row
-        if any(f.meta is not None and f.meta.computed and f.meta.scalar_value_type is None for f in plan.fields):
-            text = compact(text)  # a computed column's jsonb text has blanks ({"a": 1})
-        rows, read = orjson.Fragment(text), int(number)
+        if not json_rows:
+            rows = orjson.loads(text)
+        elif any(f.meta is not None and f.meta.computed and f.meta.scalar_value_type is None for f in plan.fields):
+            rows = orjson.Fragment(compact(text))  # a computed column's jsonb text has blanks ({"a": 1})
+        else:
+            rows = orjson.Fragment(text)
+        read = int(number)
         total: int | None = read if work.counting else None
     else:
         raw = results[-1]
         total = int(results[0][0][0]) if work.counting else None
         read = len(raw)
         rows = [_row(plan.fields, r) for r in raw[:plan.limit]]
+        # measured row by row in PostgreSQL already (a lower bound); exactly here
+        if len(orjson.dumps(rows, default=str)) > plan.max_bytes:
+            raise answer_too_large(plan.max_bytes)
     if work.counting:
         assert total is not None
         more = total > plan.offset + plan.limit

@@ -620,3 +620,80 @@ def test_a_huge_integer_compared_with_a_computed_column_matches_nothing(ws):
         r = q(ws.api, query)
         assert r.status_code == 200 and r.json()["rows"] == [], (query, r.text)
     assert q(ws.api, "SELECT N FROM Calc WHERE F = 4").json()["rows"] == [{"N": 2}]
+
+
+# --------------------------------------------------------------------------- the answer's size
+
+
+def _long_texts(ws, n):
+    """A table whose T holds ``n`` texts of 1,000,000 characters (a, b, c…), written
+    physically (the API takes a million characters per value, but 40 batches is slow)."""
+    t = ws.create_table("Long", [{"name": "T", "type": "text"}])
+    _physical_insert(ws, t, [chr(97 + i % 26) * 1_000_000 for i in range(n)])
+    return t
+
+
+def _too_large(r, cap):
+    assert r.status_code == 400 and r.json()["code"] == "RESULT_TOO_LARGE", r.text[:300]
+    assert f"({cap:,} bytes)" in r.json()["error"] and "LIMIT/OFFSET" in r.json()["error"], r.text
+    assert len(r.content) < 1000
+
+
+def test_an_answer_past_the_byte_cap_is_refused_while_postgresql_reads_it(ws):
+    """``SELECT T AS a0, …, T AS a899`` over one 1,000,000-character row answered a
+    900 MB page (7.7 s, the backend at ~5 GB); 100 aliases answered 100 MB. A page is at
+    most 16 MiB of JSON rows (WDS_SQL_MAX_ANSWER_BYTES), measured row by row inside
+    PostgreSQL: past it the query is refused at that row, before the page is built."""
+    _long_texts(ws, 17)
+    cap = 16 * 1024**2
+    started = time.monotonic()
+    r = q(ws.api, "SELECT " + ", ".join(f"T AS a{i}" for i in range(100)) + " FROM Long LIMIT 1")
+    elapsed = time.monotonic() - started
+    _too_large(r, cap)
+    assert elapsed < 1.5, elapsed
+    # 16 rows of a million characters (16.0 MB) fit and answer in full; 17 do not
+    for query in ("SELECT T FROM Long ORDER BY T", "SELECT T, length(T) AS n FROM Long ORDER BY T"):
+        for count in (False, True):
+            r = ws.api.post("/sql", json={"query": query + " LIMIT 16", "count": count})
+            assert r.status_code == 200, r.text[:300]
+            rows = r.json()["rows"]
+            assert [row["T"][0] for row in rows] == [chr(97 + i) for i in range(16)]
+            assert all(len(row["T"]) == 1_000_000 for row in rows) and r.json()["has_more"] is True
+            _too_large(ws.api.post("/sql", json={"query": query + " LIMIT 17", "count": count}), cap)
+        r = q(ws.api, query + " LIMIT 16 OFFSET 16")
+        assert r.status_code == 200 and [row["T"][0] for row in r.json()["rows"]] == ["q"], r.text[:300]
+    # nothing else changed: counts and short answers
+    assert q(ws.api, "SELECT COUNT(*) FROM Long").json() == {"count": 17}
+    assert q(ws.api, "SELECT length(T) AS n FROM Long LIMIT 1").json()["rows"] == [{"n": 1_000_000}]
+
+
+def _peak_rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+
+
+def test_the_answer_cap_is_a_setting_and_the_api_never_holds_the_page(services, make_workspace):
+    """An API process with WDS_SQL_MAX_ANSWER_BYTES=1 MiB: 100 aliases of a million
+    characters (100 MB, which the API used to build as one JSON body) are refused and
+    the process's peak memory does not move; one text (1,000,009 bytes) still answers."""
+    import httpx
+
+    from tests.conftest import start_api
+
+    ws = make_workspace()
+    _long_texts(ws, 2)
+    cap = 1024**2
+    proc = start_api(services, name="api-sql-cap", WDS_SQL_MAX_ANSWER_BYTES=str(cap))
+    try:
+        with httpx.Client(base_url=f"{proc.base_url}/functions/v1/rest-api", timeout=60,
+                          headers={"Authorization": f"Bearer {ws.builder_token}"}) as api:
+            ok = q(api, "SELECT T FROM Long ORDER BY T LIMIT 1")  # warms the process up
+            assert ok.status_code == 200 and len(ok.json()["rows"][0]["T"]) == 1_000_000, ok.text[:300]
+            before = _peak_rss_kb(proc.proc.pid)
+            for query in ("SELECT " + ", ".join(f"T AS a{i}" for i in range(100)) + " FROM Long LIMIT 1",
+                          "SELECT T FROM Long ORDER BY T LIMIT 2", "SELECT * FROM Long"):
+                _too_large(q(api, query), cap)
+            assert _peak_rss_kb(proc.proc.pid) - before < 20 * 1024, "the API built the answer"
+            assert "1 MiB (1,048,576 bytes)" in q(api, "SELECT * FROM Long").json()["error"]
+    finally:
+        proc.stop()

@@ -283,3 +283,21 @@ async def test_list_records_refuses_more_than_200_conditions_at_once(ws, mcp):
             assert "at most 200 conditions" in result.content[0].text  # type: ignore[union-attr]
             # the ~4 MB request's transfer and JSON decoding aside, nothing is done per condition
             assert elapsed < 2.5, elapsed
+
+
+async def test_sql_query_answers_past_the_byte_cap_as_rest_does(ws, mcp):
+    """MCP's sql_query runs the same bounded statement as POST /sql (docs/sql.md): 17
+    texts of a million characters (17 MB) pass the 16 MiB cap, 16 answer in full."""
+    from tests.api.test_sql import _long_texts
+
+    _long_texts(ws, 17)
+    rest = ws.api.post("/sql", json={"query": "SELECT T FROM Long ORDER BY T LIMIT 17"})
+    assert rest.status_code == 400 and rest.json()["code"] == "RESULT_TOO_LARGE", rest.text[:300]
+    async with mcp(ws.builder_token) as c:
+        for query in ("SELECT T FROM Long ORDER BY T LIMIT 17", "SELECT lower(T) AS t FROM Long LIMIT 17"):
+            res = await c.call_tool("sql_query", {"query": query})
+            assert error_code(res) == "RESULT_TOO_LARGE"
+            assert res.structured_content["error"] == rest.json()["error"]
+        out = data(await c.call_tool("sql_query", {"query": "SELECT T FROM Long ORDER BY T LIMIT 16"}))
+        assert [row["T"][:2] for row in out["rows"]] == [chr(97 + i) * 2 for i in range(16)]
+        assert all(len(row["T"]) == 1_000_000 for row in out["rows"]) and out["has_more"] is True
