@@ -36,7 +36,7 @@ def _fill(ws, table_id: int, rows: list[dict], per: int = 4) -> list[int]:
 def _too_large(r, fit: int) -> None:
     assert r.status_code == 400, r.text
     body = r.json()
-    assert body["code"] == "RESULT_TOO_LARGE" and body["fit"] == fit, body
+    assert body["code"] == "RESULT_TOO_LARGE" and body["fit"] == fit and body["max_bytes"] == PAGE_MAX_BYTES, body
     assert "16 MiB" in body["error"], body
 
 
