@@ -451,14 +451,20 @@ class QueryBuilder {
   }
 
   /** Every matching row, page by page (`limit` rows a page, default 1000), following
-   *  each page's `next` cursor: `for await (const rows of query.pages()) ...`. A failed
-   *  page yields nothing more; its error is thrown as an Error with `code` and `status`. */
+   *  each page's `next` cursor: `for await (const rows of query.pages()) ...`. A page
+   *  whose records pass the server's 16 MiB is asked again with as many records as fit
+   *  (`RESULT_TOO_LARGE`'s `fit`), and so are the pages after it. A failed page yields
+   *  nothing more; its error is thrown as an Error with `code` and `status`. */
   async *pages(pageSize) {
     let cursor = this._after;
-    const size = pageSize ?? this._limit ?? ID_PAGE;
+    let size = pageSize ?? this._limit ?? ID_PAGE;
     const base = await this._baseUrl();
     for (;;) {
       const r = await this._list(base, { limit: size, after: cursor });
+      if (r.error && r.error.code === "RESULT_TOO_LARGE" && r.error.fit > 0 && r.error.fit < size) {
+        size = r.error.fit; // long records: smaller pages from here on
+        continue;
+      }
       if (r.error) throw Object.assign(new Error(r.error.message), { code: r.error.code, status: r.error.status });
       yield r.data;
       if (!r.next) return;

@@ -264,3 +264,24 @@ test("pages by cursor: .after(next) and pages() give the rows of one big page", 
   const tampered = await client.from(tasks.id).select().order("Score").after(first.next.slice(0, -2));
   assert.equal(tampered.error.code, "INVALID_CURSOR");
 });
+
+test("pages() asks again with fewer records when a page passes the server's 16 MiB", async () => {
+  const big = await createTable("BigPages", [{ name: "Body", type: "text" }, { name: "N", type: "number" }]);
+  const body = "x".repeat(1_000_000);
+  for (let start = 0; start < 20; start += 4) {
+    const rows = [];
+    for (let i = start; i < start + 4; i++) rows.push({ fields: { Body: body, N: i } });
+    assert.equal((await api("POST", `/tables/${big.id}/records/batch`, { rows })).status, 200);
+  }
+  const whole = await client.from(big.id).select().order("N").limit(100);
+  assert.equal(whole.error.code, "RESULT_TOO_LARGE");
+  assert.equal(whole.error.fit, 16);
+  const sizes = [];
+  const seen = [];
+  for await (const rows of client.from(big.id).select().order("N").pages()) {
+    sizes.push(rows.length);
+    seen.push(...rows.map((r) => r.N));
+  }
+  assert.deepEqual(sizes, [16, 4]);
+  assert.deepEqual(seen, [...Array(20).keys()]);
+});
