@@ -144,8 +144,9 @@ export interface QueryBuilder<F extends object, R> extends PromiseLike<WdsRespon
   contains(column: Column<F>, values: Iterable<Scalar>): QueryBuilder<F, R>;
   is(column: Column<F>, value: null | boolean): QueryBuilder<F, R>;
   not(column: Column<F>, op: FilterOp, value: Scalar | Iterable<Scalar>): QueryBuilder<F, R>;
-  /** Raw `<op>.<value>`, e.g. `filter("Score", "not.gte", 3)`. */
-  filter(column: Column<F>, op: string, value: Scalar): QueryBuilder<F, R>;
+  /** Raw `<op>.<value>`, e.g. `filter("Score", "not.gte", 3)`; `null` with `eq`/`neq` is
+   *  `is.null`/`not.is.null`, an array with `in`/`cs` the list (as the JSON doors read them). */
+  filter(column: Column<F>, op: string, value: Scalar | Iterable<Scalar>): QueryBuilder<F, R>;
   match(values: Partial<Record<Column<F>, Scalar>>): QueryBuilder<F, R>;
   order(column: Column<F>, options?: { ascending?: boolean; nullsFirst?: boolean }): QueryBuilder<F, R>;
   limit(count: number): QueryBuilder<F, R>;

@@ -112,6 +112,12 @@ function quoteItem(v) {
   return s;
 }
 
+// the complement of a filter expression: `not.<expr>`, or `<expr>` without its `not.`
+// (`neq(col, null)` is `not.is.null`, so its negation is `is.null`)
+function negated(expr) {
+  return expr.startsWith("not.") ? expr.slice(4) : `not.${expr}`;
+}
+
 // names in order/select/expand: quoted when they hold separators
 function quoteName(name) {
   const s = String(name);
@@ -417,12 +423,27 @@ class QueryBuilder {
       return this;
     }
     inner[op](column, value);
-    return this._filter(column, `not.${inner._filters[0][1]}`);
+    return this._filter(column, negated(inner._filters[0][1]));
   }
 
-  /** Escape hatch: `.filter("Score", "not.gte", 3)` writes `Score=not.gte.3`. */
+  /** Escape hatch: `.filter("Score", "not.gte", 3)` writes `Score=not.gte.3`. A value reads
+   * as in the JSON doors' list form `{column, op, value}`: `null` with `eq`/`neq` is
+   * `is.null`/`not.is.null`, an array with `in`/`cs` is the list (`in.(a,"b,c")`). */
   filter(column, op, value) {
-    return this._filter(column, `${op}.${formatValue(value)}`);
+    const text = String(op);
+    const negate = text.startsWith("not.");
+    const name = negate ? text.slice(4) : text;
+    let expr;
+    if ((value === null || value === undefined) && (name === "eq" || name === "neq" || name === "is")) {
+      expr = name === "neq" ? "not.is.null" : "is.null";
+    } else if (Array.isArray(value) && name === "in") {
+      expr = `in.(${value.map(quoteItem).join(",")})`;
+    } else if (Array.isArray(value) && name === "cs") {
+      expr = `cs.{${value.map(quoteItem).join(",")}}`;
+    } else {
+      return this._filter(column, `${text}.${formatValue(value)}`);
+    }
+    return this._filter(column, negate ? negated(expr) : expr);
   }
 
   /** `eq` on every key of `obj`. */

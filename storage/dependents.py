@@ -27,7 +27,7 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
-from storage import ddl
+from storage import ddl, refs
 from storage import views as stored_views
 from storage.schema import ColumnMeta, TableMeta, WorkspaceSchema, column_name
 
@@ -63,7 +63,7 @@ async def column_dependents(
     )
     for row in await cur.fetchall():
         spec = row["spec"] or {}
-        names = {f.get("column") for f in spec.get("filters") or [] if isinstance(f, dict)}
+        names = refs.filter_list_columns(spec.get("filters") or [])  # inside or/and groups too
         if f"@{column.id}" in names or column.name in names or column.id in (spec.get("column_ids") or []):
             out.append(_entry("schedule", row["id"], row["name"] or f"schedule {row['id']}", table.id))
     return out

@@ -35,9 +35,9 @@ from jinja2 import TemplateSyntaxError, nodes
 from jinja2 import meta as jinja_meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from storage.errors import InvalidFormula, UnknownColumn, ValidationError
-from storage.formula import compile_formula
-from storage.formula import js
+from storage.errors import InvalidFormula, ServiceError, UnknownColumn, ValidationError
+from storage.formula import compile_formula, js
+from storage.query.parse import GROUP_PARAMS, Group, group_text, parse_group
 
 # Config keys whose string values are Jinja2 templates over the record.
 TEMPLATE_KEYS = ("url", "method", "body", "headers", "prompt", "system", "params", "fields",
@@ -558,9 +558,24 @@ def _decode_config(kind: str, cfg: dict[str, Any], dec: _Decoder) -> dict[str, A
 
 def encode_filter_list(filters: list[dict[str, Any]], column_id: Any) -> list[dict[str, Any]]:
     """``[{column, op, value}]`` with each column name replaced by ``"@<id>"``
-    (``column_id(name) -> int | None``; system and unknown names stay as they are)."""
+    (``column_id(name) -> int | None``; system and unknown names stay as they are). A group
+    item (``{"or": "(A.gt.1,B.eq.x)"}``) is re-rendered with ``@<id>`` for each column it
+    names, as a saved view stores its groups, so a rename carries into it too.
+
+    >>> encode_filter_list([{"or": "(A.gt.1,id.eq.2)"}, {"column": "A", "op": "eq", "value": 1}],
+    ...                    {"A": 7}.get)
+    [{'or': '(@7.gt.1,id.eq.2)'}, {'column': '@7', 'op': 'eq', 'value': 1}]
+    """
+    def swap(name: str) -> str:
+        cid = column_id(name)
+        return f"@{cid}" if cid is not None else name
+
     out = []
     for f in filters:
+        group = _group_item(f)
+        if group is not None:
+            out.append({group[0]: _mapped_group(group[0], group[1], swap)})
+            continue
         name = f.get("column") if isinstance(f, dict) else None
         cid = column_id(name) if isinstance(name, str) else None
         out.append({**f, "column": f"@{cid}"} if cid is not None else f)
@@ -569,14 +584,71 @@ def encode_filter_list(filters: list[dict[str, Any]], column_id: Any) -> list[di
 
 def decode_filter_list(filters: list[dict[str, Any]], name_of: Any) -> list[dict[str, Any]]:
     """The inverse of :func:`encode_filter_list` (``name_of(id) -> str | None``); a term
-    whose column is gone keeps its ``"@<id>"``, which the planner then refuses by name."""
+    whose column is gone keeps its ``"@<id>"``, which the planner then refuses by name (in
+    a group too).
+
+    >>> decode_filter_list([{"or": "(@7.gt.1,@8.eq.2)"}], {7: "My.col"}.get)
+    [{'or': '("My.col".gt.1,@8.eq.2)'}]
+    """
+    def swap(ref: str) -> str:
+        m = _STORED_FIELD.match(ref)
+        name = name_of(int(m.group(1))) if m else None
+        return name if name is not None else ref
+
     out = []
     for f in filters:
+        group = _group_item(f)
+        if group is not None:
+            out.append({group[0]: _mapped_group(group[0], group[1], swap)})
+            continue
         ref = f.get("column") if isinstance(f, dict) else None
         m = _STORED_FIELD.match(ref) if isinstance(ref, str) else None
         name = name_of(int(m.group(1))) if m else None
         out.append({**f, "column": name} if name is not None else f)
     return out
+
+
+def filter_list_columns(filters: Any) -> set[str]:
+    """Every column name (or ``"@<id>"``) a filter list names, inside its groups too."""
+    out: set[str] = set()
+    for f in filters if isinstance(filters, list) else []:
+        group = _group_item(f)
+        if group is not None:
+            try:
+                parsed = parse_group(group[0], group[1])
+            except ServiceError:
+                continue
+            out.update(_group_names(parsed))
+        elif isinstance(f, dict) and isinstance(f.get("column"), str):
+            out.add(f["column"])
+    return out
+
+
+def _group_item(f: Any) -> tuple[str, str] | None:
+    """``(key, text)`` of a group item ``{"or": "(...)"}`` of a filter list, else ``None``."""
+    if isinstance(f, dict) and len(f) == 1:
+        key, text = next(iter(f.items()))
+        if key in GROUP_PARAMS and isinstance(text, str):
+            return key, text
+    return None
+
+
+def _group_names(group: Group) -> list[str]:
+    out: list[str] = []
+    for item in group.items:
+        out.extend(_group_names(item) if isinstance(item, Group) else [item.column])
+    return out
+
+
+def _mapped_group(key: str, text: str, swap: Any) -> str:
+    """A group's text with ``swap`` applied to each column it names, in the REST grammar
+    (:func:`storage.query.parse.group_text`); text that does not parse is kept as it is
+    (the filters were validated when stored)."""
+    try:
+        group = parse_group(key, text)
+    except ServiceError:
+        return text
+    return group_text(group, swap)
 
 
 def encode_names(names: list[str], column_id: Any) -> list[str]:

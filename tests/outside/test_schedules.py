@@ -203,3 +203,28 @@ def test_a_rotated_token_keeps_its_schedules_firing(ws):
     run = wait_run(ws.api, fired["run_id"])
     assert run["done"] == 3
     assert [x["fields"]["B"] for x in ws.api.get(f"/tables/{t['id']}/records?order=A.asc").json()["records"]] == [0, 2, 4]
+
+
+def test_a_renamed_column_carries_into_a_schedules_or_group(ws):
+    """A schedule's ``or``/``and`` group names columns by id as a saved view's does: a
+    rename carries into it (it was kept by name: the next firing was skipped, "unknown
+    column"), and deleting a column the group names is refused with the schedule listed."""
+    t = formula_table(ws)
+    a, b = t["columns"][0]["id"], t["columns"][1]["id"]
+    s = ws.api.post(f"/tables/{t['id']}/schedules", json={
+        "name": "grouped", "cron": "0 0 1 1 *", "paused": True,
+        "filters": {"or": "(A.eq.0,and(A.gte.3,id.gt.0))"}, "column_ids": [b]}).json()
+    assert s["filters"] == [{"or": "(A.eq.0,and(A.gte.3,id.gt.0))"}]
+    r = ws.api.delete(f"/tables/{t['id']}/columns/{a}")
+    assert r.status_code == 409 and {"kind": "schedule", "id": s["id"], "name": "grouped",
+                                     "table_id": t["id"]} in r.json()["dependents"]
+    assert ws.api.patch(f"/tables/{t['id']}/columns/{a}", json={"name": "My.Amount"}).status_code == 200
+    got = ws.api.get(f"/tables/{t['id']}/schedules/{s['id']}").json()
+    assert got["filters"] == [{"or": '("My.Amount".eq.0,and("My.Amount".gte.3,id.gt.0))'}]
+    assert ws.api.post(f"/tables/{t['id']}/schedules/{s['id']}/trigger").status_code == 202
+    firing = wait_firing_status(ws, t["id"], s["id"])
+    assert firing["status"] != "skipped", firing
+    run = wait_run(ws.api, firing["run_id"])
+    assert run["total"] == 3 and run["done"] == 3, run
+    rows = ws.api.get(f"/tables/{t['id']}/records?order=My.Amount.asc").json()["records"]
+    assert [x["fields"]["B"] for x in rows] == [0, None, None, 6, 8]
