@@ -717,16 +717,24 @@ class QueryBuilder {
     const ids = [];
     const want = this._limit;
     let after = this._after; // each page continues after the last by its next cursor
+    let offset = this._offset; // ... or by offset, for an order no cursor continues
     for (;;) {
       const page = want === undefined ? ID_PAGE : Math.min(ID_PAGE, want - ids.length);
       if (page <= 0) break;
       const order = this._order.length ? undefined : "order=id.asc";
-      const qs = this._query(page, after ? undefined : this._offset, order ? `select=&${order}` : "select=", after);
+      const qs = this._query(page, after ? undefined : offset, order ? `select=&${order}` : "select=", after);
       const r = await http.request("GET", `${base}?${qs}`);
       if (r.error) return result(null, r.error, null, r.status);
       for (const rec of r.data.records) ids.push(rec.id);
-      if (!r.data.next) break;
-      after = r.data.next;
+      if (r.data.next) {
+        after = r.data.next;
+      } else if (!after && r.data.records.length === page) {
+        // an order on a multi_select, JSON or file column has no cursor: a full page
+        // without one may not be the last
+        offset = (offset ?? 0) + page;
+      } else {
+        break;
+      }
     }
     const out = new Array(ids.length);
     const errors = [];

@@ -248,3 +248,20 @@ test("insert(...).select(...) and update(...).select(...) answer only the select
   assert.equal(all.data.Tag, "sel");
   assert.equal(all.data.N, 35);
 });
+
+test("write-by-filter ordered on a column no cursor continues pages by offset: every match changes", async () => {
+  const t = await createTable("NoCursor", [
+    { name: "N", type: "number" },
+    { name: "M", type: "multi_select", options: ["a", "b"] },
+  ]);
+  const rows = [];
+  for (let i = 0; i < 1_205; i++) rows.push({ fields: { N: i, M: i % 2 ? ["a"] : ["b"] } });
+  for (let start = 0; start < rows.length; start += 500) {
+    assert.equal((await api("POST", `/tables/${t.id}/records/batch`, { rows: rows.slice(start, start + 500) })).status, 200);
+  }
+  const r = await client.from(t.id).update({ N: -1 }).gte("N", 0).order("M");
+  assert.equal(r.error, null);
+  assert.equal(r.count, 1_205);
+  const left = await api("GET", `/tables/${t.id}/records?N=gte.0&limit=1`);
+  assert.deepEqual(left.body.records, []);
+});
