@@ -478,18 +478,24 @@ class QueryBuilder {
    *  nothing more; its error is thrown as an Error with `code` and `status`. */
   async *pages(pageSize) {
     let cursor = this._after;
+    let offset = this._offset; // for an order no cursor continues (multi_select, JSON, file)
     let size = pageSize ?? this._limit ?? ID_PAGE;
     const base = await this._baseUrl();
     for (;;) {
-      const r = await this._list(base, { limit: size, after: cursor });
+      const r = await this._list(base, { limit: size, after: cursor, offset });
       if (r.error && r.error.code === "RESULT_TOO_LARGE" && r.error.fit > 0 && r.error.fit < size) {
         size = r.error.fit; // long records: smaller pages from here on
         continue;
       }
       if (r.error) throw Object.assign(new Error(r.error.message), { code: r.error.code, status: r.error.status });
-      yield r.data;
-      if (!r.next) return;
-      cursor = r.next;
+      if (r.data.length || (cursor === this._after && offset === this._offset)) yield r.data; // an empty first page too
+      if (r.next) {
+        cursor = r.next;
+      } else if (!cursor && r.data.length === size) {
+        offset = (offset ?? 0) + size; // no cursor for this order: a full page may not be the last
+      } else {
+        return;
+      }
     }
   }
 
@@ -614,7 +620,7 @@ class QueryBuilder {
     if (this._select !== null) extra = `select=${encodeURIComponent(this._select)}`;
     if (this._expand.length) extra += `${extra ? "&" : ""}expand=${encodeURIComponent(this._expand.join(","))}`;
     const limit = page ? page.limit : this._single ? 2 : this._limit;
-    const qs = page ? this._query(limit, page.after ? undefined : this._offset, extra, page.after) : this._query(limit, this._offset, extra);
+    const qs = page ? this._query(limit, page.after ? undefined : page.offset, extra, page.after) : this._query(limit, this._offset, extra);
     const r = await this._c._http.request("GET", qs ? `${base}?${qs}` : base, this._count ? { headers: { Prefer: `count=${this._count}` } } : undefined);
     if (r.error) return result(null, r.error, null, r.status);
     const total = this._count ? r.headers.get("x-total-count") : null;

@@ -298,3 +298,12 @@ test("pages() asks again with fewer records when a page passes the server's 16 M
   assert.deepEqual(sizes, [16, 4]);
   assert.deepEqual(seen, [...Array(20).keys()]);
 });
+
+test("pages() over an order no cursor continues (a multi_select) pages by offset to the end", async () => {
+  const byTags = [];
+  for await (const rows of client.from(tasks.id).select().order("Tags").pages(7)) byTags.push(...rows);
+  const whole = await client.from(tasks.id).select().order("Tags").limit(1000);
+  assert.equal(whole.error, null);
+  assert.equal(whole.data.length, 30);
+  assert.deepEqual(byTags, whole.data);
+});
