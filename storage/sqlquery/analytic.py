@@ -28,15 +28,17 @@ Values in analytic queries (documented in ``docs/sql.md``):
 - file columns are not available.
 
 What one query costs is bounded: select labels are written once per statement (a JSON
-map per column in a ``WITH``, :meth:`_Translator.labels`), and ``a || b`` is
-``wds_sql.concat_text`` (storage/ddl.py), refusing a text over 1,000,000 characters.
+map per column in a ``WITH``, :meth:`_Translator.labels`), ``a || b`` is
+``wds_sql.concat_text`` (storage/ddl.py), refusing a text over 1,000,000 characters, and
+what one row may copy of long values (every expression's ``cost``) is added up and
+refused past :data:`storage.sqlquery.budget.MAX_COPIES` before anything runs.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -50,6 +52,7 @@ from storage.ddl import CONCAT_FUNCTION, computed_value_expr
 from storage.errors import InvalidSQL, ServiceError
 from storage.plans import IN_MAX, page_size
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
+from storage.sqlquery import budget
 from storage.sqlquery.build import (
     MAX_ANSWER_BYTES,
     SIZE_FIXED,
@@ -158,6 +161,12 @@ class _E:
     column: ColumnMeta | None = None  # a bare data column
     number: sql.Composable | None = None
     raw: sql.Composable | None = None
+    # what evaluating ``sql`` once copies of long values (storage/sqlquery/budget.py);
+    # ``long``: it may be a text of up to 1,000,000 characters; ``toasted``: it may be a
+    # stored (TOASTed) value, which a function reading its characters copies first
+    cost: int = 0
+    long: bool = False
+    toasted: bool = False
 
     @property
     def key(self) -> str:
@@ -279,7 +288,9 @@ class _Translator:
     # ------------------------------------------------------------------ statements
 
     def top(self, node: exp.Select, max_bytes: int = MAX_ANSWER_BYTES) -> AnalyticPlan:
-        core, order, items, sources, grouped, limit, offset = self.select(node, top=True)
+        core, order, items, sources, grouped, limit, offset, copies = self.select(node, top=True)
+        # what one row may copy of long values is bounded before anything runs (budget.py)
+        budget.check_copies(copies)
         limit = page_size(limit, word="LIMIT")
         offset = offset or 0
         names: dict[str, None] = {}
@@ -344,9 +355,13 @@ class _Translator:
 
     def select(
         self, node: exp.Select, *, top: bool = False,
-    ) -> tuple[sql.Composed, sql.Composable, list[_Item], list[_Source], bool, int | None, int | None]:
-        """``(core, order, items, sources, grouped, limit, offset)``: ``core`` is the
-        statement without ORDER BY/LIMIT/OFFSET, ``order`` the ORDER BY clause (or empty)."""
+    ) -> tuple[sql.Composed, sql.Composable, list[_Item], list[_Source], bool, int | None, int | None, int]:
+        """``(core, order, items, sources, grouped, limit, offset, copies)``: ``core`` is the
+        statement without ORDER BY/LIMIT/OFFSET, ``order`` the ORDER BY clause (or empty),
+        ``copies`` what one row may copy of long values (:mod:`storage.sqlquery.budget`):
+        the select list, WHERE, GROUP BY, HAVING and ORDER BY added up. An expression that
+        PostgreSQL provably evaluates once — a GROUP BY or ORDER BY term equal to a result
+        column or to another term, or one written as a position or a name — counts once."""
         _check_args(node, {"expressions", "from_", "joins", "where", "group", "having", "order", "limit",
                            "offset", "distinct"}, "SELECT")
         distinct = node.args.get("distinct")
@@ -369,12 +384,17 @@ class _Translator:
         if not items:
             raise InvalidSQL("SELECT needs at least one column")
 
+        copies = 0
+        # the result columns' expressions: a GROUP BY or ORDER BY term equal to one of them
+        # (or to an earlier term) is the same target entry to PostgreSQL, evaluated once
+        evaluated = {repr(self.output(i.e)) for i in items}
         where = node.args.get("where")
         where_sql: sql.Composable = sql.SQL("")
         if where is not None:
             _check_args(where, {"this"}, "WHERE")
             w = _condition(self.expr(where.this, _Ctx(sources=sources, clause="WHERE")), "WHERE")
             where_sql = sql.SQL(" WHERE {}").format(w.sql)
+            copies += w.cost
 
         group = node.args.get("group")
         group_sql: sql.Composable = sql.SQL("")
@@ -393,6 +413,9 @@ class _Translator:
                 out = self.group_value(e)
                 group_keys.update((e.key, repr(out)))
                 parts.append(out)
+                if repr(out) not in evaluated and _ordinal(g, len(items), "GROUP BY") is None:
+                    evaluated.add(repr(out))
+                    copies += 0 if out is e.raw else e.cost
             group_sql = sql.SQL(" GROUP BY {}").format(sql.SQL(", ").join(parts))
         having = node.args.get("having")
         grouped = group is not None or having is not None or any(i.e.agg for i in items)
@@ -411,19 +434,25 @@ class _Translator:
                                                        clause="HAVING")), "HAVING")
             self.check_grouped(h)
             having_sql = sql.SQL(" HAVING {}").format(h.sql)
+            copies += h.cost
 
         order_sql: sql.Composable = sql.SQL("")
         order = node.args.get("order")
         if order is not None:
             _check_args(order, {"expressions"}, "ORDER BY")
             terms = [self.order_item(o, items, sources, grouped, group_keys) for o in order.expressions]
-            order_sql = sql.SQL(" ORDER BY {}").format(sql.SQL(", ").join(terms))
+            order_sql = sql.SQL(" ORDER BY {}").format(sql.SQL(", ").join(t for t, _, _ in terms))
+            for _, target, cost in terms:
+                if repr(target) not in evaluated:
+                    evaluated.add(repr(target))
+                    copies += cost
 
         limit = _int_clause(node.args.get("limit"), "LIMIT")
         offset = _int_clause(node.args.get("offset"), "OFFSET")
         columns = sql.SQL(", ").join(
             sql.SQL("{} AS {}").format(self.output(i.e), sql.Identifier(i.name)) for i in items
         )
+        copies += sum(self.output_cost(i.e) for i in items)
         core = sql.SQL("SELECT {distinct}{columns} FROM {src}{joins}{where}{group}{having}").format(
             distinct=sql.SQL("DISTINCT " if distinct is not None else ""),
             columns=columns,
@@ -433,13 +462,13 @@ class _Translator:
             group=group_sql,
             having=having_sql,
         )
-        return core, order_sql, items, sources, grouped, limit, offset
+        return core, order_sql, items, sources, grouped, limit, offset, copies
 
-    def subquery(self, node: exp.Expression) -> tuple[sql.Composable, _E]:
+    def subquery(self, node: exp.Expression) -> tuple[sql.Composable, _E, int]:
         if not isinstance(node, exp.Subquery) or not isinstance(node.this, exp.Select):
             raise InvalidSQL(_refusal(node))
         _check_args(node, {"this"}, "a subquery")
-        core, order, items, _, _, limit, offset = self.select(node.this)
+        core, order, items, _, _, limit, offset, copies = self.select(node.this)
         if len(items) != 1:
             raise InvalidSQL("a subquery in IN (SELECT …) must select exactly one column")
         text = core + order
@@ -447,7 +476,7 @@ class _Translator:
             text = text + sql.SQL(" LIMIT {}").format(sql.Literal(limit))
         if offset is not None:
             text = text + sql.SQL(" OFFSET {}").format(sql.Literal(offset))
-        return text, items[0].e
+        return text, items[0].e, copies
 
     # ------------------------------------------------------------------ sources and joins
 
@@ -582,8 +611,8 @@ class _Translator:
             return _E(ident, ID if col == "id" else DATE, loose)
         ident = sql.Identifier(src.alias, col.physical)
         t = col.type
-        if t is ColumnType.TEXT:
-            return _E(ident, TEXT, loose, column=col)
+        if t is ColumnType.TEXT:  # up to 1,000,000 characters, stored TOASTed
+            return _E(ident, TEXT, loose, column=col, long=True, toasted=True)
         if t is ColumnType.NUMBER:
             return _E(ident, NUMBER, loose, column=col)
         if t is ColumnType.DATE:
@@ -602,14 +631,18 @@ class _Translator:
         if col.computed and col.scalar_value_type == "boolean":
             # a boolean formula reads as a boolean (a value that is not one: NULL, as its
             # index and REST read it), so `= true`, `NOT` and `IS NULL` work as on a checkbox
-            return _E(computed_value_expr(ident, "boolean"), BOOLEAN, loose, column=col)
+            return _E(computed_value_expr(ident, "boolean"), BOOLEAN, loose, column=col,
+                      cost=budget.COMPUTED_BOOLEAN)
         if col.computed:
             text = sql.SQL("({} #>> '{{}}')").format(ident)
             number = sql.SQL(
                 "(CASE WHEN jsonb_typeof({c}) = 'number' THEN ({c})::numeric"
                 " WHEN jsonb_typeof({c}) = 'string' AND {t} ~ {re} THEN {t}::numeric END)"
             ).format(c=ident, t=text, re=sql.Literal(_NUMERIC_TEXT_RE))
-            return _E(text, JSON, loose, column=col, number=number, raw=ident)
+            # any computed value may be a long text (a value not of the column's result_type
+            # is kept): read as text, the jsonb is detoasted and its text built
+            return _E(text, JSON, loose, column=col, number=number, raw=ident, cost=budget.COMPUTED_TEXT,
+                      long=True)
         raise InvalidSQL(f"file column {col.name!r} cannot be used in an analytic query")
 
     def group_value(self, e: _E) -> sql.Composable:
@@ -621,6 +654,14 @@ class _Translator:
         if e.type == JSON and e.raw is not None and e.column is not None:
             return e.raw  # a bare computed column: its JSON value as it is
         return e.sql
+
+    def output_cost(self, e: _E) -> int:
+        """What a result column copies per row: its expression's copies, and a long value
+        it built is copied again into the result row and the page's window (a stored
+        value, a bare column, passes as a pointer; the answer's cap bounds the page)."""
+        if e.type == JSON and e.raw is not None and e.column is not None:
+            return 0
+        return e.cost + (budget.OUTPUT_BUILT if e.long and not e.toasted else 0)
 
     def select_item(self, node: exp.Expression, ctx: _Ctx) -> list[_Item]:
         star = node if isinstance(node, exp.Star) else None
@@ -680,7 +721,9 @@ class _Translator:
         return e
 
     def order_item(self, node: exp.Expression, items: list[_Item], sources: list[_Source], grouped: bool,
-                   group_keys: set[str] | None) -> sql.Composable:
+                   group_keys: set[str] | None) -> tuple[sql.Composable, sql.Composable, int]:
+        """``(term, target, copies)``: the ORDER BY term, the expression it sorts by and
+        what evaluating it copies (nothing for a result column named or numbered)."""
         if not isinstance(node, exp.Ordered):
             raise InvalidSQL(_refusal(node))
         _check_args(node, {"this", "desc", "nulls_first"}, "ORDER BY")
@@ -691,6 +734,7 @@ class _Translator:
         nulls = sql.SQL(" NULLS FIRST" if nulls_first else " NULLS LAST")
         ordinal = _ordinal(this, len(items), "ORDER BY")
         target: sql.Composable | None = None
+        cost = 0
         if ordinal is not None:
             target = sql.Identifier(items[ordinal].name)
         elif isinstance(this, exp.Column) and this.args.get("table") is None and isinstance(this.this, exp.Identifier):
@@ -702,8 +746,8 @@ class _Translator:
                                      group_keys=group_keys if grouped else None, clause="ORDER BY"))
             if grouped:
                 self.check_grouped(e)
-            target = e.sql
-        return target + direction + nulls
+            target, cost = e.sql, e.cost
+        return target + direction + nulls, target, cost
 
     def check_grouped(self, e: _E) -> None:
         if e.loose:
@@ -714,7 +758,7 @@ class _Translator:
     def expr(self, node: exp.Expression, ctx: _Ctx) -> _E:
         e = self._expr(node, ctx)
         if ctx.group_keys is not None and e.key in ctx.group_keys:
-            return _E(e.sql, e.type, (), e.agg, e.column, e.number, e.raw)
+            return replace(e, loose=())
         return e
 
     def _expr(self, node: exp.Expression, ctx: _Ctx) -> _E:  # noqa: C901 - one dispatch over the allow-list
@@ -731,12 +775,14 @@ class _Translator:
         if isinstance(node, exp.Paren):
             _check_args(node, {"this"}, "parentheses")
             inner = self.expr(node.this, ctx)
-            return _E(sql.SQL("({})").format(inner.sql), inner.type, inner.loose, inner.agg)
+            return _E(sql.SQL("({})").format(inner.sql), inner.type, inner.loose, inner.agg, cost=inner.cost,
+                      long=inner.long, toasted=inner.toasted)
         if isinstance(node, exp.Neg):
             inner = self.expr(node.this, ctx)
             if inner.type not in (NUMBER, JSON, INTERVAL):
                 raise InvalidSQL(f"minus takes a number, not {snippet(node.this)}")
-            return _E(sql.SQL("(- {})").format(self.numeric(inner)), NUMBER, inner.loose, inner.agg)
+            return _E(sql.SQL("(- {})").format(self.numeric(inner)), NUMBER, inner.loose, inner.agg,
+                      cost=self.numeric_cost(inner))
         if isinstance(node, (exp.And, exp.Or)):
             _check_args(node, {"this", "expression"}, node.key.upper())
             # iterative over long chains (a left-leaning tree)
@@ -753,20 +799,25 @@ class _Translator:
             emitted = [self.expr(p, ctx) for p in parts]
             word = " AND " if cls is exp.And else " OR "
             return _E(sql.SQL("({})").format(sql.SQL(word).join(sql.SQL("({})").format(p.sql) for p in emitted)),
-                      BOOLEAN, _loose(*emitted), any(p.agg for p in emitted))
+                      BOOLEAN, _loose(*emitted), any(p.agg for p in emitted), cost=_cost(*emitted))
         if isinstance(node, exp.Not):
             _check_args(node, {"this"}, "NOT")
             inner = self.expr(node.this, ctx)
-            return _E(sql.SQL("(NOT {})").format(inner.sql), BOOLEAN, inner.loose, inner.agg)
+            return _E(sql.SQL("(NOT {})").format(inner.sql), BOOLEAN, inner.loose, inner.agg, cost=inner.cost)
         if type(node) in _COMPARISONS:
             return self.comparison(node, _COMPARISONS[type(node)], ctx)
         if isinstance(node, (exp.Like, exp.ILike)):
             _check_args(node, {"this", "expression", "negate"}, node.key.upper())
             left, right = self.expr(node.this, ctx), self.expr(node.expression, ctx)
             self.refuse_list(left, node.key.upper())
-            word = ("NOT " if node.args.get("negate") else "") + ("ILIKE" if isinstance(node, exp.ILike) else "LIKE")
+            ilike = isinstance(node, exp.ILike)
+            word = ("NOT " if node.args.get("negate") else "") + ("ILIKE" if ilike else "LIKE")
+            # each operand's characters are read (a stored text is copied first); ILIKE
+            # lowers both (a copy each) under a multibyte encoding
+            cost = _cost(left, right) + sum(budget.DETOAST * o.toasted + budget.BUILD * (ilike and o.long)
+                                            for o in (left, right))
             return _E(sql.SQL("({} " + word + " {})").format(self.text(left), self.text(right)), BOOLEAN,
-                      _loose(left, right), left.agg or right.agg)
+                      _loose(left, right), left.agg or right.agg, cost=cost)
         if isinstance(node, exp.In):
             return self.in_(node, ctx)
         if isinstance(node, exp.Is):
@@ -775,9 +826,9 @@ class _Translator:
             _check_args(node, {"this", "low", "high"}, "BETWEEN")
             v, lo, hi = (self.expr(node.args[k], ctx) for k in ("this", "low", "high"))
             self.refuse_list(v, "BETWEEN")
-            v_sql = self.numeric(v) if v.type == JSON else v.sql
+            v_sql, v_cost = (self.numeric(v), self.numeric_cost(v)) if v.type == JSON else (v.sql, v.cost)
             return _E(sql.SQL("({} BETWEEN {} AND {})").format(v_sql, lo.sql, hi.sql), BOOLEAN,
-                      _loose(v, lo, hi), v.agg or lo.agg or hi.agg)
+                      _loose(v, lo, hi), v.agg or lo.agg or hi.agg, cost=v_cost + _cost(lo, hi))
         if type(node) in _ARITHMETIC:
             _check_args(node, {"this", "expression", "typed", "safe"}, "arithmetic")
             left, right = self.expr(node.this, ctx), self.expr(node.expression, ctx)
@@ -785,9 +836,12 @@ class _Translator:
         if isinstance(node, exp.DPipe):
             _check_args(node, {"this", "expression", "safe"}, "||")
             left, right = self.expr(node.this, ctx), self.expr(node.expression, ctx)
-            # bounded: a result longer than a text may be (1,000,000 characters) is an error
+            # bounded: a result longer than a text may be (1,000,000 characters) is an error;
+            # its operands are read inside the function (freed there), its result is a copy
+            built = left.long or right.long
             return _E(sql.SQL("{}({}, {})").format(_CONCAT, self.text(left), self.text(right)), TEXT,
-                      _loose(left, right), left.agg or right.agg)
+                      _loose(left, right), left.agg or right.agg, cost=_cost(left, right) + budget.BUILD * built,
+                      long=built)
         if isinstance(node, exp.Case):
             return self.case(node, ctx)
         if isinstance(node, exp.Interval):
@@ -805,6 +859,13 @@ class _Translator:
     def refuse_list(self, e: _E, what: str) -> None:
         if e.type == LIST:
             raise InvalidSQL(f"{what} does not apply to a multi-select: compare it with =, !=, IN (…) or IS NULL")
+
+    def numeric_cost(self, e: _E) -> int:
+        """What :meth:`numeric` of ``e`` copies per row: a computed column's number form
+        reads its value several times."""
+        if e.type == JSON and e.number is not None:
+            return e.cost - budget.COMPUTED_TEXT + budget.COMPUTED_NUMBER
+        return e.cost
 
     def numeric(self, e: _E) -> sql.Composable:
         """``e`` where a number is expected: a computed column's numeric form."""
@@ -828,12 +889,13 @@ class _Translator:
             out = INTERVAL if left.type == DATE and right.type == DATE else (
                 DATE if DATE in types else INTERVAL)
             return _E(sql.SQL("({} " + op + " {})").format(left.sql, right.sql), out, _loose(left, right),
-                      left.agg or right.agg)
+                      left.agg or right.agg, cost=_cost(left, right))
+        cost = self.numeric_cost(left) + self.numeric_cost(right)
         if op == "%":  # PostgreSQL has no % for double precision (number columns): mod over numeric
             return _E(sql.SQL("mod(({})::numeric, ({})::numeric)").format(self.numeric(left), self.numeric(right)),
-                      NUMBER, _loose(left, right), left.agg or right.agg)
+                      NUMBER, _loose(left, right), left.agg or right.agg, cost=cost)
         return _E(sql.SQL("({} " + op + " {})").format(self.numeric(left), self.numeric(right)), NUMBER,
-                  _loose(left, right), left.agg or right.agg)
+                  _loose(left, right), left.agg or right.agg, cost=cost)
 
     def comparison(self, node: exp.Expression, op: str, ctx: _Ctx) -> _E:
         _check_args(node, {"this", "expression"}, op)
@@ -849,17 +911,19 @@ class _Translator:
             test = sql.SQL("coalesce({} @> ARRAY[{}]::text[], false)").format(left.raw, sql.Literal(opt))
             return _E(sql.SQL("(NOT {})").format(test) if op == "<>" else test, BOOLEAN, left.loose, left.agg)
         _comparable(left, right, node)
+        # comparing texts copies nothing that outlives the comparison (PostgreSQL frees it)
         l_sql, r_sql = left.sql, right.sql
+        l_cost, r_cost = left.cost, right.cost
         if left.column is not None and left.column.type is ColumnType.SINGLE_SELECT:
             r_sql = self.option_label(left.column, node.expression, right)
         elif right.column is not None and right.column.type is ColumnType.SINGLE_SELECT:
             l_sql = self.option_label(right.column, node.this, left)
         if left.type == JSON and right.type == NUMBER:
-            l_sql = self.numeric(left)
+            l_sql, l_cost = self.numeric(left), self.numeric_cost(left)
         elif right.type == JSON and left.type == NUMBER:
-            r_sql = self.numeric(right)
+            r_sql, r_cost = self.numeric(right), self.numeric_cost(right)
         return _E(sql.SQL("({} " + op + " {})").format(l_sql, r_sql), BOOLEAN, _loose(left, right),
-                  left.agg or right.agg)
+                  left.agg or right.agg, cost=l_cost + r_cost)
 
     def option_label(self, col: ColumnMeta, node: exp.Expression, e: _E) -> sql.Composable:
         """A literal compared with a single-select: an option id or label, as its label."""
@@ -873,8 +937,9 @@ class _Translator:
         query = node.args.get("query")
         if query is not None:
             self.refuse_list(left, "IN (SELECT …)")
-            sub, out = self.subquery(query)
-            return _E(sql.SQL("({} IN ({}))").format(left.sql, sub), BOOLEAN, left.loose, left.agg)
+            sub, out, sub_cost = self.subquery(query)
+            return _E(sql.SQL("({} IN ({}))").format(left.sql, sub), BOOLEAN, left.loose, left.agg,
+                      cost=left.cost + sub_cost)
         if not node.expressions:
             raise InvalidSQL("IN (...) needs at least one value")
         if len(node.expressions) > IN_MAX:
@@ -896,9 +961,11 @@ class _Translator:
                 parts.append(self.option_label(left.column, v, e))
             else:
                 parts.append(e.sql)
-        l_sql = self.numeric(left) if left.type == JSON and all(v.type == NUMBER for v in values) else left.sql
+        as_number = left.type == JSON and all(v.type == NUMBER for v in values)
+        l_sql = self.numeric(left) if as_number else left.sql
+        cost = (self.numeric_cost(left) if as_number else left.cost) + _cost(*values)
         return _E(sql.SQL("({} IN ({}))").format(l_sql, sql.SQL(", ").join(parts)), BOOLEAN,
-                  _loose(left, *values), left.agg or any(v.agg for v in values))
+                  _loose(left, *values), left.agg or any(v.agg for v in values), cost=cost)
 
     def is_(self, node: exp.Is, ctx: _Ctx) -> _E:
         _check_args(node, {"this", "expression", "negate"}, "IS")
@@ -915,12 +982,12 @@ class _Translator:
                 empty = sql.SQL("({c} IS NULL OR {c} = 'null'::jsonb)").format(c=left.raw)
                 return _E(sql.SQL("(NOT {})").format(empty) if negate else empty, BOOLEAN, left.loose, left.agg)
             return _E(sql.SQL("({} IS NOT NULL)" if negate else "({} IS NULL)").format(left.sql), BOOLEAN,
-                      left.loose, left.agg)
+                      left.loose, left.agg, cost=left.cost)
         if isinstance(right, exp.Boolean):
             if left.type not in (BOOLEAN, UNKNOWN):
                 raise InvalidSQL(f"IS TRUE / IS FALSE takes a condition, not {snippet(node.this)}")
             word = ("IS NOT " if negate else "IS ") + ("TRUE" if right.this else "FALSE")
-            return _E(sql.SQL("({} " + word + ")").format(left.sql), BOOLEAN, left.loose, left.agg)
+            return _E(sql.SQL("({} " + word + ")").format(left.sql), BOOLEAN, left.loose, left.agg, cost=left.cost)
         raise InvalidSQL("IS is only allowed as IS [NOT] NULL, IS [NOT] TRUE or IS [NOT] FALSE")
 
     def case(self, node: exp.Case, ctx: _Ctx) -> _E:
@@ -929,6 +996,7 @@ class _Translator:
             raise InvalidSQL("write CASE WHEN <condition> THEN … (the simple CASE <value> WHEN form is not supported)")
         parts: list[sql.Composable] = []
         emitted: list[_E] = []
+        values: list[_E] = []
         out_type = UNKNOWN
         for branch in node.args.get("ifs") or []:
             if not isinstance(branch, exp.If):
@@ -936,21 +1004,30 @@ class _Translator:
             _check_args(branch, {"this", "true"}, "CASE WHEN")
             cond, value = self.expr(branch.this, ctx), self.expr(branch.args["true"], ctx)
             emitted += [cond, value]
+            values.append(value)
             out_type = value.type if out_type == UNKNOWN else out_type
             parts.append(sql.SQL(" WHEN {} THEN {}").format(cond.sql, self.output_value(value)))
         default = node.args.get("default")
         if default is not None:
             d = self.expr(default, ctx)
             emitted.append(d)
+            values.append(d)
             out_type = d.type if out_type == UNKNOWN else out_type
             parts.append(sql.SQL(" ELSE {}").format(self.output_value(d)))
         if not parts:
             raise InvalidSQL("CASE needs WHEN … THEN …")
+        # a value passes through as it is (a stored text stays a pointer)
+        cost = sum(e.cost for e in emitted if all(e is not v for v in values))
+        cost += sum(self.output_value_cost(v) for v in values)
         return _E(sql.SQL("(CASE{} END)").format(sql.SQL("").join(parts)), out_type, _loose(*emitted),
-                  any(e.agg for e in emitted))
+                  any(e.agg for e in emitted), cost=cost, long=any(v.long and v.type != JSON for v in values),
+                  toasted=any(v.toasted for v in values))
 
     def output_value(self, e: _E) -> sql.Composable:
         return self.numeric(e) if e.type == JSON else e.sql
+
+    def output_value_cost(self, e: _E) -> int:
+        return self.numeric_cost(e) if e.type == JSON else e.cost
 
     def label(self, node: exp.Anonymous, ctx: _Ctx) -> _E:
         """``label(<relation column>)``: the related record's label (its table's label
@@ -983,7 +1060,9 @@ class _Translator:
         value = self.column(ref, _Ctx(sources=[src]))
         text = sql.SQL("(SELECT {} FROM {} WHERE {} = {})").format(
             self.output(value), self.source_sql(src), sql.Identifier(src.alias, "id"), rel.sql)
-        return _E(text, value.type, rel.loose, rel.agg)
+        # the related record's stored value, as a pointer (a computed label: its jsonb)
+        long = value.long or value.type == JSON
+        return _E(text, value.type, rel.loose, rel.agg, cost=rel.cost, long=long, toasted=long)
 
     def filtered(self, node: exp.Filter, ctx: _Ctx) -> _E:
         _check_args(node, {"this", "expression"}, "FILTER")
@@ -992,7 +1071,8 @@ class _Translator:
             raise InvalidSQL("FILTER (WHERE …) follows an aggregate function")
         agg = self.aggregate(node.this, ctx)
         cond = self.expr(where.this, _Ctx(sources=ctx.sources, clause="FILTER"))
-        return _E(sql.SQL("{} FILTER (WHERE {})").format(agg.sql, cond.sql), agg.type, (), True)
+        return _E(sql.SQL("{} FILTER (WHERE {})").format(agg.sql, cond.sql), agg.type, (), True,
+                  cost=agg.cost + cond.cost, long=agg.long, toasted=agg.toasted)
 
     def aggregate(self, node: exp.Expression, ctx: _Ctx) -> _E:
         name = _AGGREGATES[type(node)]
@@ -1018,15 +1098,19 @@ class _Translator:
         if arg is None:
             raise InvalidSQL(f"{name.upper()} needs an argument")
         e = self.expr(arg, inner)
+        long = toasted = False
         if name in ("sum", "avg"):
-            value, out = self.numeric(e), NUMBER
+            value, out, cost = self.numeric(e), NUMBER, self.numeric_cost(e)
         elif name == "count":
-            value, out = e.sql, NUMBER
+            value, out, cost = e.sql, NUMBER, e.cost
         else:
             self.refuse_list(e, name.upper())
-            value, out = self.output_value(e), (NUMBER if e.type == JSON else e.type)
+            value, out, cost = self.output_value(e), (NUMBER if e.type == JSON else e.type), self.output_value_cost(e)
+            long = toasted = e.long and e.type != JSON
+            if long:  # MIN/MAX of texts read both values' characters and keep the current one
+                cost += budget.DETOAST * e.toasted + budget.AGGREGATE_KEEP
         text = sql.SQL(name + "(" + ("DISTINCT " if distinct else "") + "{})").format(value)
-        return _E(text, out, (), True)
+        return _E(text, out, (), True, cost=cost, long=long, toasted=toasted)
 
     def function(self, node: exp.Func, ctx: _Ctx) -> _E:  # noqa: C901 - the curated list
         args: list[_E]
@@ -1037,12 +1121,19 @@ class _Translator:
             a = self.expr(node.this, ctx)
             self.refuse_list(a, node.key.upper())
             fn = {exp.Lower: "lower", exp.Upper: "upper", exp.Length: "length"}[type(node)]
-            return _E(sql.SQL(fn + "({})").format(self.text(a)), NUMBER if fn == "length" else TEXT, a.loose, a.agg)
+            # the argument's characters are read (a stored text copied first); lower and
+            # upper build a new text as long as it
+            if fn == "length":
+                return _E(sql.SQL("length({})").format(self.text(a)), NUMBER, a.loose, a.agg,
+                          cost=a.cost + budget.DETOAST * a.toasted)
+            return _E(sql.SQL(fn + "({})").format(self.text(a)), TEXT, a.loose, a.agg, long=a.long,
+                      cost=a.cost + budget.DETOAST * a.toasted + budget.BUILD * a.long)
         if isinstance(node, exp.Trim):
             _check_args(node, {"this"}, "TRIM")
             a = self.expr(node.this, ctx)
             self.refuse_list(a, "TRIM")
-            return _E(sql.SQL("btrim({})").format(self.text(a)), TEXT, a.loose, a.agg)
+            return _E(sql.SQL("btrim({})").format(self.text(a)), TEXT, a.loose, a.agg, long=a.long,
+                      cost=a.cost + budget.DETOAST * a.toasted + budget.BUILD * a.long)
         if isinstance(node, exp.Coalesce):
             _check_args(node, {"this", "expressions"}, "COALESCE")
             args = [self.expr(a, ctx) for a in (node.this, *node.expressions)]
@@ -1050,28 +1141,32 @@ class _Translator:
                 self.refuse_list(a, "COALESCE")
             out = next((a.type for a in args if a.type != UNKNOWN), UNKNOWN)
             values = [self.numeric(a) if a.type == JSON and out == NUMBER else a.sql for a in args]
+            cost = sum(self.numeric_cost(a) if a.type == JSON and out == NUMBER else a.cost for a in args)
+            long = out != NUMBER and any(a.long for a in args)
             return _E(sql.SQL("coalesce({})").format(sql.SQL(", ").join(values)), out, _loose(*args),
-                      any(a.agg for a in args))
+                      any(a.agg for a in args), cost=cost, long=long, toasted=long and any(a.toasted for a in args))
         if isinstance(node, exp.Nullif):
             _check_args(node, {"this", "expression"}, "NULLIF")
             a, b = self.expr(node.this, ctx), self.expr(node.expression, ctx)
             self.refuse_list(a, "NULLIF")
-            return _E(sql.SQL("nullif({}, {})").format(a.sql, b.sql), a.type, _loose(a, b), a.agg or b.agg)
+            return _E(sql.SQL("nullif({}, {})").format(a.sql, b.sql), a.type, _loose(a, b), a.agg or b.agg,
+                      cost=_cost(a, b), long=a.long, toasted=a.toasted)
         if isinstance(node, exp.Round):
             _check_args(node, {"this", "decimals"}, "ROUND")
             a = self.expr(node.this, ctx)
             decimals = node.args.get("decimals")
             if decimals is None:
-                return _E(sql.SQL("round({})").format(self.numeric(a)), NUMBER, a.loose, a.agg)
+                return _E(sql.SQL("round({})").format(self.numeric(a)), NUMBER, a.loose, a.agg,
+                          cost=self.numeric_cost(a))
             d = _ordinal_value(decimals)
             if d is None or d > 20:
                 raise InvalidSQL("ROUND's second argument is a whole number of decimals (0 to 20)")
             return _E(sql.SQL("round(({})::numeric, {})").format(self.numeric(a), sql.Literal(d)), NUMBER,
-                      a.loose, a.agg)
+                      a.loose, a.agg, cost=self.numeric_cost(a))
         if isinstance(node, exp.Abs):
             _check_args(node, {"this"}, "ABS")
             a = self.expr(node.this, ctx)
-            return _E(sql.SQL("abs({})").format(self.numeric(a)), NUMBER, a.loose, a.agg)
+            return _E(sql.SQL("abs({})").format(self.numeric(a)), NUMBER, a.loose, a.agg, cost=self.numeric_cost(a))
         if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
             _check_args(node, {"this", "unit", "zone"}, "DATE_TRUNC")
             if node.args.get("zone") is not None:
@@ -1080,14 +1175,16 @@ class _Translator:
             a = self.expr(node.this, ctx)
             if a.type not in (DATE, UNKNOWN):
                 raise InvalidSQL("DATE_TRUNC takes a date")
-            return _E(sql.SQL("date_trunc({}, {})").format(sql.Literal(unit), _dated(a)), DATE, a.loose, a.agg)
+            return _E(sql.SQL("date_trunc({}, {})").format(sql.Literal(unit), _dated(a)), DATE, a.loose, a.agg,
+                      cost=a.cost)
         if isinstance(node, exp.Extract):
             _check_args(node, {"this", "expression"}, "EXTRACT")
             unit = _unit(node.this, EXTRACT_UNITS, "EXTRACT")
             a = self.expr(node.expression, ctx)
             if a.type not in (DATE, INTERVAL, UNKNOWN):
                 raise InvalidSQL("EXTRACT takes a date or an interval")
-            return _E(sql.SQL("extract(" + unit + " FROM {})").format(_dated(a)), NUMBER, a.loose, a.agg)
+            return _E(sql.SQL("extract(" + unit + " FROM {})").format(_dated(a)), NUMBER, a.loose, a.agg,
+                      cost=a.cost)
         if isinstance(node, exp.CurrentTimestamp):
             _check_args(node, set(), "NOW")
             return _E(sql.SQL("now()"), DATE)
@@ -1102,6 +1199,10 @@ class _Translator:
 
 def _loose(*es: _E) -> tuple[str, ...]:
     return tuple(n for e in es for n in e.loose)
+
+
+def _cost(*es: _E) -> int:
+    return sum(e.cost for e in es)
 
 
 def _condition(e: _E, where: str) -> _E:

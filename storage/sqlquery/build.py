@@ -18,6 +18,7 @@ from psycopg import sql
 from storage.ddl import text_key_expr
 from storage.query.render import value_json  # one rendering for REST lists and SQL
 from storage.schema import ColumnMeta, ColumnType
+from storage.sqlquery import budget
 from storage.sqlquery.parse import Op
 
 # Kinds of values a field holds; data columns use their ColumnType value.
@@ -95,6 +96,22 @@ def condition(field: Field, op: Op, values: tuple[Any, ...], negate: bool) -> Fr
     return Fragment(sql.SQL("{} " + _SQL_OPS[op] + " %s").format(expr), values)
 
 
+def condition_copies(field: Field, op: Op, values: tuple[Any, ...]) -> int:
+    """What :func:`condition` copies of a row's long values (storage/sqlquery/budget.py):
+    LIKE reads a text's characters (a stored text is copied first); a computed column
+    compared as text builds its text from the jsonb, as a number reads it several times;
+    comparing a text (``left()`` reads only its first characters) and IS NULL copy nothing."""
+    if op is Op.IS_NULL:
+        return 0
+    if field.kind == KIND_COMPUTED:
+        numeric = any(isinstance(v, JsonOperand) and v.number is not None for v in values)
+        text = op in (Op.EQ, Op.NEQ, Op.IN) or not numeric
+        return budget.COMPUTED_TEXT * text + budget.COMPUTED_NUMBER * numeric
+    if field.kind == ColumnType.TEXT and op is Op.LIKE:
+        return budget.DETOAST
+    return 0
+
+
 def _text(expr: sql.Composable, op: Op, values: tuple[Any, ...], negate: bool) -> Fragment:
     """A text column's btree holds its first characters (storage/ddl.py ``text_key_expr``):
     bound them (exact under the C collation), then compare the whole text, as the REST
@@ -158,10 +175,18 @@ def _computed(col: sql.Identifier, op: Op, values: tuple[Any, ...], negate: bool
         return Fragment(sql.SQL("{} " + symbol + " %s::numeric").format(number), (o.number,))
 
     if op is Op.IN:
-        parts = [compare(o, "=") for o in values]
-        test: sql.Composable = sql.SQL("({})").format(sql.SQL(" OR ").join(f.sql for f in parts))
-        params = tuple(p for f in parts for p in f.params)
-        return Fragment(sql.SQL("NOT {}").format(test) if negate else test, params)
+        # one IN per form, not one comparison per value: each form reads the value again
+        # (a long computed text is copied each time), so 200 values made 200 × 6 copies
+        # of a row's value (1.15 GB per row); OR-ing the "=" above over every value is
+        # the same test (number = any number, or text = any text)
+        numbers = tuple(o.number for o in values if o.number is not None)
+        texts = tuple(o.text for o in values)
+        test: sql.Composable = sql.SQL("({} IN ({}))").format(
+            text, sql.SQL(", ").join(sql.SQL("%s::text") for _ in texts))
+        if numbers:
+            test = sql.SQL("(coalesce({} IN ({}), false) OR {})").format(
+                number, sql.SQL(", ").join(sql.SQL("%s::numeric") for _ in numbers), test)
+        return Fragment(sql.SQL("NOT {}").format(test) if negate else test, (*numbers, *texts))
     if op is Op.NEQ:
         eq = compare(values[0], "=")
         return Fragment(sql.SQL("NOT {}").format(eq.sql), eq.params)

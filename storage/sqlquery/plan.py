@@ -23,6 +23,7 @@ from psycopg import sql
 from storage.errors import InvalidSQL, ServiceError
 from storage.plans import IN_MAX, page_size
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
+from storage.sqlquery import budget
 from storage.sqlquery.analytic import AnalyticPlan, translate_analytic
 from storage.sqlquery.build import (
     KIND_COMPUTED,
@@ -37,6 +38,7 @@ from storage.sqlquery.build import (
     build_json_page,
     build_queries,
     condition,
+    condition_copies,
     field_size,
     guarded_rows,
     json_renderable,
@@ -157,6 +159,8 @@ def translate(
         resolved = [_resolve(table, ref) for ref in parsed.fields]
         fields = tuple({f.physical: f for f in resolved}.values())  # repeats collapse
     where = tuple(_plan_condition(table, cond) for cond in parsed.where)
+    # what one row's conditions may copy of long values, bounded before anything runs
+    budget.check_copies(sum(_condition_copies(table, cond) for cond in parsed.where))
 
     order: list[Fragment] = []
     ordered_by_id = False
@@ -276,6 +280,11 @@ def _plan_condition(table: TableMeta, cond: Cond) -> Fragment:
         raise ServiceError(f"IN takes at most {IN_MAX} values", code="TOO_MANY_VALUES")
     values = tuple(_typed(field, lit, cond.op) for lit in cond.values)
     return condition(field, cond.op, values, cond.negate)
+
+
+def _condition_copies(table: TableMeta, cond: Cond) -> int:
+    field = _resolve(table, cond.column)
+    return condition_copies(field, cond.op, tuple(_typed(field, lit, cond.op) for lit in cond.values))
 
 
 def _kind_label(field: Field) -> str:

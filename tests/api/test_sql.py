@@ -667,6 +667,31 @@ def test_an_answer_past_the_byte_cap_is_refused_while_postgresql_reads_it(ws):
     assert q(ws.api, "SELECT length(T) AS n FROM Long LIMIT 1").json()["rows"] == [{"n": 1_000_000}]
 
 
+# 700 × lower(T) and 400 × lower(T) in WHERE, each within the query's 10,000 characters
+SELECT_LOWERS = "SELECT " + ",".join(f"lower(T) a{i}" for i in range(700)) + " FROM Long"
+WHERE_LOWERS = "SELECT length(T) AS n FROM Long WHERE " + " AND ".join("lower(T)<>'a'" for _ in range(400))
+
+
+def test_what_one_row_may_copy_is_bounded_before_the_query_runs(ws):
+    """``700 × lower(T) aN`` over one 1,000,000-character row took the backend to 3.4 GB
+    (7.9 s) before the answer's cap refused the row, and 400 × ``lower(T) <> 'a'`` in
+    WHERE 0.8 GB per row: eight at once could take the machine's memory. Each copy of a
+    long value is counted at translation; past 64 the query is refused at once
+    (INVALID_SQL naming the budget and the count) and never reaches PostgreSQL."""
+    _long_texts(ws, 1)
+    for query, copies in ((SELECT_LOWERS, 700 * 4), (WHERE_LOWERS, 400 * 2 + 1)):
+        assert len(query) <= 10_000
+        started = time.monotonic()
+        r = q(ws.api, query)
+        assert r.status_code == 400 and r.json()["code"] == "INVALID_SQL", r.text[:300]
+        assert f"{copies} times per row, more than the 64 allowed" in r.json()["error"], r.text
+        assert set(r.json()) == {"error", "code"}
+        assert time.monotonic() - started < 1.0
+    # a query within the budget answers as before
+    r = q(ws.api, "SELECT length(lower(T)) AS n, upper(T) LIKE 'A%' AS a FROM Long WHERE T LIKE 'a%'")
+    assert r.status_code == 200 and r.json()["rows"] == [{"n": 1_000_000, "a": True}], r.text[:300]
+
+
 def _peak_rss_kb(pid):
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))

@@ -301,3 +301,23 @@ async def test_sql_query_answers_past_the_byte_cap_as_rest_does(ws, mcp):
         out = data(await c.call_tool("sql_query", {"query": "SELECT T FROM Long ORDER BY T LIMIT 16"}))
         assert [row["T"][:2] for row in out["rows"]] == [chr(97 + i) * 2 for i in range(16)]
         assert all(len(row["T"]) == 1_000_000 for row in out["rows"]) and out["has_more"] is True
+
+
+async def test_sql_query_refuses_what_one_row_would_copy_past_the_budget_as_rest_does(ws, mcp):
+    """``700 × lower(T)`` over a text of a million characters took the database backend
+    to 3.4 GB; both doors now refuse it at translation with the same INVALID_SQL naming
+    the budget (64) and the count, and answer a query within it."""
+    from tests.api.test_sql import SELECT_LOWERS, _long_texts
+
+    _long_texts(ws, 1)
+    rest = ws.api.post("/sql", json={"query": SELECT_LOWERS})
+    assert rest.status_code == 400 and rest.json()["code"] == "INVALID_SQL", rest.text[:300]
+    assert "2800 times per row, more than the 64 allowed" in rest.json()["error"]
+    async with mcp(ws.builder_token) as c:
+        started = time.monotonic()
+        res = await c.call_tool("sql_query", {"query": SELECT_LOWERS})
+        assert time.monotonic() - started < 1.0
+        assert error_code(res) == "INVALID_SQL"
+        assert res.structured_content["error"] == rest.json()["error"]
+        out = data(await c.call_tool("sql_query", {"query": "SELECT length(lower(T)) AS n FROM Long"}))
+        assert out["rows"] == [{"n": 1_000_000}]
