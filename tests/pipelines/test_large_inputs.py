@@ -180,3 +180,34 @@ def test_a_backfill_of_large_rows_completes_and_counts_the_row_that_cannot_fit(w
     assert run["failed_rows"][0]["errors"]["Call"].startswith("input too large")
     got = ws.api.get(f"/tables/{t['id']}/records?order=N.asc&select=N,Call").json()["records"]
     assert [x["fields"]["Call"] for x in got] == [{"long": BIG}] * 4 + [None]
+
+
+def test_what_a_step_is_handed_is_what_it_may_read():
+    from activities.records_io import load_page
+    from storage.refs import fields_read
+
+    assert fields_read("http_request", None, {"url": "http://x/{{ A }}?b={{ fields['B c'] }}",
+                                              "body": {"k": "{% if C %}{{ D * 2 }}{% endif %}"}}) == {"A", "B c", "C", "D"}
+    assert fields_read("formula", "{A} & {B}", {}) == {"A", "B"}
+    assert fields_read("loop", None, {"source_column": "L", "step": {"type": "ai_agent", "config": {"prompt": "{{ item }} {{ X }}"}}}) >= {"L", "X"}
+    assert fields_read("delay", None, {"seconds": 1}) == frozenset()
+    # anything that may read any field is handed every field
+    for kind, formula, config in [
+        ("ai_agent", None, {"prompt": "{{ fields | tojson }}"}),
+        ("http_request", None, {"url": "http://x/{{ fields[A] }}"}),
+        ("http_request", None, {"url": "http://x/{{ fields.get('A') }}"}),
+        ("formula", "fields.A", {"language": "javascript"}),
+        ("loop", None, {"source_column": "L", "step": {"type": "formula", "config": {"formula": "x", "language": "javascript"}}}),
+        ("create_record", None, {"table_id": 1, "fields": {"T": "{{ broken "}}),
+    ]:
+        assert fields_read(kind, formula, config) is None, (kind, config)
+
+    # a load keeps records in order while they fit; a record too large alone keeps its id
+    # and the fields that fit, the others listed with their size
+    fields = {"1": {"id": 1, "T": "x" * 600}, "2": {"id": 2, "T": "é" * 200, "U": "u"}, "3": {"id": 3, "T": "y"}}
+    page = load_page(fields, 1000)
+    assert list(page) == ["1", "_more"] and page["_more"] == [2, 3]
+    page = load_page({k: fields[k] for k in ("2", "3")}, 1000)
+    assert page["2"] == {"id": 2, "U": "u"} and page["3"] == fields["3"]
+    assert page["_unloaded"] == {"2": {"T": 1207}}  # "T": and 200 × \u00e9
+    assert load_page(fields, 10_000) == fields
