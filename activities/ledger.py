@@ -17,6 +17,36 @@ BUDGET_EXCEEDED = "budget_exceeded"
 SKIPPED = "skipped: a column it depends on failed"
 VALUE_TYPE_MISMATCH = "VALUE_TYPE_MISMATCH"
 
+# What the workflow hands a step (and what ``load_records`` hands the workflow) travels as
+# one Temporal payload, which Temporal refuses over its 2 MiB blob-size limit
+# ("[TMPRL1103]", the workflow task failing again and again: the run hung until its
+# budget). The records' fields of one step input, or of one load, are kept within this
+# as Temporal's JSON encodes them (non-ASCII escaped: up to 6 bytes a character), the
+# rest of the payload (the table's snapshot, the caller) in what is left. The same
+# figure as a step's results (activities/proxy.py STEP_RESULT_MAX_BYTES).
+STEP_INPUT_MAX_BYTES = 1536 * 1024
+# load_records' result beside the records: the ids left for the next load, and the
+# fields of a record that could not be loaded even alone (name → bytes as JSON)
+MORE_KEY = "_more"
+UNLOADED_KEY = "_unloaded"
+
+
+def size_text(n: int) -> str:
+    """A byte count as people read it.
+
+    >>> size_text(1536 * 1024), size_text(2 * 1024 * 1024), size_text(704 * 1024 + 2), size_text(10)
+    ('1.5 MiB', '2 MiB', '704 KiB', '1 KiB')
+    """
+    if n >= 1024 * 1024:
+        return f"{n / (1024 * 1024):.1f}".removesuffix(".0") + " MiB"
+    return f"{max(1, round(n / 1024))} KiB"
+
+
+def input_too_large(size: int) -> str:
+    """A record's error for a step its fields cannot be handed to."""
+    return (f"input too large: the fields this step reads of this record take {size_text(size)} as JSON;"
+            f" a step is handed at most {size_text(STEP_INPUT_MAX_BYTES)} of a record, so it did not run")
+
 
 def outcome(run_id: str, errors: dict[str, str]) -> dict[str, Any]:
     """A record's pipeline outcome as stored in ``_pipeline`` and shown as its ``pipeline``."""

@@ -40,6 +40,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.egress import DEFAULT_TIMEOUT_S, AddressRefused
+from activities.ledger import size_text
 from storage import jsontext
 from storage.db import Database
 from storage.errors import ServiceError
@@ -69,17 +70,6 @@ T = TypeVar("T")
 
 class ResponseTooLarge(Exception):
     """The response body exceeded the cap."""
-
-
-def size_text(n: int) -> str:
-    """A byte count as people read it.
-
-    >>> size_text(1536 * 1024), size_text(2 * 1024 * 1024), size_text(704 * 1024 + 2), size_text(10)
-    ('1.5 MiB', '2 MiB', '704 KiB', '1 KiB')
-    """
-    if n >= 1024 * 1024:
-        return f"{n / (1024 * 1024):.1f}".removesuffix(".0") + " MiB"
-    return f"{max(1, round(n / 1024))} KiB"
 
 
 TOO_LARGE = f"response larger than {size_text(MAX_RESPONSE_BYTES)}, the most a step keeps"

@@ -9,10 +9,11 @@ from typing import Any
 
 import psycopg
 from temporalio import activity
+from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ApplicationError
 
 from activities import formula, json_parser, written
-from activities.ledger import Ledger
+from activities.ledger import MORE_KEY, UNLOADED_KEY, Ledger
 from activities.metrics import STALE_VALUES, observe_step
 from activities.sandbox import SandboxLost, lost_message, sandbox
 from activities.snap import step_decoder, table_meta, table_snap
@@ -22,8 +23,8 @@ from storage import records as rec
 from storage.db import Database
 from storage.schema import TableMeta
 
-
 GUARDS_KEY = "_guards"  # load_records' result: the write-back guard beside the records
+_PAYLOADS = PayloadConverter.default  # the worker's converter (no custom one is configured)
 RETRIES = 2  # records a write-back left values of out, evaluated again (see pure_pipeline)
 
 
@@ -84,10 +85,17 @@ class RecordIO:
         with ``inp.levels``, also ``"_guards"``: what the run's values derive from, as read
         (storage/guards.py; the workflow hands it to ``write_results``)."""
         fields, loaded = await self._load(inp)
+        if inp.fields is not None:  # only what the run's steps read
+            wanted = {*inp.fields, "id"}
+            fields = {rid: {k: v for k, v in f.items() if k in wanted} for rid, f in fields.items()}
+        out: dict[str, Any] = fields
+        if inp.max_bytes is not None:
+            out = load_page(fields, inp.max_bytes)
+            loaded = {rid: row for rid, row in loaded.items() if str(rid) in out}
         if inp.levels is not None:
             guard = guards.plan(table_meta(inp.table), [cid for level in inp.levels for cid in level])
-            return {**fields, GUARDS_KEY: guards.stamp(guard, loaded.values())}  # type: ignore[dict-item]
-        return fields
+            return {**out, GUARDS_KEY: guards.stamp(guard, loaded.values())}
+        return out
 
     @activity.defn(name="pure_pipeline")
     async def pure_pipeline(self, inp: FusedInput) -> PipelineResult:
@@ -186,6 +194,56 @@ class RecordIO:
         except psycopg.DataError as exc:
             raise ApplicationError(f"the computed values could not be stored: {exc.diag.message_primary or 'refused'}",
                                    type="UNSTORABLE", non_retryable=True) from None
+
+
+def _json_size(value: Any) -> int:
+    """Bytes of ``value`` as a Temporal payload's data (JSON, non-ASCII escaped)."""
+    return len(_PAYLOADS.to_payloads([value])[0].data)
+
+
+def load_page(fields: dict[str, dict[str, Any]], max_bytes: int) -> dict[str, Any]:
+    """``fields`` (record id → fields) within ``max_bytes`` as Temporal's JSON encodes them.
+
+    Records are kept in order while they fit; those after go under ``"_more"`` (their
+    ids, for the next load). A record that does not fit even alone starts a page of its
+    own and keeps its fields in column order while they fit; the others are listed under
+    ``"_unloaded"`` (record id → name → bytes as JSON): a step reading one of them fails
+    for that record, naming the limit (workflows/pipeline.py), the others run.
+    """
+    if _json_size(fields) <= max_bytes:
+        return dict(fields)
+    out: dict[str, Any] = {}
+    more: list[int] = []
+    unloaded: dict[str, dict[str, int]] = {}
+    used = 2  # {}
+    for rid, record in fields.items():
+        if more:
+            more.append(int(rid))
+            continue
+        key = _json_size(rid) + 2  # "rid": and a comma
+        size = key + _json_size(record)
+        if used + size <= max_bytes:
+            out[rid] = record
+            used += size
+            continue
+        if out:  # the next load starts with it
+            more.append(int(rid))
+            continue
+        kept: dict[str, Any] = {}
+        used += key + 2
+        for name, value in sorted(record.items(), key=lambda kv: kv[0] != "id"):  # its id first
+            item = _json_size(name) + 2 + _json_size(value)
+            if used + item <= max_bytes:
+                kept[name] = value
+                used += item
+            else:
+                unloaded.setdefault(rid, {})[name] = item
+        out[rid] = kept
+    if more:
+        out[MORE_KEY] = more
+    if unloaded:
+        out[UNLOADED_KEY] = unloaded
+    return out
 
 
 def _merged(first: PipelineResult, again: PipelineResult) -> PipelineResult:

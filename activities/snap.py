@@ -7,11 +7,26 @@ from typing import Any
 
 from activities.types import Caller, ColumnSnap, TableSnap
 from storage.access import Action, Perms, Principal
+from storage.refs import fields_read
 from storage.schema import ColumnMeta, ColumnType, Option, TableMeta
 from storage.values import decode_value, value_decoder
 
 
+def _fields_read(table: TableMeta) -> dict[int, list[str] | None]:
+    """Computed column id → the fields its steps read (None: any), memoised on the table."""
+    found = table.memo.get("fields_read")
+    if found is None:
+        found = {}
+        for c in table.columns:
+            if c.computed:
+                names = fields_read(c.type.value, c.formula, c.config or {})
+                found[c.id] = sorted(names) if names is not None else None
+        table.memo["fields_read"] = found
+    return found
+
+
 def table_snap(table: TableMeta) -> TableSnap:
+    reads = _fields_read(table)
     return TableSnap(
         id=table.id,
         workspace_id=table.workspace_id,
@@ -21,7 +36,7 @@ def table_snap(table: TableMeta) -> TableSnap:
                 id=c.id, name=c.name, type=c.type.value, config=dict(c.config), formula=c.formula,
                 options=[o.as_dict() for o in c.options], relation_table_id=c.relation_table_id,
                 required=c.required, position=c.position, broken=c.broken, value_type=c.value_type,
-                definition=c.definition,
+                definition=c.definition, reads=reads.get(c.id),
             )
             for c in table.columns
         ],

@@ -33,6 +33,9 @@ class ColumnSnap:
     # a digest of the stored definition (storage.schema.definition_of): the write-back
     # stores the run's values only while it is still the column's (storage/guards.py)
     definition: str = ""
+    # computed columns: the fields of its record a step of this column reads
+    # (storage.refs.fields_read); None: any of them (and snapshots taken before this)
+    reads: list[str] | None = None
 
 
 @dataclass
@@ -100,6 +103,12 @@ class LoadInput:
     # the run's computed columns (PipelineInput.levels): with them, the result also holds
     # the write-back guard under "_guards" (storage/guards.py stamp)
     levels: list[list[int]] | None = None
+    # the fields to load (every one when None; "id" always)
+    fields: list[str] | None = None
+    # load at most this many bytes of fields (as Temporal's JSON encodes them): the records
+    # after go under "_more" for the next load, and the fields of a record that cannot fit
+    # even alone under "_unloaded" (activities.ledger.load_page); None: no limit
+    max_bytes: int | None = None
 
 
 @dataclass

@@ -208,6 +208,66 @@ def names_read(kind: str, formula: str | None, config: Mapping[str, Any]) -> set
     return out
 
 
+def _template_reads(text: str) -> frozenset[str] | None:
+    """:func:`template_names` of ``text``, or None when it may read any field: it uses
+    ``fields`` otherwise than ``fields["a constant"]`` (``{{ fields | tojson }}``,
+    ``fields[name]``, ``fields.get(...)``), or it does not parse."""
+    if "{" not in text:
+        return frozenset()
+    try:
+        tree = _jinja().parse(text)
+        names = template_names(text)
+    except (TemplateSyntaxError, InvalidFormula):
+        return None
+    uses = sum(1 for n in tree.find_all(nodes.Name) if n.name == "fields")
+    constant = sum(1 for item in tree.find_all(nodes.Getitem)
+                   if isinstance(item.node, nodes.Name) and item.node.name == "fields"
+                   and isinstance(item.arg, nodes.Const) and isinstance(item.arg.value, str))
+    return names if uses == constant else None
+
+
+def fields_read(kind: str, formula: str | None, config: Mapping[str, Any]) -> frozenset[str] | None:
+    """The fields of its record a step of a computed column reads (name-form config), or
+    None when it may read any of them: what the pipeline hands the step
+    (workflows/pipeline.py). Unlike :func:`names_read` (the dependency graph) this is
+    conservative: every string of the config is read as a template, and a JavaScript
+    formula, a template using ``fields`` as a whole or with a computed key, or text that
+    does not parse reads everything.
+
+    >>> sorted(fields_read("http_request", None, {"url": "http://x/{{ A }}", "body": {"b": "{{ fields['B c'] }}"}}))
+    ['A', 'B c']
+    >>> fields_read("ai_agent", None, {"prompt": "{{ fields | tojson }}"}) is None
+    True
+    """
+    out: set[str] = set()
+    if kind == "formula":
+        if config.get("language", "excel") != "excel":
+            return None
+        try:
+            out |= formula_names(formula or config.get("formula") or "", "excel")
+        except InvalidFormula:
+            return None
+    for key, value in config.items():
+        if key in ("source_column",) and isinstance(value, str):
+            out.add(value)
+            continue
+        if key in ("depends_on", "formula", "step"):
+            continue
+        for text in strings(value):
+            found = _template_reads(text)
+            if found is None:
+                return None
+            out |= found
+    step = config.get("step")
+    if kind == "loop" and isinstance(step, dict):
+        sub = step.get("config") if isinstance(step.get("config"), dict) else {}
+        found = fields_read(str(step.get("type") or ""), sub.get("formula"), sub)
+        if found is None:
+            return None
+        out |= found
+    return frozenset(out)  # a name that is no column (``item``) is simply not found
+
+
 def target_names(kind: str, config: Mapping[str, Any]) -> set[str]:
     """Names of the target table's columns a record step names (``fields``/``filters`` keys)."""
     out: set[str] = set()

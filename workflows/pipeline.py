@@ -16,7 +16,14 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.ledger import BUDGET_EXCEEDED, Ledger
+    from activities.ledger import (
+        BUDGET_EXCEEDED,
+        MORE_KEY,
+        STEP_INPUT_MAX_BYTES,
+        UNLOADED_KEY,
+        Ledger,
+        input_too_large,
+    )
     from activities.types import (
         FusedInput,
         LoadInput,
@@ -47,6 +54,11 @@ MAX_LOOP_ITEMS = 1000  # a longer list fails the row's loop column (docs/api.md 
 # Versioning (workflow.patched): before this id a longer list was cut to its first
 # MAX_LOOP_ITEMS items and looped; a history recorded then replays that way.
 LOOP_LIMIT_FAILS = "loop-over-limit-fails"
+# Before this id a step's input held every record of its batch however large (over 2 MiB
+# Temporal refused it and the workflow task failed until the run's budget ran out); now
+# the batch goes in sub-batches that fit and a record that cannot fit alone fails that
+# step (docs/decisions.md). patched() is asked only when an input is over the limit.
+STEP_INPUTS_FIT = "step-inputs-fit"
 GUARDS_KEY = "_guards"  # activities.records_io.GUARDS_KEY (workflows import no activity module)
 
 
@@ -73,17 +85,10 @@ class PipelineWorkflow:
                 result_type=PipelineResult,
                 summary=f"{sum(len(level) for level in inp.levels)} formula/parser column(s)",
             )
-        self.fields: dict[str, dict[str, Any]] = await workflow.execute_local_activity(
-            "load_records",
-            LoadInput(table=inp.table, record_ids=inp.record_ids, levels=inp.levels if inp.write else None),
-            start_to_close_timeout=LOCAL_TIMEOUT,
-            retry_policy=LOCAL_RETRY,
-            result_type=dict,
-        )
         # what the run's values derive from, as read (storage/guards.py): the write-back
         # stores only those still derived from what the rows hold (absent from histories
         # recorded before the guard: the write is then unguarded, as it was)
-        guard = self.fields.pop(GUARDS_KEY, None)
+        self.fields, guard = await self._load()
         self.ledger = Ledger(inp, list(self.fields))
         self.children: list[Any] = []
         for level in inp.levels:
@@ -99,6 +104,56 @@ class PipelineWorkflow:
                 retry_policy=LOCAL_RETRY,
             )
         return result
+
+    async def _load(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+        """The records' fields the run's steps read, and the write-back guard.
+
+        A load hands back at most ``STEP_INPUT_MAX_BYTES`` of fields (one Temporal
+        payload); the records left over are loaded next, in order. Fields of a record too
+        large to load even alone are listed in ``self.unloaded`` (name → bytes). Histories
+        recorded before loads were limited hold one load of everything, and replay so."""
+        inp = self.inp
+        self.unloaded: dict[str, dict[str, int]] = {}
+        fields: dict[str, dict[str, Any]] = {}
+        guard: dict[str, Any] | None = None
+        ids = inp.record_ids
+        while True:
+            got: dict[str, Any] = await workflow.execute_local_activity(
+                "load_records",
+                LoadInput(table=inp.table, record_ids=ids, levels=inp.levels if inp.write else None,
+                          fields=self._run_reads(), max_bytes=STEP_INPUT_MAX_BYTES),
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=LOCAL_RETRY,
+                result_type=dict,
+            )
+            page_guard = got.pop(GUARDS_KEY, None)
+            more = got.pop(MORE_KEY, None)
+            self.unloaded.update(got.pop(UNLOADED_KEY, None) or {})
+            fields.update(got)
+            if guard is None:
+                guard = page_guard
+            elif page_guard is not None:
+                guard["rows"] = {**guard.get("rows", {}), **page_guard.get("rows", {})}
+            if not more:
+                return fields, guard
+            ids = more
+
+    def _reads(self, cid: int) -> set[str] | None:
+        """The fields a step of column ``cid`` reads (None: any; a loop's sub-step too)."""
+        reads = self.cols[cid].reads
+        return None if reads is None else {*reads, "id"}
+
+    def _run_reads(self) -> list[str] | None:
+        """The fields any step of the run reads (None: every one)."""
+        out: set[str] = set()
+        for level in self.inp.levels:
+            for cid in level:
+                if cid in self.cols and not self.cols[cid].broken:
+                    reads = self._reads(cid)
+                    if reads is None:
+                        return None
+                    out |= reads
+        return sorted(out)
 
     # ------------------------------------------------------------------ budgets
     def _remaining_s(self) -> float:
@@ -138,12 +193,48 @@ class PipelineWorkflow:
         self, cid: int, rids: list[str], override: dict[str, Any] | None = None,
         items: dict[str, Any] | None = None, suffix: str = "",
     ) -> StepResult:
+        reads = self._reads(cid)
+        records = {r: self._input(r, reads) for r in rids}
+        missing = {r: n for r in rids if (n := self._missing(r, reads))}
+        if (missing or _size(records) + (_size(items) if items is not None else 0) > STEP_INPUT_MAX_BYTES) \
+                and workflow.patched(STEP_INPUTS_FIT):
+            # over what one Temporal payload carries: the batch goes in sub-batches that
+            # fit; a record that cannot fit even alone fails this step, saying why
+            batches, errors = _fit(rids, records, items, missing)
+            results = []
+            for batch in batches:  # one at a time: each input is up to the limit
+                results.append(await self._call(
+                    cid, batch, {r: records[r] for r in batch}, override,
+                    None if items is None else {r: items.get(r) for r in batch}, suffix))
+            out = StepResult(errors=errors)
+            for res in results:
+                out.values.update(res.values)
+                out.errors.update(res.errors)
+                out.children.extend(res.children)
+            return out
+        return await self._call(cid, rids, records, override, items, suffix)
+
+    def _input(self, rid: str, reads: set[str] | None) -> dict[str, Any]:
+        fields = self.fields[rid]
+        return fields if reads is None else {k: v for k, v in fields.items() if k in reads}
+
+    def _missing(self, rid: str, reads: set[str] | None) -> int:
+        """Bytes of the fields a step reads that ``rid`` could not load (too large)."""
+        unloaded = self.unloaded.get(rid)
+        if not unloaded:
+            return 0
+        return sum(n for name, n in unloaded.items() if reads is None or name in reads)
+
+    async def _call(
+        self, cid: int, rids: list[str], records: dict[str, dict[str, Any]],
+        override: dict[str, Any] | None, items: dict[str, Any] | None, suffix: str,
+    ) -> StepResult:
         col = self.cols[cid]
         kind = (override or {}).get("type", col.type)
         step = StepInput(
             table=self.inp.table,
             column_id=cid,
-            records={r: self.fields[r] for r in rids},
+            records=records,
             now=workflow.now().isoformat(),
             caller=self.inp.caller,
             step_key=f"{workflow.info().workflow_id}:{cid}{suffix}",
@@ -293,6 +384,38 @@ class PipelineWorkflow:
 def _all_pure(inp: PipelineInput, cols: dict[int, Any]) -> bool:
     kinds = {cols[cid].type for level in inp.levels for cid in level if cid in cols}
     return bool(kinds) and kinds <= PURE_KINDS
+
+
+def _size(value: Any) -> int:
+    """Bytes of ``value`` as Temporal's JSON converter encodes it (non-ASCII escaped)."""
+    return len(workflow.payload_converter().to_payloads([value])[0].data)
+
+
+def _fit(
+    rids: list[str], records: dict[str, dict[str, Any]], items: dict[str, Any] | None, missing: dict[str, int],
+) -> tuple[list[list[str]], dict[str, str]]:
+    """``rids`` in sub-batches (in order) whose records (and loop items) fit in
+    ``STEP_INPUT_MAX_BYTES``, and the error of each record that cannot fit even alone
+    (or could not be loaded whole: ``missing`` bytes)."""
+    envelope = 4 if items is not None else 2  # {} (and the items' {})
+    batches: list[list[str]] = []
+    errors: dict[str, str] = {}
+    current: list[str] = []
+    used = envelope
+    for rid in rids:
+        key = _size(rid) + 2  # "rid": and a comma
+        size = key + _size(records[rid]) + (key + _size(items.get(rid)) if items is not None else 0)
+        if missing.get(rid) or envelope + size > STEP_INPUT_MAX_BYTES:
+            errors[rid] = input_too_large(size - key + missing.get(rid, 0))
+            continue
+        if current and used + size > STEP_INPUT_MAX_BYTES:
+            batches.append(current)
+            current, used = [], envelope
+        current.append(rid)
+        used += size
+    if current:
+        batches.append(current)
+    return batches, errors
 
 
 def _failure_message(exc: BaseException) -> str:

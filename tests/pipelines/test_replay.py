@@ -75,3 +75,24 @@ def test_a_loop_over_the_limit_recorded_before_it_failed_replays_as_it_ran():
         await Replayer(workflows=[PipelineWorkflow]).replay_workflow(history)
 
     asyncio.run(replay())
+
+
+def test_a_run_whose_step_inputs_were_split_to_fit_replays_as_it_ran():
+    """Recorded when the load and a step's input were first kept within one Temporal
+    payload (``STEP_INPUTS_FIT``, tests/pipelines/test_large_inputs.py): a batch of three
+    rows, 800,000 × "x", 400,000 × "é" (2.4 MB as JSON: its http step failed, naming the
+    limit) and 800,000 × "y", before an http_request column reading that text. Two loads,
+    the patch, the http step in two sub-batches of one record each, the formula, the
+    write; replayed under the default sandbox."""
+    raw = json.loads(gzip.decompress((HISTORIES / "step_inputs_fit.json.gz").read_bytes()))
+    history = WorkflowHistory.from_json("pipeline/recorded/step-inputs-fit", raw)
+    kinds = [(e["eventType"], (e.get("markerRecordedEventAttributes") or {}).get("markerName"))
+             for e in raw["events"] if e["eventType"] in ("EVENT_TYPE_MARKER_RECORDED", "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED")]
+    assert kinds.count(("EVENT_TYPE_ACTIVITY_TASK_SCHEDULED", None)) == 2
+    assert kinds.count(("EVENT_TYPE_MARKER_RECORDED", "core_patch")) == 1
+    assert kinds.count(("EVENT_TYPE_MARKER_RECORDED", "core_local_activity")) == 4
+
+    async def replay() -> None:
+        await Replayer(workflows=[PipelineWorkflow]).replay_workflow(history)
+
+    asyncio.run(replay())
