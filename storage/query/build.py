@@ -41,6 +41,7 @@ from storage.query.cursor import truncated_text
 from storage.query.parse import Op
 from storage.query.plan import Embed, JsonOperand, Kind, PlannedFilter, PlannedGroup, PlannedOrder, QueryPlan
 from storage.query.targets import Target
+from storage.schema import ColumnType
 
 TABLE_ALIAS = "t"
 _EMBED_ALIAS = "r"
@@ -125,11 +126,16 @@ def build_page_sizes(plan: QueryPlan, size: sql.Composable, size_params: list[An
     """How many of the page's rows fit in ``cap`` bytes, and how many it reads: one row
     ``(fit, read)``. ``size`` is a row's size over the row ``t`` (its JSON, or an estimate
     of it) and ``fit`` counts the rows, in the page's order, whose running total of sizes
-    stays within ``cap``. Every row is measured as it is read and none is kept, so the
-    statement holds no more than one row's values at a time (a window function over the
-    page's ``limit + 1`` rows)."""
-    params: list[Any] = [cap, *size_params]
+    stays within ``cap``. Every row is measured as it is read and none is kept (window
+    functions over the page's ``limit + 1`` rows). A row is measured by ``size`` only
+    while the rows before it may still fit by :func:`size_floor` (their stored text's
+    length, read from each value's header without reading the value): past that, its
+    floor stands in, so a page far past the cap costs the rendering of about the cap, not
+    of the page."""
+    floor = size_floor(plan)
+    params: list[Any] = [cap, cap, *size_params]
     order, order_params = _order_by(plan.order, keyed=True)
+    params.extend(order_params)
     params.extend(order_params)
     source, source_params = page_source(plan)
     inner_order, inner_params = _order_by(plan.order)
@@ -137,12 +143,26 @@ def build_page_sizes(plan: QueryPlan, size: sql.Composable, size_params: list[An
     params.extend(inner_params)
     params.extend([plan.limit + 1, page_offset(plan)])
     query = sql.SQL(
-        "SELECT count(*) FILTER (WHERE w._upto <= %s), count(*) FROM (SELECT sum({size})"
+        "SELECT count(*) FILTER (WHERE w._upto <= %s), count(*) FROM (SELECT"
+        " sum(CASE WHEN {a}._floor_before <= %s THEN {size} ELSE {a}._floor END)"
         " OVER (ORDER BY {order} ROWS UNBOUNDED PRECEDING) AS _upto"
-        " FROM (SELECT *{computed} FROM {source} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}) AS w"
-    ).format(size=size, order=order, computed=computed_keys(plan.order), source=source,
+        " FROM (SELECT {a}.*, {floor} AS _floor, coalesce(sum({floor})"
+        " OVER (ORDER BY {order} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS _floor_before"
+        " FROM (SELECT *{computed} FROM {source} ORDER BY {inner_order} LIMIT %s OFFSET %s) AS {a}) AS {a}) AS w"
+    ).format(size=size, floor=floor, order=order, computed=computed_keys(plan.order), source=source,
              inner_order=inner_order, a=sql.Identifier(TABLE_ALIAS))
     return query, params
+
+
+def size_floor(plan: QueryPlan) -> sql.Composable:
+    """A row's size at least: the bytes of its stored text values (text and select
+    columns), which their JSON only lengthens. ``octet_length`` of a stored text reads the
+    value's header, not the value (a TOASTed text is not fetched)."""
+    parts: list[sql.Composable] = [sql.SQL("0")]
+    for col in plan.fields:
+        if col.type in (ColumnType.TEXT, ColumnType.SINGLE_SELECT):
+            parts.append(sql.SQL("coalesce(octet_length({}), 0)").format(sql.Identifier(TABLE_ALIAS, col.physical)))
+    return sql.SQL("(") + sql.SQL(" + ").join(parts) + sql.SQL(")::bigint")
 
 
 def decoded_size(plan: QueryPlan) -> Fragment:
