@@ -1,15 +1,18 @@
-"""Local activities of bulk runs: paging record ids through filters, and progress."""
+"""Local activities of bulk runs: paging record ids through filters, what each record
+would carry through a run's history, and progress."""
 
 from __future__ import annotations
 
+import psycopg
 from temporalio import activity
 
+from activities.ledger import row_cost
 from activities.snap import table_meta
-from activities.types import PageInput, ProgressInput
+from activities.types import CostInput, PageInput, ProgressInput
 from storage import runs
 from storage.db import Database
 from storage.query import parse_filter_list, plan_filters
-from storage.records import page_ids
+from storage.records import json_sizes, page_ids
 
 
 class BulkSteps:
@@ -22,6 +25,23 @@ class BulkSteps:
         filters = plan_filters(parse_filter_list(inp.filters), table) if inp.filters else ()
         async with self.db.connection() as conn:
             return await page_ids(conn, table=table, filters=filters, after_id=inp.after_id, limit=inp.limit)
+
+    @activity.defn(name="record_costs")
+    async def record_costs(self, inp: CostInput) -> list[list[int]]:
+        """``[[record id, bytes], ...]`` in the order of ``inp.record_ids``: what a run of
+        ``inp.levels`` would carry through its history for each record before any step
+        returns (activities.ledger.row_cost), estimated from the stored values; 0 for a
+        record gone, or when a column was deleted meanwhile (the run itself is bounded)."""
+        cols = {c.id: c for c in inp.table.columns}
+        run = [cols[cid] for level in inp.levels for cid in level if cid in cols]
+        names = None if any(c.reads is None for c in run) else sorted({n for c in run for n in c.reads or ()})
+        try:
+            async with self.db.connection() as conn:
+                sizes = await json_sizes(conn, table=table_meta(inp.table), record_ids=inp.record_ids, names=names)
+        except psycopg.errors.UndefinedColumn:
+            sizes = {}
+        return [[rid, row_cost(sizes[rid], inp.table.columns, inp.levels) if rid in sizes else 0]
+                for rid in inp.record_ids]
 
     @activity.defn(name="run_progress")
     async def run_progress(self, inp: ProgressInput) -> None:

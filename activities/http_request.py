@@ -15,13 +15,11 @@ from typing import Any
 import httpx
 import orjson
 from temporalio import activity
-from temporalio.converter import PayloadConverter
 
 from activities.metrics import timed_step
 from activities.proxy import (
     DEFAULT_TIMEOUT_S,
     METHODS,
-    STEP_RESULT_MAX_BYTES,
     Credential,
     OutboundRequest,
     Outcome,
@@ -33,8 +31,8 @@ from activities.proxy import (
     idempotency_key,
     load_credentials,
     send,
-    size_text,
 )
+from activities.results import fit_result
 from activities.sandbox import sandbox
 from activities.steps import column_for_step
 from activities.templates import TemplateFailure, check_template, render_many
@@ -183,53 +181,6 @@ def to_result(rids: list[str], outcomes: list[Outcome]) -> StepResult:
         else:
             result.values[rid] = out.value
     return fit_result(result)
-
-
-_PAYLOADS = PayloadConverter.default  # the worker's converter (no custom one is configured)
-
-
-def _json_size(value: Any) -> int:
-    """Bytes of ``value`` as a Temporal payload's data (JSON, non-ASCII escaped)."""
-    return len(_PAYLOADS.to_payloads([value])[0].data)
-
-
-def _not_kept(size: int) -> str:
-    return (f"response of {size_text(size)} not kept: the responses of one run of a step may total at most"
-            f" {size_text(STEP_RESULT_MAX_BYTES)}; run this record alone or in a smaller batch")
-
-
-_TOO_LARGE = f"response larger than {size_text(STEP_RESULT_MAX_BYTES)} as JSON, the most a step keeps"
-_MESSAGE_MAX = max(len(_TOO_LARGE), len(_not_kept(1023 * 1024)), len(_not_kept(STEP_RESULT_MAX_BYTES))) + 2
-
-
-def fit_result(result: StepResult) -> StepResult:
-    """``result`` within :data:`~activities.proxy.STEP_RESULT_MAX_BYTES` as Temporal encodes it.
-
-    The result goes back to the workflow as one payload, which Temporal refuses over its
-    2 MiB blob-size limit (``TMPRL1103``, every record of the run failing with it). Values
-    are kept in record order while they fit, with room left for the error of each record
-    after them; one that does not fit becomes its record's step error saying so — alone
-    too large as JSON, or too large beside the run's other records (that record alone, or
-    a smaller batch, fits).
-    """
-    if _json_size(result) <= STEP_RESULT_MAX_BYTES:
-        return result
-    out = StepResult(errors=dict(result.errors), children=result.children)
-    used = _json_size(out)
-    alone = STEP_RESULT_MAX_BYTES - _json_size(StepResult())
-    keys = {rid: _json_size(rid) + 2 for rid in result.values}  # "rid": and a comma
-    reserve = sum(k + _MESSAGE_MAX for k in keys.values())  # every record after this one dropped
-    for rid, value in result.values.items():
-        reserve -= keys[rid] + _MESSAGE_MAX
-        size = _json_size(value)
-        if used + keys[rid] + size + reserve <= STEP_RESULT_MAX_BYTES:
-            out.values[rid] = value
-            used += keys[rid] + size
-            continue
-        message = _TOO_LARGE if keys[rid] + size > alone else _not_kept(size)
-        out.errors[rid] = message
-        used += keys[rid] + _json_size(message)
-    return out
 
 
 class HttpStep:

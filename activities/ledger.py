@@ -25,6 +25,23 @@ VALUE_TYPE_MISMATCH = "VALUE_TYPE_MISMATCH"
 # rest of the payload (the table's snapshot, the caller) in what is left. The same
 # figure as a step's results (activities/proxy.py STEP_RESULT_MAX_BYTES).
 STEP_INPUT_MAX_BYTES = 1536 * 1024
+# What a run carries through its Temporal history: every load, every remote step's input
+# and every step's result is recorded there, and Temporal bounds both what one workflow
+# task may upload (one gRPC request: 4 MiB, past which the server terminates the workflow,
+# reason "GrpcMessageTooLarge") and a history's total (50 MiB by default, 10 MiB warns).
+# A pipeline run keeps what one of its workflow tasks uploads within TASK_MAX_BYTES (it
+# waits for a new task when the next load or step would pass it), and what it records in
+# all within RUN_HISTORY_MAX_BYTES: a step that would pass it does not run, and its
+# records fail naming the limit (workflows/pipeline.py). Runs are planned so that this
+# does not happen: a batch's or a bulk run's records go in runs whose estimated reads
+# (:func:`row_cost`) stay within RUN_PLAN_BYTES (api/services/pipelines.py,
+# workflows/bulk.py); results are not known in advance, hence the room between the two.
+TASK_MAX_BYTES = 3 * 1024 * 1024
+RUN_HISTORY_MAX_BYTES = 32 * 1024 * 1024
+RUN_PLAN_BYTES = 8 * 1024 * 1024
+# steps whose input is recorded in the history (scheduled as activities; the others are
+# local activities, whose result alone is recorded)
+REMOTE_STEP_KINDS = frozenset({"http_request", "action", "ai_agent"})
 # load_records' result beside the records: the ids left for the next load, and the
 # fields of a record that could not be loaded even alone (name → bytes as JSON)
 MORE_KEY = "_more"
@@ -46,6 +63,58 @@ def input_too_large(size: int) -> str:
     """A record's error for a step its fields cannot be handed to."""
     return (f"input too large: the fields this step reads of this record take {size_text(size)} as JSON;"
             f" a step is handed at most {size_text(STEP_INPUT_MAX_BYTES)} of a record, so it did not run")
+
+
+def run_history_full(carried: int) -> str:
+    """A record's error for a step not run because its run's history is full."""
+    return (f"not run: this run already carries {size_text(carried)} of loads and step inputs and results"
+            f" through its Temporal history, and a run carries at most {size_text(RUN_HISTORY_MAX_BYTES)};"
+            " run this record alone or in a smaller batch")
+
+
+def row_cost(sizes: dict[str, int], columns: list[ColumnSnap], levels: list[list[int]]) -> int:
+    """What a run's history carries for one record whose fields take ``sizes`` (name →
+    bytes as JSON), before any step returns: its load (the fields the run's steps read)
+    and each remote step's input (the fields that step reads). A loop counts once."""
+    cols = {c.id: c for c in columns}
+    run = [cols[cid] for level in levels for cid in level if cid in cols and not cols[cid].broken]
+
+    def read(col: ColumnSnap) -> int:
+        if col.reads is None:
+            return sum(sizes.values())
+        return sum(sizes.get(name, 0) for name in col.reads)
+
+    names: set[str] | None = set()
+    for col in run:
+        if col.reads is None or names is None:
+            names = None
+        else:
+            names |= set(col.reads)
+    load = sum(sizes.values()) if names is None else sum(sizes.get(n, 0) for n in names)
+    remote = sum(read(c) for c in run if c.type in REMOTE_STEP_KINDS or
+                 (c.type == "loop" and (c.config.get("step") or {}).get("type") in REMOTE_STEP_KINDS))
+    return load + remote
+
+
+def runs_by_bytes(costs: list[tuple[int, int]], max_rows: int, max_bytes: int = RUN_PLAN_BYTES) -> list[list[int]]:
+    """``costs`` ((record id, :func:`row_cost`) in order) in runs of at most ``max_rows``
+    records whose costs total at most ``max_bytes``; a record over it alone runs alone.
+
+    >>> runs_by_bytes([(1, 5), (2, 5), (3, 1), (4, 20), (5, 1)], max_rows=10, max_bytes=10)
+    [[1, 2], [3], [4], [5]]
+    """
+    out: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for rid, cost in costs:
+        if current and (used + cost > max_bytes or len(current) >= max_rows):
+            out.append(current)
+            current, used = [], 0
+        current.append(rid)
+        used += cost
+    if current:
+        out.append(current)
+    return out
 
 
 def outcome(run_id: str, errors: dict[str, str]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from temporalio import activity
 
 from activities.bulkplan import dependants_map
 from activities.metrics import timed_step
+from activities.results import fit_result
 from activities.sandbox import sandbox
 from activities.snap import caller_can, table_snap
 from activities.steps import column_for_step
@@ -87,7 +88,7 @@ class RecordSteps:
                 continue
             result.values[rid] = value
             result.children.extend(children)
-        return result
+        return fit_result(result, "result")  # e.g. fetch_records of long fields, within one payload
 
     def _target(self, schema: WorkspaceSchema, config: dict[str, Any], inp: StepInput, action: Action) -> TableMeta:
         ref = config.get("table_id")

@@ -8,6 +8,7 @@ from temporalio import activity
 
 from activities import formula, json_parser
 from activities.metrics import timed_step
+from activities.results import fit_share
 from activities.sandbox import sandbox
 from activities.types import ColumnSnap, StepInput, StepResult
 
@@ -43,4 +44,7 @@ async def pure_step(inp: StepInput) -> StepResult:
         values, errors = json_parser.evaluate_batch(col, records)
     else:
         return StepResult(errors={rid: f"{col.type} is not a pure step" for rid in records})
-    return StepResult(values=values, errors=errors)
+    # within what one Temporal payload carries (a REPT over a long text, a concat of long
+    # fields over a batch): values in record order while they fit, the rest failing, or
+    # within the share of a workflow task the workflow gave this call (the rest to run again)
+    return fit_share(StepResult(values=values, errors=errors), inp.max_result_bytes, "value")

@@ -124,6 +124,10 @@ class StepInput:
     depth: int = 0
     override: dict[str, Any] | None = None  # loop: the sub-step's {type, config}
     items: dict[str, Any] | None = None  # loop: record id → the current item
+    # a formula/parser step: the most its values may take as JSON in this call (its share
+    # of a workflow task's upload, workflows/pipeline.py); the records past it are listed
+    # in StepResult.over, to run again with the whole STEP_RESULT_MAX_BYTES. None: all of it
+    max_result_bytes: int | None = None
 
 
 @dataclass
@@ -131,6 +135,7 @@ class StepResult:
     values: dict[str, Any] = field(default_factory=dict)  # record id → value
     errors: dict[str, str] = field(default_factory=dict)  # record id → message
     children: list[dict[str, Any]] = field(default_factory=list)  # pipelines to run for written records
+    over: list[str] = field(default_factory=list)  # records past StepInput.max_result_bytes, not run here
 
 
 @dataclass
@@ -166,6 +171,15 @@ class PageInput:
     filters: list[dict[str, Any]]
     after_id: int
     limit: int
+
+
+@dataclass
+class CostInput:
+    """``record_costs``: what a run of ``levels`` would carry per record (bytes as JSON)."""
+
+    table: TableSnap
+    levels: list[list[int]]
+    record_ids: list[int]
 
 
 @dataclass

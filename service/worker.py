@@ -30,7 +30,7 @@ def build_worker(client: Client, settings: Settings, db: Database) -> Worker:
     io = RecordIO(db)
     steps = RecordSteps(db)
     bulk = BulkSteps(db)
-    activities = [io.load_records, io.write_results, io.pure_pipeline, pure_step, steps.record_step, bulk.page_ids, bulk.run_progress]
+    activities = [io.load_records, io.write_results, io.pure_pipeline, pure_step, steps.record_step, bulk.page_ids, bulk.record_costs, bulk.run_progress]
     # steps that reach outside: user HTTP goes through the SSRF-guarded proxy client; the
     # AI provider is operator configuration and gets a plain client
     proxy = build_proxy_client(settings)

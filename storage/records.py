@@ -764,6 +764,25 @@ async def page_ids(
     return [r["id"] for r in await cur.fetchall()]
 
 
+async def json_sizes(
+    conn: Conn, *, table: TableMeta, record_ids: Sequence[int], names: Sequence[str] | None
+) -> dict[int, dict[str, int]]:
+    """Record id → column name → about how many bytes its value takes as JSON with
+    non-ASCII escaped (as Temporal's converter encodes it: a character of 2 to 4 bytes in
+    UTF-8 is 6 or 12), for the columns named (every one when None); measured in
+    PostgreSQL, nothing is read out. Steps read some values decoded (a select's label):
+    an estimate, for planning runs by the bytes they carry (workflows/bulk.py)."""
+    cols = [c for c in table.columns if names is None or c.name in names]
+    if not cols:
+        return {rid: {} for rid in record_ids}
+    parts = [sql.SQL("coalesce((SELECT 6 * octet_length(j) - 5 * length(j) FROM (SELECT to_jsonb(t.{})::text AS j) s), 4)")
+             .format(sql.Identifier(c.physical)) for c in cols]
+    query = sql.SQL("SELECT t.id, ARRAY[{}] AS sizes FROM {} AS t WHERE t.id = ANY(%s)").format(
+        sql.SQL(", ").join(parts), _target(table))
+    cur = await conn.execute(query, (list(record_ids),))
+    return {r["id"]: {c.name: int(n) for c, n in zip(cols, r["sizes"], strict=True)} for r in await cur.fetchall()}
+
+
 async def count_matching(conn: Conn, *, table: TableMeta, filters: Sequence[Any]) -> int:
     where, params = build_where(filters, alias="t")
     cur = await conn.execute(sql.SQL("SELECT count(*) AS n FROM {} AS t WHERE {}").format(_target(table), where), params)

@@ -12,6 +12,12 @@ moment, a statement refused mid-schema-change) does not leave the row empty. Row
 failing after that are counted in ``failed``, the first ``FAILURES_KEPT`` listed with
 their errors by column, and the run ends ``completed_with_errors`` — ``completed`` means
 every row succeeded.
+
+A chunk that runs as a pipeline workflow carries what its steps read and return through
+its Temporal history, so its rows are also bounded by bytes: each page of ids is split
+into runs whose estimated reads (``record_costs``, activities.ledger.row_cost) stay within
+``RUN_PLAN_BYTES`` (a row over it alone runs alone; the run itself fails what would not
+fit, workflows/pipeline.py). Fused chunks carry no values through Temporal.
 """
 
 from __future__ import annotations
@@ -24,22 +30,24 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.ledger import RUN_PLAN_BYTES, runs_by_bytes
     from activities.types import (
         BulkInput,
+        CostInput,
         FusedInput,
         PageInput,
         PipelineInput,
         PipelineResult,
         ProgressInput,
     )
-
     from workflows.pipeline import LOCAL_RETRY as PURE_RETRY
     from workflows.pipeline import PipelineWorkflow, _all_pure, _failure_message
 
 LOCAL = timedelta(seconds=60)
 RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(milliseconds=200))
 FAILURES_KEPT = 100  # failed rows listed with their errors (the count covers them all)
-ALL = "*"  # a retry group's key: every column of the run (the failure named none)
+ALL = "*"
+BY_BYTES = "bulk-chunks-by-bytes"  # workflow.patched: chunks split by the bytes their runs carry  # a retry group's key: every column of the run (the failure named none)
 
 
 @workflow.defn(name="BulkRunWorkflow")
@@ -65,11 +73,15 @@ class BulkRunWorkflow:
         # workflows for every chunk (workflow.patched records the choice in new histories)
         self.retries = inp.retries if workflow.patched("bulk-retry-failed-rows") else 0
         self.fused = workflow.patched("bulk-fused-pure-chunks")
+        # runs started before this change chunked by rows alone (a chunk of large rows could
+        # pass what a workflow history carries, and its child was terminated)
+        self.by_bytes = not _all_pure(inp, {c.id: c for c in inp.table.columns}) and workflow.patched(BY_BYTES)
         last = self.retries <= 0
         tasks = []
         if inp.record_ids is not None:
             for i in range(0, len(inp.record_ids), inp.chunk):
-                tasks.append(asyncio.create_task(self._chunk(inp.record_ids[i:i + inp.chunk], inp.levels, last)))
+                for part in await self._split(inp.record_ids[i:i + inp.chunk], inp.levels):
+                    tasks.append(asyncio.create_task(self._chunk(part, inp.levels, last)))
         else:
             after = 0
             while True:
@@ -79,7 +91,8 @@ class BulkRunWorkflow:
                 )
                 if not ids:
                     break
-                tasks.append(asyncio.create_task(self._chunk(ids, inp.levels, last)))
+                for part in await self._split(ids, inp.levels):
+                    tasks.append(asyncio.create_task(self._chunk(part, inp.levels, last)))
                 after = ids[-1]
                 if len(ids) < inp.chunk:
                     break
@@ -94,7 +107,8 @@ class BulkRunWorkflow:
                 ids = sorted(groups[key])
                 levels = self._levels(key)
                 for i in range(0, len(ids), inp.chunk):
-                    tasks.append(asyncio.create_task(self._chunk(ids[i:i + inp.chunk], levels, last)))
+                    for part in await self._split(ids[i:i + inp.chunk], levels):
+                        tasks.append(asyncio.create_task(self._chunk(part, levels, last)))
             await asyncio.gather(*tasks)
         status = "completed_with_errors" if self.failed else "completed"
         errors = {"rows": self.failures, "count": self.failed} if self.failed else {}
@@ -104,6 +118,16 @@ class BulkRunWorkflow:
             start_to_close_timeout=LOCAL, retry_policy=RETRY,
         )
         return {"done": self.done, "failed": self.failed}
+
+    async def _split(self, ids: list[int], levels: list[list[int]]) -> list[list[int]]:
+        """A chunk's ids in runs whose estimated reads stay within ``RUN_PLAN_BYTES``."""
+        if not self.by_bytes or not ids:
+            return [ids]
+        costs: list[list[int]] = await workflow.execute_local_activity(
+            "record_costs", CostInput(table=self.inp.table, levels=levels, record_ids=ids),
+            start_to_close_timeout=LOCAL, retry_policy=RETRY, result_type=list,
+        )
+        return runs_by_bytes([(int(rid), int(n)) for rid, n in costs], max_rows=len(ids), max_bytes=RUN_PLAN_BYTES)
 
     def _levels(self, key: tuple[str, ...]) -> list[list[int]]:
         """The run's levels restricted to the columns named by a retry group."""

@@ -19,10 +19,13 @@ with workflow.unsafe.imports_passed_through():
     from activities.ledger import (
         BUDGET_EXCEEDED,
         MORE_KEY,
+        RUN_HISTORY_MAX_BYTES,
         STEP_INPUT_MAX_BYTES,
+        TASK_MAX_BYTES,
         UNLOADED_KEY,
         Ledger,
         input_too_large,
+        run_history_full,
     )
     from activities.types import (
         FusedInput,
@@ -59,6 +62,25 @@ LOOP_LIMIT_FAILS = "loop-over-limit-fails"
 # the batch goes in sub-batches that fit and a record that cannot fit alone fails that
 # step (docs/decisions.md). patched() is asked only when an input is over the limit.
 STEP_INPUTS_FIT = "step-inputs-fit"
+# Before this id a run recorded whatever its loads and steps carried: 70 loads of 800 KB
+# in one workflow task (one gRPC request over 4 MiB) or 60 MB of step inputs, and the
+# server terminated the workflow (a batch's answer then said "running" for ever, a bulk
+# chunk failed every row with "Terminated"). Now a run waits for a new workflow task
+# (a 1 ms timer) before a load or step that would take the task's upload past
+# TASK_MAX_BYTES, and does not run a step that would take its history past
+# RUN_HISTORY_MAX_BYTES: those records fail it, naming the limit (docs/decisions.md).
+# patched() is asked only when one of those limits would be passed.
+RUN_HISTORY_BOUNDED = "run-history-bounded"
+# the most a local activity's result may take: a step's are capped to STEP_INPUT_MAX_BYTES
+# (activities/http_request.py fit_result, the same figure), a load's too; the rest is room
+# for the envelope (errors, the write-back guard's digests, the ids of the next load)
+LOCAL_RESULT_MAX = STEP_INPUT_MAX_BYTES + 128 * 1024
+# a formula/parser step's share of a workflow task's upload (StepInput.max_result_bytes),
+# and what it reserves with it (its errors are within the share too): six run side by side
+# before a task is full; records whose values pass it run again with the whole limit
+PURE_SHARE = 480 * 1024
+PURE_RESERVED = PURE_SHARE + 32 * 1024
+FLUSH = timedelta(milliseconds=1)
 GUARDS_KEY = "_guards"  # activities.records_io.GUARDS_KEY (workflows import no activity module)
 
 
@@ -88,8 +110,21 @@ class PipelineWorkflow:
         # what the run's values derive from, as read (storage/guards.py): the write-back
         # stores only those still derived from what the rows hold (absent from histories
         # recorded before the guard: the write is then unguarded, as it was)
+        self.carried = 0  # bytes of payloads the run recorded in its history, or reserved for results
+        self.task_mark = -1  # the history length at the current workflow task's start
+        self.task_bytes = 0  # bytes of payloads the current workflow task uploads
+        self.outstanding = 0  # loads and steps whose results are still to come
+        self.flush: tuple[int, Any] | None = None  # (task, its timer) that starts the next task
+        self.dropped: list[str] = []  # records not loaded: the run's history would be full
         self.fields, guard = await self._load()
-        self.ledger = Ledger(inp, list(self.fields))
+        self.ledger = Ledger(inp, [*self.fields, *self.dropped])
+        for rid in self.dropped:  # every column fails, naming the limit
+            self.fields[rid] = {"id": int(rid)}
+            for cid in self.cols:
+                if any(cid in level for level in inp.levels):
+                    self.ledger.errors[rid][self.cols[cid].name] = run_history_full(self.carried)
+                    self.ledger.values[rid][cid] = None
+                    self.ledger.blocked[rid].add(cid)
         self.children: list[Any] = []
         for level in inp.levels:
             await asyncio.gather(*(self._column(cid) for cid in level if cid in self.cols))
@@ -118,6 +153,9 @@ class PipelineWorkflow:
         guard: dict[str, Any] | None = None
         ids = inp.record_ids
         while True:
+            if not await self._room(LOCAL_RESULT_MAX, LOCAL_RESULT_MAX):
+                self.dropped = [str(i) for i in ids]
+                return fields, guard
             got: dict[str, Any] = await workflow.execute_local_activity(
                 "load_records",
                 LoadInput(table=inp.table, record_ids=ids, levels=inp.levels if inp.write else None,
@@ -126,6 +164,7 @@ class PipelineWorkflow:
                 retry_policy=LOCAL_RETRY,
                 result_type=dict,
             )
+            self._settle(LOCAL_RESULT_MAX, _size(got))
             page_guard = got.pop(GUARDS_KEY, None)
             more = got.pop(MORE_KEY, None)
             self.unloaded.update(got.pop(UNLOADED_KEY, None) or {})
@@ -154,6 +193,47 @@ class PipelineWorkflow:
                         return None
                     out |= reads
         return sorted(out)
+
+    # ------------------------------------------------------------------ history
+    def _task(self) -> int:
+        """Bytes the current workflow task uploads so far (a new task starts at 0)."""
+        mark = workflow.info().get_current_history_length()
+        if mark != self.task_mark:
+            self.task_mark, self.task_bytes = mark, 0
+        return self.task_bytes
+
+    async def _room(self, task: int, history: int) -> bool:
+        """Reserve ``task`` bytes of the current workflow task's upload (waiting for a new
+        task when they would not fit beside what it uploads already) and ``history``
+        bytes of the run's history (waiting for the results on their way, whose room is
+        reserved at their most, when they would not fit beside them). False, reserving
+        nothing: they cannot fit in the history even then."""
+        while self.carried + history > RUN_HISTORY_MAX_BYTES and workflow.patched(RUN_HISTORY_BOUNDED):
+            if not self.outstanding:
+                return False
+            await workflow.wait_condition(
+                lambda: not self.outstanding or self.carried + history <= RUN_HISTORY_MAX_BYTES)
+        self.carried += history
+        self.outstanding += 1
+        while self._task() and self.task_bytes + task > TASK_MAX_BYTES and workflow.patched(RUN_HISTORY_BOUNDED):
+            await self._next_task()
+        self.task_bytes += task
+        return True
+
+    async def _next_task(self) -> None:
+        """Wait for a new workflow task: the current one completes with what it has, and a
+        1 ms timer (one for every step waiting in this task) starts the next."""
+        if self.flush is None or self.flush[0] != self.task_mark:
+            self.flush = (self.task_mark, asyncio.ensure_future(workflow.sleep(FLUSH)))
+        await self.flush[1]
+
+    def _settle(self, reserved: int, actual: int, *, task: bool = True) -> None:
+        """A load's or step's result took ``actual`` bytes of the ``reserved`` (of the
+        current task's upload too when ``task``: a local activity's)."""
+        self.carried += actual - reserved
+        self.outstanding -= 1
+        if task and workflow.info().get_current_history_length() == self.task_mark:
+            self.task_bytes += actual - reserved
 
     # ------------------------------------------------------------------ budgets
     def _remaining_s(self) -> float:
@@ -227,7 +307,7 @@ class PipelineWorkflow:
 
     async def _call(
         self, cid: int, rids: list[str], records: dict[str, dict[str, Any]],
-        override: dict[str, Any] | None, items: dict[str, Any] | None, suffix: str,
+        override: dict[str, Any] | None, items: dict[str, Any] | None, suffix: str, share: bool = True,
     ) -> StepResult:
         col = self.cols[cid]
         kind = (override or {}).get("type", col.type)
@@ -241,7 +321,36 @@ class PipelineWorkflow:
             depth=self.inp.depth,
             override=override,
             items=items,
+            max_result_bytes=PURE_SHARE if share and kind in PURE_KINDS else None,
         )
+        if kind in REMOTE_KINDS:  # its input is recorded now, its result when it comes
+            size = _size(step)
+            reserved, task = size + LOCAL_RESULT_MAX, size
+        elif kind in PURE_KINDS and share:  # its result alone, now, within its share
+            reserved = task = PURE_RESERVED
+        elif kind in PURE_KINDS or kind in RECORD_KINDS:  # its result alone, now
+            reserved = task = LOCAL_RESULT_MAX
+        else:
+            return StepResult(errors={r: f"unsupported step kind {kind!r}" for r in rids})
+        if not await self._room(task, reserved):
+            return StepResult(errors={r: run_history_full(self.carried) for r in rids})
+        result = await self._run_step(cid, kind, step, rids)
+        if kind in REMOTE_KINDS:
+            self._settle(LOCAL_RESULT_MAX, _size(result), task=False)
+        else:
+            self._settle(reserved, _size(result))
+        if result.over:  # values past the share (only a share asks for this): the whole limit now
+            over = [r for r in rids if r in set(result.over)]
+            again = await self._call(cid, over, {r: records[r] for r in over}, override,
+                                     None if items is None else {r: items.get(r) for r in over}, suffix, share=False)
+            result.values.update(again.values)
+            result.errors.update(again.errors)
+            result.children.extend(again.children)
+            result.over = []
+        return result
+
+    async def _run_step(self, cid: int, kind: str, step: StepInput, rids: list[str]) -> StepResult:
+        col = self.cols[cid]
         remaining = max(0.5, self._remaining_s())
         summary = f"{col.name} ({kind})"
         try:

@@ -27,9 +27,11 @@ from psycopg import AsyncConnection
 
 from activities import sandbox, written
 from activities.bulkplan import dependants_map
+from activities.ledger import REMOTE_STEP_KINDS, row_cost, runs_by_bytes
 from activities.ledger import outcome as record_outcome
 from activities.metrics import observe_step
 from activities.records_io import decode_rows, evaluate_pure
+from activities.results import json_size
 from activities.snap import caller_of, table_snap
 from activities.types import FusedInput, PipelineInput, PipelineResult, RecordOutcome
 from api.services.embeddings import refresh_after_write
@@ -47,7 +49,7 @@ from storage.refs import names_read
 from storage.schema import ColumnMeta, ColumnType, TableMeta, value_fits
 
 log = logging.getLogger("wds.pipelines")
-CHUNK = 500  # records per workflow for batches
+CHUNK = 500  # records per workflow for batches (fewer when they carry many bytes: run_chunks)
 
 
 PIPELINE_SECONDS = Histogram(
@@ -158,8 +160,7 @@ async def queue_pipeline(
                    "code": exc.code, "upgrade": True}
         return Pending([], outcome)
     runs = []
-    for i in range(0, len(ids), CHUNK):
-        chunk = ids[i:i + CHUNK]
+    for chunk in run_chunks(table, rows, levels):
         inp = pipeline_input(principal, table, chunk, mode, levels)
         wid = workflow_id(table, mode, chunk)  # unique (random suffix); kept in the outbox row
         encoded = encode_input(inp)
@@ -167,6 +168,27 @@ async def queue_pipeline(
                                          payload={"workflow_id": wid, "input": encoded})
         runs.append((wid, inp, {**encoded, "outbox_id": inp.outbox_id}))
     return Pending(runs)
+
+
+def run_chunks(table: TableMeta, rows: list[dict[str, Any]], levels: list[list[ColumnMeta]]) -> list[list[int]]:
+    """The ids of ``rows`` in runs of at most :data:`CHUNK` records; with a step whose
+    input its history records (an HTTP, action or AI step, or a loop of one), also of at
+    most ``RUN_PLAN_BYTES`` of what the run would carry for them (activities.ledger
+    row_cost: a run's workflow history is bounded, docs/decisions.md)."""
+    ids = [r["id"] for r in rows]
+    remote = any(c.type.value in REMOTE_STEP_KINDS or
+                 (c.type.value == "loop" and (c.config.get("step") or {}).get("type") in REMOTE_STEP_KINDS)
+                 for level in levels for c in level)
+    if not remote:
+        return [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
+    snap = table_snap(table)
+    plan = [[c.id for c in level] for level in levels]
+    reads = [c.reads for c in snap.columns if any(c.id in level for level in plan)]
+    names = None if any(r is None for r in reads) else {n for r in reads for n in r or ()}
+    fields = decode_rows(table, rows)  # measured as the run's loads and steps will hand them over
+    costs = [(r["id"], row_cost({k: json_size(v) for k, v in fields[str(r["id"])].items() if names is None or k in names},
+                                snap.columns, plan)) for r in rows]
+    return runs_by_bytes(costs, max_rows=CHUNK)
 
 
 async def fair_turn(state: AppState, workspace_id: int) -> None:

@@ -8,6 +8,7 @@ workflow logic either keeps their commands or is behind ``workflow.patched``."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import json
 import time
@@ -94,5 +95,53 @@ def test_a_run_whose_step_inputs_were_split_to_fit_replays_as_it_ran():
 
     async def replay() -> None:
         await Replayer(workflows=[PipelineWorkflow]).replay_workflow(history)
+
+    asyncio.run(replay())
+
+
+def _kinds(raw: dict) -> list[tuple[str, str | None]]:
+    return [(e["eventType"], (e.get("markerRecordedEventAttributes") or {}).get("markerName")) for e in raw["events"]]
+
+
+def test_a_run_bounded_by_its_history_budget_replays_as_it_ran():
+    """Recorded when a run's history was first bounded (``RUN_HISTORY_BOUNDED``,
+    tests/pipelines/test_history_bounds.py): one record of 900 KB text before 40
+    http_request columns reading it (at one level). The run waited for a new workflow
+    task (1 ms timers) whenever the next inputs would take a task's upload past 3 MiB,
+    scheduled 33 steps, and failed the last 7 without running them (its history would
+    have passed 32 MiB); 29.6 MiB recorded. Replayed under the default sandbox."""
+    raw = json.loads(gzip.decompress((HISTORIES / "run_history_bounded.json.gz").read_bytes()))
+    history = WorkflowHistory.from_json("pipeline/recorded/run-history-bounded", raw)
+    kinds = _kinds(raw)
+    assert kinds.count(("EVENT_TYPE_MARKER_RECORDED", "core_patch")) == 1
+    assert kinds.count(("EVENT_TYPE_ACTIVITY_TASK_SCHEDULED", None)) == 33
+    assert kinds.count(("EVENT_TYPE_TIMER_STARTED", None)) == 4
+    result = raw["events"][-1]["workflowExecutionCompletedEventAttributes"]["result"]["payloads"][0]["data"]
+    errors = json.loads(base64.b64decode(result))["records"]["1"]["errors"]
+    assert sorted(errors) == [f"Call{i}" for i in range(33, 40)]
+
+    async def replay() -> None:
+        await Replayer(workflows=[PipelineWorkflow]).replay_workflow(history)
+
+    asyncio.run(replay())
+
+
+def test_a_bulk_run_chunked_by_bytes_replays_as_it_ran():
+    """Recorded when a bulk run's chunks were first split by the bytes their runs carry
+    (``bulk-chunks-by-bytes``): run-actions over 12 rows of 800 KB before an
+    http_request column reading them: one page of ids, their costs (``record_costs``),
+    and three pipeline children of 5, 5 and 2 rows. Replayed under the default sandbox."""
+    raw = json.loads(gzip.decompress((HISTORIES / "bulk_chunks_by_bytes.json.gz").read_bytes()))
+    history = WorkflowHistory.from_json("bulk/recorded/chunks-by-bytes", raw)
+    kinds = _kinds(raw)
+    assert kinds.count(("EVENT_TYPE_MARKER_RECORDED", "core_patch")) == 3
+    assert kinds.count(("EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED", None)) == 3
+    ids = [len(json.loads(base64.b64decode(
+        e["startChildWorkflowExecutionInitiatedEventAttributes"]["input"]["payloads"][0]["data"]))["record_ids"])
+        for e in raw["events"] if e["eventType"] == "EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED"]
+    assert ids == [5, 5, 2]
+
+    async def replay() -> None:
+        await Replayer(workflows=[BulkRunWorkflow, PipelineWorkflow]).replay_workflow(history)
 
     asyncio.run(replay())
