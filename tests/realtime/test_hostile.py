@@ -115,3 +115,23 @@ def test_no_per_message_compression_is_negotiated(ws):
     # a fan-out: 300 sockets and three 1.8 MB records held the loop 2.2 s (0.8 s without)
     with open_ws(ws.base_url, ws.builder_token) as conn:
         assert conn.response.headers.get("Sec-WebSocket-Extensions") is None
+
+
+def test_a_since_of_thousands_of_digits_is_a_validation_error_not_a_dropped_socket(ws):
+    # int() refuses texts past 4,300 digits with a ValueError: the socket was dropped without
+    # a close frame and the API logged a stack trace
+    t = ws.create_table("Since", [{"name": "Name", "type": "text"}])
+    with open_ws(ws.base_url, ws.builder_token) as conn:
+        for since in ("9" * 5000, "9" * 25, 2**63):
+            conn.send(json.dumps({"type": "subscribe", "table": t["id"], "since": since}))
+            msg = recv(conn)
+            assert msg["type"] == "error" and msg["code"] == "VALIDATION_ERROR", msg
+        conn.send(json.dumps({"type": "ping"}))
+        assert recv(conn)["type"] == "pong"
+        assert subscribe(conn, t["id"], since=2**63 - 1)["since"] == 2**63 - 1
+    with open_ws(ws.base_url, ws.builder_token, since="9" * 5000) as conn:
+        msg = recv(conn)
+        assert msg["type"] == "error" and msg["code"] == "VALIDATION_ERROR", msg
+        with pytest.raises(ConnectionClosed) as info:
+            recv(conn)
+        assert info.value.rcvd is not None and info.value.rcvd.code == 1008

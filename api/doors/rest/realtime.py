@@ -64,9 +64,16 @@ async def _error(ws: WebSocket, exc: ServiceError, **extra: Any) -> None:
 def _since(value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not (str(value).isascii() and str(value).lstrip("-").isdigit()):
+    # at most 19 digits (a bigint): int() of a longer text can fail (past 4,300 digits, a
+    # ValueError that dropped the socket and logged a stack trace) or cost quadratic time
+    text = str(value) if isinstance(value, str) else None
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or (
+            text is not None and not (len(text) <= 20 and text.isascii() and text.lstrip("-").isdigit())):
         raise ValidationError("since must be an integer seq")
-    return max(0, int(value))
+    seq = int(value)
+    if seq >= 2**63:
+        raise ValidationError("since must be an integer seq")
+    return max(0, seq)
 
 
 async def _receive_text(ws: WebSocket) -> str | None:
