@@ -107,6 +107,11 @@ class Settings(BaseSettings):
     realtime_retention_s: int = 86_400
     realtime_queue_max: int = 1_000
     realtime_heartbeat_s: float = 15.0
+    # the most one ``since`` replay reads, as the events' JSON: past it REPLAY_TRUNCATED
+    # (a replay of 10,000 events of 1.8 MB records read 18 GB into the API process)
+    realtime_replay_max_bytes: int = Field(default=8 * 1024**2, ge=1024)
+    # realtime sockets one workspace may hold open in one API process (0: no cap)
+    realtime_connections_per_workspace: int = Field(default=200, ge=0)
     # app users (issue 10)
     app_access_ttl_s: int = 900
     app_refresh_ttl_s: int = 30 * 86_400
@@ -119,6 +124,11 @@ class Settings(BaseSettings):
     signups_per_workspace: str = "300/10 minutes"
     # argon2 hashing runs on a pool of this many threads (never the event loop)
     password_hash_threads: int = Field(default=2, ge=1, le=64)
+    # hashes of one workspace on that pool at once, and how long the others wait their
+    # turn before 503 WORKSPACE_BUSY: one workspace's flood no longer queues every other
+    # workspace's sign-ins behind it (a flood of 400 made another's sign-in wait 25 s)
+    password_hashes_per_workspace: int = Field(default=1, ge=1, le=64)
+    password_hash_wait_s: float = Field(default=10.0, gt=0)
 
     # request bodies, headers and WebSocket messages (issue 22, docs/security.md):
     # a body over the limit is refused with 413 while it streams, before auth or parsing;

@@ -63,6 +63,7 @@ from storage import records as rec
 from storage.access import Perms, Principal, TokenType, bucket_grants_of
 from storage.db import current_workspace
 from storage.errors import Conflict, Forbidden, RateLimited, ServiceError, Unauthorized, Unavailable
+from storage.slots import KeyedSlots
 from storage.values import iso_text
 
 ISSUER = "wds"
@@ -249,13 +250,35 @@ async def _release(state: AppState, windows: list[tuple[str, str]]) -> None:
                 log.warning("could not clear auth window: %s", exc)
 
 
-async def _hashing(state: AppState, fn: Callable[..., Any], *args: Any) -> Any:
-    """Run ``fn`` (argon2) on the process's small hashing pool, never on the event loop."""
+async def _hashing(state: AppState, workspace_id: int, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn`` (argon2) on the process's small hashing pool, never on the event loop.
+
+    A workspace has at most ``password_hashes_per_workspace`` hashes on the pool at once;
+    its others wait their turn on the loop (first come, first served), up to
+    ``password_hash_wait_s``, then 503 ``WORKSPACE_BUSY``. The pool's queue is shared by
+    every workspace of the process: without the slots, a flood of sign-ins at one
+    workspace (unknown e-mails need no account and are hashed too) queued every other
+    workspace's sign-ins behind it.
+
+    Raises:
+        Unavailable: 503 ``WORKSPACE_BUSY`` (``Retry-After``) when no slot came free in time.
+    """
     pool: ThreadPoolExecutor | None = state.extras.get("password_pool")
     if pool is None:
         pool = state.extras["password_pool"] = ThreadPoolExecutor(
             max_workers=state.settings.password_hash_threads, thread_name_prefix="wds-argon2")
-    return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+    slots: KeyedSlots | None = state.extras.get("password_slots")
+    if slots is None:
+        slots = state.extras["password_slots"] = KeyedSlots(state.settings.password_hashes_per_workspace)
+    try:
+        release = await slots.take(workspace_id, state.settings.password_hash_wait_s)
+    except TimeoutError:
+        raise Unavailable("too many sign-ins at this workspace right now; retry shortly",
+                          code="WORKSPACE_BUSY", headers={"Retry-After": "1"}) from None
+    try:
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+    finally:
+        release()
 
 
 # --------------------------------------------------------------------------- sign-up and sign-in
@@ -280,7 +303,7 @@ async def signup(
     await _throttle(state, [(settings.signups_per_ip, f"signup:ip:{ip}"),
                             (settings.signups_per_workspace, f"signup:ws:{workspace_id}")],
                     "too many sign-ups; try again later", "SIGNUP_RATE_LIMIT")
-    password_hash = await _hashing(state, _PASSWORDS.hash, password)
+    password_hash = await _hashing(state, workspace_id, _PASSWORDS.hash, password)
     changed = False
     try:
         async with state.db.transaction() as conn:
@@ -320,7 +343,7 @@ async def password_grant(state: AppState, *, workspace_id: int, email: Any, pass
     async with state.db.connection() as conn:
         account = await au.get_by_email(conn, workspace_id=workspace_id, email=email)
     stored = account["password_hash"] if account else _dummy_hash()
-    ok, new_hash = await _hashing(state, _PASSWORDS.verify_and_update, password[: au.MAX_PASSWORD], stored)
+    ok, new_hash = await _hashing(state, workspace_id, _PASSWORDS.verify_and_update, password[: au.MAX_PASSWORD], stored)
     if account is None or not ok:
         raise Unauthorized("invalid e-mail or password", code="INVALID_CREDENTIALS")
     await _release(state, windows)

@@ -41,6 +41,7 @@ log = logging.getLogger("wds.realtime")
 CHANNEL = "wds_changes"
 EVENTS = frozenset({"INSERT", "UPDATE", "DELETE"})
 REPLAY_MAX = 10_000
+REPLAY_SIZE_CHUNK = 200  # events sized per statement while a replay finds its cut
 SLOW_CONSUMER = 4000
 POLICY = 1008
 _SEEN_PER_WORKSPACE = 50_000
@@ -273,6 +274,10 @@ class Hub:
         self.clients.setdefault(client.workspace_id, set()).add(client)
         self.seen.setdefault(client.workspace_id, _Seen())
 
+    def connections(self, workspace_id: int) -> int:
+        """The workspace's open realtime sockets in this process."""
+        return len(self.clients.get(workspace_id, ()))
+
     def remove(self, client: Client) -> None:
         group = self.clients.get(client.workspace_id)
         if group is not None:
@@ -392,18 +397,42 @@ class Hub:
 
     # ------------------------------------------------------------------ replay and retention
     async def replay(self, ws: int, table_id: int, since: int) -> tuple[list[Change], bool, int]:
-        """Retained events of a table after ``since``: (changes, truncated, purged_through)."""
+        """Retained events of a table after ``since``: (changes, truncated, purged_through).
+
+        At most :data:`REPLAY_MAX` events and ``realtime_replay_max_bytes`` of their JSON
+        (always at least one event, so a client paging with ``since=last_seq`` moves on).
+        The sizes are measured in PostgreSQL, a chunk of events at a time, before any
+        record is read into this process; the cut stops at the first event past the budget.
+        """
+        budget = int(self.state.settings.realtime_replay_max_bytes)
+        cut, total, count, truncated = since, 0, 0, False
         async with self.state.db.connection() as conn:
-            cur = await conn.execute(
-                "SELECT seq, table_id, event, record, old_record FROM wds.events"
-                " WHERE workspace_id = %s AND table_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-                (ws, table_id, since, REPLAY_MAX + 1),
-            )
-            rows = await cur.fetchall()
+            while True:
+                cur = await conn.execute(
+                    "SELECT seq, octet_length(record::text) + coalesce(octet_length(old_record::text), 0) AS size"
+                    " FROM wds.events WHERE workspace_id = %s AND table_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+                    (ws, table_id, cut, REPLAY_SIZE_CHUNK),
+                )
+                sized = await cur.fetchall()
+                for row in sized:
+                    size = int(row["size"] or 0)
+                    if count >= REPLAY_MAX or (count and total + size > budget):
+                        truncated = True
+                        break
+                    cut, total, count = int(row["seq"]), total + size, count + 1
+                if truncated or len(sized) < REPLAY_SIZE_CHUNK:
+                    break
+            rows: list[dict[str, Any]] = []
+            if count:
+                cur = await conn.execute(
+                    "SELECT seq, table_id, event, record, old_record FROM wds.events"
+                    " WHERE workspace_id = %s AND table_id = %s AND seq > %s AND seq <= %s ORDER BY seq",
+                    (ws, table_id, since, cut),
+                )
+                rows = await cur.fetchall()
             cur = await conn.execute("SELECT purged_through FROM wds.event_horizon WHERE workspace_id = %s", (ws,))
             horizon = await cur.fetchone()
-        truncated = len(rows) > REPLAY_MAX
-        changes = await self.decode(ws, rows[:REPLAY_MAX])
+        changes = await self.decode(ws, rows)
         return changes, truncated, int(horizon["purged_through"]) if horizon else 0
 
     async def current_seq(self, ws: int) -> int:

@@ -8,6 +8,7 @@ Client IPs are told apart with ``X-Forwarded-For``: the test API's uvicorn trust
 from __future__ import annotations
 
 import secrets
+import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -100,3 +101,54 @@ def test_signups_are_throttled_per_ip_and_per_workspace(make_workspace, admin, s
     assert spread == [201] * 35 + [429] * 5
     # another workspace and another IP are not affected
     assert _signup(signup_api.base_url, flooded.id, ip="10.7.7.7").status_code == 201
+
+
+@pytest.fixture(scope="module")
+def hashing_api(services: Services) -> Iterator[ApiProcess]:
+    """One hashing thread (the old queue's worst case, made plain) and a 5 s wait for a
+    workspace's hashing slot."""
+    yield from running_api(services, name="api-hashing", WDS_PASSWORD_HASH_THREADS="1",
+                           WDS_PASSWORD_HASH_WAIT_S="5")
+
+
+def test_a_signin_flood_at_one_workspace_does_not_queue_another_workspaces_signins(make_workspace, admin,
+                                                                                     hashing_api):
+    """Unknown e-mails are hashed like known ones, and each is its own account window: a
+    flood of them was limited by nothing but the hashing pool, whose queue every workspace
+    of the process shares. Measured before the fix (2 threads, `wds dev`): 400 of them at
+    one workspace made another workspace's sign-in wait 25.7 s (126 ms idle)."""
+    flooded, bystander = make_workspace(), make_workspace()
+    for w in (flooded, bystander):
+        _enable(w, admin)
+    email = f"b{secrets.token_hex(4)}@example.com"
+    assert _signup(hashing_api.base_url, bystander.id, email=email, ip="10.6.0.1").status_code == 201
+
+    def bystander_signin() -> float:
+        started = time.perf_counter()
+        r = _signin(hashing_api.base_url, bystander.id, email, PASSWORD, "10.6.0.2")
+        assert r.status_code == 200, r.text
+        return time.perf_counter() - started
+
+    idle = min(bystander_signin() for _ in range(3))
+    flood_n = 150
+
+    def attack(i: int) -> httpx.Response:
+        return _signin(hashing_api.base_url, flooded.id, f"nobody{i}-{secrets.token_hex(3)}@example.com",
+                       "wrong password", f"10.5.{i // 200}.{i % 200}")
+
+    with ThreadPoolExecutor(flood_n) as pool:
+        started = time.perf_counter()
+        flood = [pool.submit(attack, i) for i in range(flood_n)]
+        time.sleep(0.5)  # the flood is queued
+        during = [bystander_signin() for _ in range(3)]
+        measured = time.perf_counter() - started
+        answers = [f.result() for f in flood]
+        elapsed = time.perf_counter() - started
+    codes = Counter(r.status_code for r in answers)
+    assert set(codes) <= {401, 503}, codes
+    assert all(r.json()["code"] == "WORKSPACE_BUSY" and r.headers["retry-after"] == "1"
+               for r in answers if r.status_code == 503)
+    assert codes[503] > 0  # the flooded workspace's own queue is bounded (5 s here)
+    assert measured < elapsed  # the bystander signed in while the flood was still answered
+    # the bystander waited for at most a few hashes, not for the flood (before: for all of it)
+    assert min(during) < max(1.5, 6 * idle), (during, idle, elapsed, codes)

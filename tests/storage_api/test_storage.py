@@ -334,3 +334,45 @@ def test_unknown_or_mistyped_bucket_and_sign_body_keys_are_refused(ws):
     r = st.post("/object/sign/k1/a.txt", json={"expires_in": 60, "bogus": 1})
     assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR" and "bogus" in r.json()["error"], r.text
     assert st.post("/object/sign/k1/a.txt", json={"expires_in": 60}).status_code == 200
+
+
+def test_uploads_still_streaming_count_against_the_room_of_the_plan(make_workspace, services):
+    """Each upload's room was read when it started, and the plan's storage was checked
+    again only once its bytes were staged: on a 1 GB plan, eight parallel 900 MB uploads
+    staged 6.7 GB of the shared disk before seven were refused. Now the bytes this process
+    is staging for the workspace count against every other upload's room as they stream."""
+    import threading
+
+    w = make_workspace(plan="free")
+    st = _storage(w)
+    b = _bucket(st)
+    mb = 1024 * 1024
+    with psycopg.connect(services.pg.dsn, autocommit=True) as conn:  # 4 MiB of room left
+        conn.execute(
+            "INSERT INTO wds.objects (workspace_id, bucket_id, path, size) VALUES (%s, %s, 'huge', %s)",
+            (w.id, b["id"], 1024**3 - 4 * mb),
+        )
+    halfway, finish = threading.Event(), threading.Event()
+
+    def slow():
+        yield b"a" * mb
+        yield b"a" * mb
+        halfway.set()
+        assert finish.wait(30)
+        yield b"a" * mb
+
+    first: dict[str, httpx.Response] = {}
+    uploader = threading.Thread(target=lambda: first.setdefault("r", st.post("/object/files/one.bin", content=slow())))
+    uploader.start()
+    assert halfway.wait(30)
+    time.sleep(0.5)  # its 2 MiB have reached the API
+    second = _storage(w).post("/object/files/two.bin", content=b"b" * (3 * mb))  # fits the room alone
+    finish.set()
+    uploader.join(60)
+    assert second.status_code == 402 and second.json()["code"] == "PLAN_LIMIT_STORAGE", second.text
+    assert first["r"].status_code == 201, first["r"].text
+    assert st.get("/object/files/two.bin").status_code == 404
+    # the first upload's bytes no longer count as staging: what is left of the room is usable
+    assert st.post("/object/files/three.bin", content=b"c" * mb).status_code == 201
+    staging = (services.data_dir or services.tmp / "data") / "storage" / str(w.id) / ".staging"
+    assert not staging.exists() or list(staging.iterdir()) == []

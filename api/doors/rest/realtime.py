@@ -35,6 +35,7 @@ from storage.query import parse_filter_list, parse_filter_object, plan_filters
 
 MAX_MESSAGE = 64 * 1024
 AUTH_TIMEOUT_S = 10.0
+TRY_AGAIN_LATER = 1013  # RFC 6455 close code: the server is overloaded for this client
 
 
 @asynccontextmanager
@@ -63,9 +64,16 @@ async def _error(ws: WebSocket, exc: ServiceError, **extra: Any) -> None:
 def _since(value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not (str(value).isascii() and str(value).lstrip("-").isdigit()):
+    # at most 19 digits (a bigint): int() of a longer text can fail (past 4,300 digits, a
+    # ValueError that dropped the socket and logged a stack trace) or cost quadratic time
+    text = str(value) if isinstance(value, str) else None
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or (
+            text is not None and not (len(text) <= 20 and text.isascii() and text.lstrip("-").isdigit())):
         raise ValidationError("since must be an integer seq")
-    return max(0, int(value))
+    seq = int(value)
+    if seq >= 2**63:
+        raise ValidationError("since must be an integer seq")
+    return max(0, seq)
 
 
 async def _receive_text(ws: WebSocket) -> str | None:
@@ -166,7 +174,8 @@ async def _subscribe(client: Client, msg: dict[str, Any], default_since: int | N
     if truncated:
         last = changes[-1].seq if changes else since
         batch.append({"type": "error", "code": "REPLAY_TRUNCATED", "table_id": table.id, "last_seq": last,
-                      "error": "too many events to replay at once; subscribe again with since=last_seq"})
+                      "error": "too many events, or too much data, to replay at once; subscribe again with"
+                               " since=last_seq"})
     batch.extend(c for c in sub.buffer if c.seq not in replayed)
     sub.buffer = []
     sub.buffering = False
@@ -212,6 +221,15 @@ async def realtime(ws: WebSocket) -> None:
         return
     auth = await _authenticate(ws, hub)
     if auth is None:
+        return
+    cap = settings.realtime_connections_per_workspace
+    if cap and hub.connections(auth[1].workspace_id) >= cap:
+        # every socket gets every change of its workspace's tables, framed and sent on this
+        # process's event loop: one tenant's thousands of sockets were another's stall
+        await _error(ws, ServiceError(
+            f"this workspace already has {cap} realtime connections open here; close one or retry later",
+            code="WORKSPACE_BUSY", status=503))
+        await ws.close(code=TRY_AGAIN_LATER, reason="workspace_busy")
         return
     client = Client(hub, ws, auth[0], auth[1], settings.realtime_queue_max)
     hub.add(client)

@@ -18,6 +18,7 @@ credential that may read the object can make.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -321,16 +322,38 @@ async def _upload(
             break
     ctype = obj.sniff_content_type(head, request.headers.get("content-type"), path)
     size = 0
+    # bytes this process holds for the workspace's uploads still streaming (the declared
+    # Content-Length from the first chunk on, or what has arrived when more or undeclared):
+    # each upload's room leaves the others' out, so parallel uploads cannot stage past the
+    # plan's storage before the check under the lock refuses them (8 × 900 MB on a 1 GB
+    # plan staged 6.7 GB of the shared disk, then 7 × 402); the first to declare wins
+    staging: Counter[int] = state.extras.setdefault("staging_bytes", Counter())
+    ws_id = principal.workspace_id
+    expected = int(declared) if declared and declared.isascii() and declared.isdigit() else 0
+    held = 0
+
+    def count(n: int) -> None:
+        nonlocal size, held
+        size += n
+        need = max(size, expected)
+        if need > held:
+            staging[ws_id] += need - held
+            held = need
+        try:
+            _check_size(size, max_object, None)
+            if room is not None and held > room - (staging[ws_id] - held):
+                raise PlanLimit("this upload would exceed the plan's storage", kind="storage")
+        except (PlanLimit, PayloadTooLarge):
+            staging[ws_id] -= held  # at once: the others' next chunks see the room it frees
+            held = 0
+            raise
 
     async def body() -> AsyncIterator[bytes]:
-        nonlocal size
-        size = len(head)
-        _check_size(size, max_object, room)
+        count(len(head))
         if head:
             yield head
         async for chunk in stream:
-            size += len(chunk)
-            _check_size(size, max_object, room)  # aborts the store upload: nothing is kept
+            count(len(chunk))  # past a limit: aborts the store upload, nothing is kept
             yield chunk
 
     # the bytes go to a staging key first: until the path is known to be this upload's
@@ -338,7 +361,12 @@ async def _upload(
     key = obj.object_key(principal.workspace_id, bucket["id"], path)
     staged = obj.staging_key(principal.workspace_id)
     store = storage_of(state)
-    await store.put(staged, body())
+    try:
+        await store.put(staged, body())
+    finally:
+        staging[ws_id] -= held  # stored (or refused): the row's size counts from here on
+        if staging[ws_id] <= 0:
+            del staging[ws_id]
     try:
         async with state.db.transaction() as conn:
             await obj.lock_workspace_storage(conn, workspace_id=principal.workspace_id)
