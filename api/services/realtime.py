@@ -41,7 +41,9 @@ log = logging.getLogger("wds.realtime")
 CHANNEL = "wds_changes"
 EVENTS = frozenset({"INSERT", "UPDATE", "DELETE"})
 REPLAY_MAX = 10_000
-REPLAY_SIZE_CHUNK = 200  # events sized per statement while a replay finds its cut
+# events sized per statement while a replay finds its cut: few at first (measuring renders
+# each event's JSON, so a cut after a few large events wastes little), more each round
+REPLAY_SIZE_FIRST, REPLAY_SIZE_MAX = 16, 1024
 SLOW_CONSUMER = 4000
 POLICY = 1008
 _SEEN_PER_WORKSPACE = 50_000
@@ -406,12 +408,13 @@ class Hub:
         """
         budget = int(self.state.settings.realtime_replay_max_bytes)
         cut, total, count, truncated = since, 0, 0, False
+        chunk = REPLAY_SIZE_FIRST
         async with self.state.db.connection() as conn:
             while True:
                 cur = await conn.execute(
                     "SELECT seq, octet_length(record::text) + coalesce(octet_length(old_record::text), 0) AS size"
                     " FROM wds.events WHERE workspace_id = %s AND table_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-                    (ws, table_id, cut, REPLAY_SIZE_CHUNK),
+                    (ws, table_id, cut, chunk),
                 )
                 sized = await cur.fetchall()
                 for row in sized:
@@ -420,8 +423,9 @@ class Hub:
                         truncated = True
                         break
                     cut, total, count = int(row["seq"]), total + size, count + 1
-                if truncated or len(sized) < REPLAY_SIZE_CHUNK:
+                if truncated or len(sized) < chunk:
                     break
+                chunk = min(chunk * 4, REPLAY_SIZE_MAX)
             rows: list[dict[str, Any]] = []
             if count:
                 cur = await conn.execute(
