@@ -89,6 +89,8 @@ def test_bad_subscriptions_answer_errors_and_keep_the_socket(ws):
             ({"type": "subscribe", "table": t["id"], "filter": "Score=gt.1"}, "VALIDATION_ERROR"),
             ({"type": "subscribe", "table": t["id"], "filter": [{"column": "Score", "op": "gt"}]}, "VALIDATION_ERROR"),
             ({"type": "dance"}, "VALIDATION_ERROR"),
+            # both spellings at once: one would be ignored (an empty filter let filters through)
+            ({"type": "subscribe", "table": t["id"], "filter": {}, "filters": {"Score": "gt.1"}}, "VALIDATION_ERROR"),
         ):
             conn.send(json.dumps(msg))
             got = recv(conn)

@@ -140,7 +140,10 @@ async def _subscribe(client: Client, msg: dict[str, Any], default_since: int | N
         events = sorted(EVENTS)
     if not isinstance(events, list) or not all(isinstance(e, str) and e.upper() in EVENTS for e in events):
         raise ValidationError("events is a list of INSERT, UPDATE, DELETE")
-    raw_filter = msg.get("filter") or msg.get("filters") or {}
+    if msg.get("filter") is not None and msg.get("filters") is not None:
+        # one would be ignored (an empty "filter" let "filters" through unseen)
+        raise ValidationError("subscribe takes filter or filters (the same thing), not both")
+    raw_filter = msg.get("filter") if msg.get("filter") is not None else msg.get("filters") or {}
     # either form views, run-actions and MCP take: {column: "op.value"} or [{column, op, value}]
     if isinstance(raw_filter, dict):
         parsed = parse_filter_object(raw_filter)
