@@ -26,8 +26,6 @@ def json_size(value: Any) -> int:
     return len(_PAYLOADS.to_payloads([value])[0].data)
 
 
-_json_size = json_size
-
 
 def _not_kept(size: int, noun: str = "response") -> str:
     return (f"{noun} of {size_text(size)} not kept: the {noun}s of one run of a step may total at most"
@@ -48,12 +46,12 @@ def fit_share(result: StepResult, max_bytes: int | None, noun: str) -> StepResul
     within :func:`fit_result` when ``max_bytes`` is None or not below the whole limit."""
     if max_bytes is None or max_bytes >= STEP_RESULT_MAX_BYTES:
         return fit_result(result, noun)
-    if _json_size(result) <= max_bytes:
+    if json_size(result) <= max_bytes:
         return result
     out = StepResult(errors=dict(result.errors), children=result.children)
-    used = _json_size(out) + _json_size(list(result.values))  # room for every id in "over"
+    used = json_size(out) + json_size(list(result.values))  # room for every id in "over"
     for rid, value in result.values.items():
-        size = _json_size(rid) + 2 + _json_size(value)
+        size = json_size(rid) + 2 + json_size(value)
         if not out.over and used + size <= max_bytes:
             out.values[rid] = value
             used += size
@@ -70,21 +68,21 @@ def fit_result(result: StepResult, noun: str = "response") -> StepResult:
     (``noun``: what the step hands back) — alone too large as JSON, or too large beside the
     run's other records (that record alone, or a smaller batch, fits).
     """
-    if _json_size(result) <= STEP_RESULT_MAX_BYTES:
+    if json_size(result) <= STEP_RESULT_MAX_BYTES:
         return result
     out = StepResult(errors=dict(result.errors), children=result.children)
-    used = _json_size(out)
-    alone = STEP_RESULT_MAX_BYTES - _json_size(StepResult())
-    keys = {rid: _json_size(rid) + 2 for rid in result.values}  # "rid": and a comma
+    used = json_size(out)
+    alone = STEP_RESULT_MAX_BYTES - json_size(StepResult())
+    keys = {rid: json_size(rid) + 2 for rid in result.values}  # "rid": and a comma
     reserve = sum(k + _MESSAGE_MAX for k in keys.values())  # every record after this one dropped
     for rid, value in result.values.items():
         reserve -= keys[rid] + _MESSAGE_MAX
-        size = _json_size(value)
+        size = json_size(value)
         if used + keys[rid] + size + reserve <= STEP_RESULT_MAX_BYTES:
             out.values[rid] = value
             used += keys[rid] + size
             continue
         message = _too_large(noun) if keys[rid] + size > alone else _not_kept(size, noun)
         out.errors[rid] = message
-        used += keys[rid] + _json_size(message)
+        used += keys[rid] + json_size(message)
     return out

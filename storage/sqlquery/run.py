@@ -25,7 +25,7 @@ from psycopg.rows import tuple_row
 
 from storage.db import bound_once
 from storage.ddl import ANSWER_TOO_LARGE_SQLSTATE, ro_role
-from storage.errors import InvalidSQL, ServiceError, SQLTimeout
+from storage.errors import InvalidSQL, ResultTooLarge, SQLTimeout
 from storage.jsontext import compact
 from storage.sqlquery.analytic import AnalyticPlan
 from storage.sqlquery.build import KIND_TIMESTAMP, MAX_ANSWER_BYTES, Field
@@ -77,7 +77,7 @@ async def run_sql(
         SQLTimeout: the query ran past ``timeout_s`` (408 ``SQL_TIMEOUT``).
         InvalidSQL: the plan belongs to another workspace, or the database rejected a
             value (e.g. a LIKE pattern ending in the escape character).
-        ServiceError: ``RESULT_TOO_LARGE`` (400), the page's rows would take more than
+        ResultTooLarge: ``RESULT_TOO_LARGE`` (400), the page's rows would take more than
             the plan's ``max_bytes`` as JSON; the statement stopped at the row that
             passed it (:func:`storage.sqlquery.build.guarded_page`).
     """
@@ -94,14 +94,14 @@ async def run_sql(
     return _shape(plan, work, results, json_rows=json_rows)
 
 
-def answer_too_large(max_bytes: int) -> ServiceError:
+def answer_too_large(max_bytes: int) -> ResultTooLarge:
     """``RESULT_TOO_LARGE``: the answer would pass the cap on an SQL answer's bytes."""
     mib = max_bytes / 1024**2
     shown = f"{mib:g} MiB ({max_bytes:,} bytes)" if mib >= 1 else f"{max_bytes:,} bytes"
-    return ServiceError(
+    return ResultTooLarge(
         f"the answer would be larger than {shown} of JSON rows, the most one SQL answer may hold:"
         " select fewer or shorter columns, or fewer rows (LIMIT), and page with LIMIT/OFFSET",
-        code="RESULT_TOO_LARGE", extra={"max_bytes": max_bytes})
+        extra={"max_bytes": max_bytes})
 
 
 async def _execute(conn: psycopg.AsyncConnection[Any], work: Any, *, workspace_id: int, timeout_s: float,
