@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 from temporalio import activity
 
-from activities.ledger import row_cost
+from activities.ledger import row_cost, run_columns, run_reads
 from activities.snap import table_meta
 from activities.types import CostInput, PageInput, ProgressInput
 from storage import runs
@@ -32,9 +32,8 @@ class BulkSteps:
         ``inp.levels`` would carry through its history for each record before any step
         returns (activities.ledger.row_cost), estimated from the stored values; 0 for a
         record gone, or when a column was deleted meanwhile (the run itself is bounded)."""
-        cols = {c.id: c for c in inp.table.columns}
-        run = [cols[cid] for level in inp.levels for cid in level if cid in cols]
-        names = None if any(c.reads is None for c in run) else sorted({n for c in run for n in c.reads or ()})
+        reads = run_reads(run_columns(inp.table.columns, inp.levels))
+        names = None if reads is None else sorted(reads)
         try:
             async with self.db.connection() as conn:
                 sizes = await json_sizes(conn, table=table_meta(inp.table), record_ids=inp.record_ids, names=names)

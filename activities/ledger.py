@@ -76,24 +76,36 @@ def row_cost(sizes: dict[str, int], columns: list[ColumnSnap], levels: list[list
     """What a run's history carries for one record whose fields take ``sizes`` (name →
     bytes as JSON), before any step returns: its load (the fields the run's steps read)
     and each remote step's input (the fields that step reads). A loop counts once."""
-    cols = {c.id: c for c in columns}
-    run = [cols[cid] for level in levels for cid in level if cid in cols and not cols[cid].broken]
+    run = run_columns(columns, levels)
 
     def read(col: ColumnSnap) -> int:
         if col.reads is None:
             return sum(sizes.values())
         return sum(sizes.get(name, 0) for name in col.reads)
 
-    names: set[str] | None = set()
-    for col in run:
-        if col.reads is None or names is None:
-            names = None
-        else:
-            names |= set(col.reads)
+    names = run_reads(run)
     load = sum(sizes.values()) if names is None else sum(sizes.get(n, 0) for n in names)
-    remote = sum(read(c) for c in run if c.type in REMOTE_STEP_KINDS or
-                 (c.type == "loop" and (c.config.get("step") or {}).get("type") in REMOTE_STEP_KINDS))
+    remote = sum(read(c) for c in run if remote_step(c.type, c.config))
     return load + remote
+
+
+def run_columns(columns: list[ColumnSnap], levels: list[list[int]]) -> list[ColumnSnap]:
+    """The columns a run of ``levels`` computes (a broken one computes nothing)."""
+    cols = {c.id: c for c in columns}
+    return [cols[cid] for level in levels for cid in level if cid in cols and not cols[cid].broken]
+
+
+def run_reads(run: list[ColumnSnap]) -> set[str] | None:
+    """The fields any step of ``run`` reads (``None``: every field, a step may read any)."""
+    if any(c.reads is None for c in run):
+        return None
+    return {n for c in run for n in c.reads or ()}
+
+
+def remote_step(kind: str, config: dict[str, Any]) -> bool:
+    """Whether a column's step input is recorded in its run's history: an HTTP, action or
+    AI step, or a loop of one."""
+    return kind in REMOTE_STEP_KINDS or (kind == "loop" and (config.get("step") or {}).get("type") in REMOTE_STEP_KINDS)
 
 
 def runs_by_bytes(costs: list[tuple[int, int]], max_rows: int, max_bytes: int = RUN_PLAN_BYTES) -> list[list[int]]:

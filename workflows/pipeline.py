@@ -25,7 +25,9 @@ with workflow.unsafe.imports_passed_through():
         UNLOADED_KEY,
         Ledger,
         input_too_large,
+        run_columns,
         run_history_full,
+        run_reads,
     )
     from activities.types import (
         FusedInput,
@@ -184,15 +186,9 @@ class PipelineWorkflow:
 
     def _run_reads(self) -> list[str] | None:
         """The fields any step of the run reads (None: every one)."""
-        out: set[str] = set()
-        for level in self.inp.levels:
-            for cid in level:
-                if cid in self.cols and not self.cols[cid].broken:
-                    reads = self._reads(cid)
-                    if reads is None:
-                        return None
-                    out |= reads
-        return sorted(out)
+        run = run_columns(self.inp.table.columns, self.inp.levels)
+        reads = run_reads(run)
+        return None if reads is None else sorted({*reads, "id"} if run else reads)
 
     # ------------------------------------------------------------------ history
     def _task(self) -> int:

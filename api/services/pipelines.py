@@ -27,8 +27,8 @@ from psycopg import AsyncConnection
 
 from activities import sandbox, written
 from activities.bulkplan import dependants_map
-from activities.ledger import REMOTE_STEP_KINDS, row_cost, runs_by_bytes
 from activities.ledger import outcome as record_outcome
+from activities.ledger import remote_step, row_cost, run_columns, run_reads, runs_by_bytes
 from activities.metrics import observe_step
 from activities.records_io import decode_rows, evaluate_pure
 from activities.results import json_size
@@ -176,15 +176,12 @@ def run_chunks(table: TableMeta, rows: list[dict[str, Any]], levels: list[list[C
     most ``RUN_PLAN_BYTES`` of what the run would carry for them (activities.ledger
     row_cost: a run's workflow history is bounded, docs/decisions.md)."""
     ids = [r["id"] for r in rows]
-    remote = any(c.type.value in REMOTE_STEP_KINDS or
-                 (c.type.value == "loop" and (c.config.get("step") or {}).get("type") in REMOTE_STEP_KINDS)
-                 for level in levels for c in level)
+    remote = any(remote_step(c.type.value, c.config) for level in levels for c in level)
     if not remote:
         return [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
     snap = table_snap(table)
     plan = [[c.id for c in level] for level in levels]
-    reads = [c.reads for c in snap.columns if any(c.id in level for level in plan)]
-    names = None if any(r is None for r in reads) else {n for r in reads for n in r or ()}
+    names = run_reads(run_columns(snap.columns, plan))
     fields = decode_rows(table, rows)  # measured as the run's loads and steps will hand them over
     costs = [(r["id"], row_cost({k: json_size(v) for k, v in fields[str(r["id"])].items() if names is None or k in names},
                                 snap.columns, plan)) for r in rows]
