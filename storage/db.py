@@ -8,13 +8,16 @@ import contextvars
 import json
 import re
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from time import monotonic
+from types import TracebackType
 from typing import Any
 
 import orjson
 import psycopg
 from psycopg import AsyncClientCursor, sql
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -72,6 +75,12 @@ def limit_message(sqlstate: str) -> str:
                                  " compare; send a smaller one")
 
 
+# psycopg_pool's state the quick checkout reads (LifoPool.getconn / putconn; its _lock as well,
+# made when the pool opens)
+_POOL_STATE = ("_waiting", "_closed", "_check", "_reset", "_drained_at", "_nconns_min", "_stats",
+               "_REQUESTS_NUM", "_pool_full_event")
+
+
 class LifoPool(AsyncConnectionPool):
     """A pool that hands out the connection returned last (LIFO, as SQLAlchemy's
     ``pool_use_lifo``); psycopg_pool's own order is FIFO, which cycles every request
@@ -83,11 +92,53 @@ class LifoPool(AsyncConnectionPool):
     ~0.2 ms slower (p50 0.91 vs 0.70 ms). ``tests/storage/test_db_pool.py`` checks the
     order, so a psycopg_pool that changes how it keeps idle connections is noticed."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # the quick checkout below reads these psycopg_pool internals; a release without any
+        # of them leaves every checkout to the library (tests/storage/test_db_pool.py fails
+        # then, so the loss is noticed)
+        self.quick = isinstance(getattr(self, "_pool", None), deque) and all(
+            hasattr(self, name) for name in _POOL_STATE)
+
     async def _get_ready_connection(self, timeout: float | None) -> Any:
         idle = getattr(self, "_pool", None)
         if isinstance(idle, deque) and len(idle) > 1:
             idle.rotate(1)  # the newest (right end) first: psycopg_pool takes the left end
         return await super()._get_ready_connection(timeout)
+
+    async def getconn(self, timeout: float | None = None) -> Any:
+        """The library's ``getconn``, with a quick path for the common case: an idle
+        connection, nobody waiting, no checkout or return in its critical section (its
+        lock free) and no ``check`` callback. Then it does what the library's critical
+        section does (the newest idle connection, the pool's low-water mark and request
+        count, the connection marked as the pool's) without taking the lock, which no
+        other task can hold between these lines: nothing here awaits."""
+        idle = self._pool
+        if (self.quick and idle and not self._closed and not self._waiting and self._check is None
+                and not self._lock.locked()):
+            conn = idle.pop()
+            if len(idle) < self._nconns_min:
+                self._nconns_min = len(idle)
+            self._stats[self._REQUESTS_NUM] += 1
+            conn._pool = self
+            return conn
+        return await super().getconn(timeout)
+
+    async def putconn(self, conn: Any) -> None:
+        """The library's ``putconn``, with a quick path for a connection given back idle
+        (no transaction open, the library would do nothing to it), neither expired nor
+        drained, to a pool with nobody waiting and no ``reset`` callback: it goes back on
+        the idle deque as the library's ``_add_to_pool`` puts it. Anything else (a
+        transaction left open, a broken or expired connection, a waiting client, a closed
+        pool) takes the library's path."""
+        if (self.quick and getattr(conn, "_pool", None) is self and not self._closed and self._reset is None
+                and not self._waiting and self._pool_full_event is None and not self._lock.locked()
+                and conn.pgconn.transaction_status == TransactionStatus.IDLE
+                and conn._created_at > self._drained_at and conn._expire_at > monotonic()):
+            conn._pool = None
+            self._pool.append(conn)
+            return
+        await super().putconn(conn)
 
 
 def bound_once(conn: psycopg.AsyncConnection[Any], memo: dict[str, bytes], key: str,
@@ -102,6 +153,82 @@ def bound_once(conn: psycopg.AsyncConnection[Any], memo: dict[str, bytes], key: 
     if text is None:
         text = memo[key] = AsyncClientCursor(conn).mogrify(query, params).encode()
     return text
+
+
+class Checkout:
+    """One use of a pooled connection: ``async with db.connection() as conn``.
+
+    On entry it takes one of the current workspace's slots (none outside a request, or when
+    this task holds one already: a query inside a transaction's scope never waits on its
+    own workspace), then a connection from the pool; on exit it gives both back. A
+    connection left inside a transaction gets psycopg's own exit first (commit, or roll
+    back after an error), as ``AsyncConnectionPool.connection()`` does. Database failures
+    leave as service errors (:meth:`Database.translated`).
+
+    A class rather than nested ``@asynccontextmanager`` generators (the workspace slot,
+    then the pool's ``connection()``): every query of every request checks a connection
+    out, and the three generator frames with their ``async with conn`` cost ~15 µs of the
+    ~55 µs a checkout and one small query took (bench/RESULTS-hotpath.md, session 20).
+    """
+
+    __slots__ = ("db", "conn", "release", "token")
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.conn: psycopg.AsyncConnection[dict[str, Any]] | None = None
+        self.release: Callable[[], None] | None = None
+        self.token: contextvars.Token[bool] | None = None
+
+    async def __aenter__(self) -> psycopg.AsyncConnection[dict[str, Any]]:
+        db = self.db
+        ws = current_workspace.get()
+        if ws is not None and db.per_workspace > 0 and not _holding.get():
+            try:
+                self.release = await db._slots.take(ws, db.timeout_s)
+            except TimeoutError:
+                raise Unavailable(
+                    f"this workspace already has {db.per_workspace} database queries running; retry shortly",
+                    code="WORKSPACE_BUSY", headers={"Retry-After": "1"}) from None
+            self.token = _holding.set(True)
+        try:
+            self.conn = await db.pool.getconn()
+        except BaseException as exc:
+            self._free()
+            service = db.translated(exc)
+            if service is not None:
+                raise service from exc
+            raise
+        return self.conn
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        conn = self.conn
+        assert conn is not None
+        failed: BaseException | None = None
+        try:
+            try:
+                if conn.pgconn.transaction_status != TransactionStatus.IDLE:
+                    await conn.__aexit__(exc_type, exc, tb)
+            finally:
+                await self.db.pool.putconn(conn)
+        except BaseException as exit_exc:  # the exit's own failure replaces the body's, as in the pool's
+            failed = exc = exit_exc
+        finally:
+            self._free()
+        if exc is not None:
+            service = self.db.translated(exc)
+            if service is not None:
+                raise service from exc
+            if failed is not None:
+                raise failed
+
+    def _free(self) -> None:
+        if self.token is not None:
+            _holding.reset(self.token)
+            self.token = None
+        if self.release is not None:
+            self.release()
+            self.release = None
 
 
 class Database:
@@ -160,48 +287,31 @@ class Database:
     async def close(self) -> None:
         await self.pool.close()
 
-    @asynccontextmanager
-    async def _workspace_slot(self) -> AsyncIterator[None]:
-        """Hold one of the current workspace's connection slots (none outside a request,
-        or when this task holds one already)."""
-        ws = current_workspace.get()
-        if ws is None or _holding.get() or self.per_workspace <= 0:
-            yield
-            return
-        try:
-            release = await self._slots.take(ws, self.timeout_s)
-        except TimeoutError:
-            raise Unavailable(
-                f"this workspace already has {self.per_workspace} database queries running; retry shortly",
-                code="WORKSPACE_BUSY", headers={"Retry-After": "1"}) from None
-        token = _holding.set(True)
-        try:
-            yield
-        finally:
-            _holding.reset(token)
-            release()
+    def connection(self) -> Checkout:
+        """``async with db.connection() as conn``: a pooled autocommit connection, counted
+        against the current workspace's slots (:class:`Checkout`)."""
+        return Checkout(self)
 
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
-        try:
-            async with self._workspace_slot(), self.pool.connection() as conn:
-                yield conn
-        except psycopg.errors.QueryCanceled as exc:
+    def translated(self, exc: BaseException) -> Exception | None:
+        """The service error a database failure inside a checkout becomes (None: raise it
+        as it is)."""
+        if isinstance(exc, psycopg.errors.QueryCanceled):
             # statement_timeout (a client's cancel arrives as CancelledError instead)
-            raise QueryTimeout(
+            return QueryTimeout(
                 f"the query ran longer than its {self.statement_timeout_ms / 1000:g} s statement timeout;"
-                " narrow it with a filter or a smaller page") from exc
-        except PoolTimeout as exc:
-            raise Unavailable("the database is not reachable right now") from exc
-        except psycopg.OperationalError as exc:
+                " narrow it with a filter or a smaller page")
+        if isinstance(exc, PoolTimeout):
+            return Unavailable("the database is not reachable right now")
+        if isinstance(exc, psycopg.OperationalError):
             if (exc.sqlstate or "").startswith("54"):
                 # a program limit (psycopg files class 54 under OperationalError): the
                 # connection is fine and a retry fails the same way
-                raise LimitExceeded(limit_message(exc.sqlstate or "")) from exc
+                return LimitExceeded(limit_message(exc.sqlstate or ""))
             # connection lost mid-request (e.g. a server restart): the pool discards it, and
             # the idle ones, likely dead too, are checked at once instead of failing one by one
             self._check_soon()
-            raise Unavailable("the database connection was lost; retry the request") from exc
+            return Unavailable("the database connection was lost; retry the request")
+        return None
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
