@@ -176,6 +176,9 @@ export interface ChangePayload<F extends object = Record<string, any>> {
   record: Row<F> | null;
   old_record: Row<F> | null;
   seq: number;
+  /** The event was too large to send whole (over 256 KiB of JSON by default): `record` and
+   * `old_record` hold only `id`, `created_at` and `updated_at`; read the record by id. */
+  truncated?: true;
 }
 
 export type ChannelStatus = "SUBSCRIBED" | "RECONNECTING" | "CHANNEL_ERROR" | "CLOSED";

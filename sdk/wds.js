@@ -1166,6 +1166,8 @@ class Channel {
           old_record: this._flatten ? flattenRecord(msg.old_record) : msg.old_record,
           seq: msg.seq,
         };
+        // an event too large to send whole carries the records' ids and timestamps only
+        if (msg.truncated) payload.truncated = true;
         this._emit(msg.event, payload);
         return;
       }

@@ -110,6 +110,14 @@ class Settings(BaseSettings):
     # the most one ``since`` replay reads, as the events' JSON: past it REPLAY_TRUNCATED
     # (a replay of 10,000 events of 1.8 MB records read 18 GB into the API process)
     realtime_replay_max_bytes: int = Field(default=8 * 1024**2, ge=1024)
+    # an event whose record and old record render to more JSON than this is sent cut to the
+    # records' ids and timestamps, "truncated": true (200 sockets not reading held a whole
+    # 1.8 MB record each: 604 MB in the API process)
+    realtime_event_max_bytes: int = Field(default=256 * 1024, ge=1024)
+    # events' bytes queued for one socket, and for all of one workspace's sockets in one API
+    # process: past either, the socket holding the most is closed as a slow consumer (4000)
+    realtime_socket_max_bytes: int = Field(default=16 * 1024**2, ge=1024)
+    realtime_workspace_max_bytes: int = Field(default=64 * 1024**2, ge=1024)
     # realtime sockets one workspace may hold open in one API process (0: no cap)
     realtime_connections_per_workspace: int = Field(default=200, ge=0)
     # app users (issue 10)

@@ -8,6 +8,15 @@ into the API record shape, and offers it to the clients of that workspace. Each 
 a bounded queue and one sender task: a client that falls ``realtime_queue_max`` events
 behind is disconnected (close code 4000, reason given) instead of growing memory.
 
+Bytes are bounded as well as counts (one tenant's large records must not fill the shared
+process): an event whose JSON (record and old record as stored) is over
+``realtime_event_max_bytes`` is cut in PostgreSQL to the records' ids and timestamps and
+sent with ``"truncated": true`` (the client reads the record by id); a socket with more than
+``realtime_socket_max_bytes`` of events queued, and the socket with the most queued when a
+workspace's sockets in this process hold more than ``realtime_workspace_max_bytes``, are
+closed as slow consumers (4000). Filters are judged in PostgreSQL on the stored events, by
+seq, so a cut event is matched on its whole record.
+
 Ordering and resume: ``seq`` comes from a per-workspace sequence at write time. A client
 resumes with ``since=<last seq seen>``; events retained (``realtime_retention_s``) with a
 greater seq are replayed before live ones. Retention records the highest purged seq per
@@ -34,8 +43,9 @@ from storage import jsontext
 from storage import records as rec
 from storage.access import Principal, TokenType
 from storage.errors import Forbidden, ServiceError
-from storage.query.matching import FilterSet, match_rows
+from storage.query.matching import FilterSet, match_events
 from storage.schema import ColumnType, TableMeta
+from storage.values import iso
 
 log = logging.getLogger("wds.realtime")
 CHANNEL = "wds_changes"
@@ -56,13 +66,27 @@ class Change:
     seq: int
     table_id: int
     event: str
-    new: dict[str, Any] | None  # typed rows (physical names)
-    old: dict[str, Any] | None
     text: str  # the ``change`` message
-    raw: tuple[dict[str, Any], ...] = ()  # the stored ``to_jsonb`` rows (new, then old)
+    size: int  # its bytes
+    sides: int  # how many of record / old record the event has (what filters are judged on)
     # id of a subscription's filter set → whether a side of this change matches it,
     # decided by PostgreSQL (:meth:`Hub.judge`); a set not judged matches nothing
     verdicts: dict[int, bool] = field(default_factory=dict)
+
+
+# The events' columns as the hub reads them: an event whose record and old record, as
+# stored, render to more than the limit (the first parameter) comes with each record cut to
+# its id and timestamps, in PostgreSQL, so the large values never reach this process.
+def _brief(col: str) -> str:
+    return (f"CASE WHEN sz.big AND {col} IS NOT NULL THEN jsonb_build_object('id', {col}->'id',"
+            f" 'created_at', {col}->'created_at', 'updated_at', {col}->'updated_at') ELSE {col} END")
+
+
+EVENT_BYTES = "octet_length(coalesce(record::text, '')) + octet_length(coalesce(old_record::text, ''))"
+EVENT_COLUMNS = (f"SELECT seq, table_id, event, sz.big AS truncated, {_brief('record')} AS record,"
+                 f" {_brief('old_record')} AS old_record"
+                 f" FROM wds.events CROSS JOIN LATERAL (SELECT {EVENT_BYTES} > %s AS big) sz")
+BRIEF_BYTES = 256  # what a cut event counts for in a replay's budget
 
 
 @dataclass(slots=True)
@@ -103,17 +127,30 @@ def typed_row(table: TableMeta, raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _brief_record(raw: dict[str, Any]) -> dict[str, Any]:
+    return {"id": raw.get("id"), "created_at": iso(_ts(raw.get("created_at"))),
+            "updated_at": iso(_ts(raw.get("updated_at")))}
+
+
 def decode_change(table: TableMeta, row: dict[str, Any]) -> Change:
-    new = typed_row(table, row["record"]) if row["record"] is not None else None
-    old = typed_row(table, row["old_record"]) if row["old_record"] is not None else None
-    message = {
+    """A row of :data:`EVENT_COLUMNS` → the ``change`` message. A cut event (``truncated``)
+    carries each record's id and timestamps only, and says so."""
+    new_raw, old_raw = row["record"], row["old_record"]
+    if row.get("truncated"):
+        new = _brief_record(new_raw) if new_raw is not None else None
+        old = _brief_record(old_raw) if old_raw is not None else None
+    else:
+        new = rec.row_to_record(table, typed_row(table, new_raw)) if new_raw is not None else None
+        old = rec.row_to_record(table, typed_row(table, old_raw)) if old_raw is not None else None
+    message: dict[str, Any] = {
         "type": "change", "event": row["event"], "table_id": table.id, "table": table.name,
-        "record": rec.row_to_record(table, new) if new is not None else None,
-        "old_record": rec.row_to_record(table, old) if old is not None else None,
-        "seq": row["seq"],
+        "record": new, "old_record": old, "seq": row["seq"],
     }
-    raw = tuple(r for r in (row["record"], row["old_record"]) if r is not None)
-    return Change(row["seq"], table.id, row["event"], new, old, jsontext.dumps(message).decode(), raw)
+    if row.get("truncated"):
+        message["truncated"] = True
+    data = jsontext.dumps(message)
+    sides = (new_raw is not None) + (old_raw is not None)
+    return Change(row["seq"], table.id, row["event"], data.decode(), len(data), sides)
 
 
 def _stale(schema: Any, rows: list[dict[str, Any]]) -> bool:
@@ -130,6 +167,20 @@ def _stale(schema: Any, rows: list[dict[str, Any]]) -> bool:
     return False
 
 
+def _amount(n: int) -> str:
+    return f"{n / 2**20:.3g} MiB" if n >= 2**20 else f"{n / 1024:.3g} KiB"
+
+
+def _size(item: Any) -> int:
+    """The bytes of queued events an item holds (control messages are small and counted
+    by the queue's length only)."""
+    if isinstance(item, Change):
+        return item.size
+    if isinstance(item, list):
+        return sum(one.size for one in item if isinstance(one, Change))
+    return 0
+
+
 class Client:
     """One WebSocket: its credential, subscriptions, bounded queue and sender task."""
 
@@ -141,6 +192,7 @@ class Client:
         self.workspace_id = principal.workspace_id
         self.subs: dict[int, Subscription] = {}
         self.queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=queue_max)
+        self.queued_bytes = 0  # events' bytes queued or being sent (Hub.charge)
         self.closed = False
         self.sender: asyncio.Task[None] | None = None
 
@@ -162,6 +214,8 @@ class Client:
             self.queue.put_nowait(item)
         except asyncio.QueueFull:
             self.kill(SLOW_CONSUMER, f"slow consumer: more than {self.queue.maxsize} events queued")
+            return
+        self.hub.charge(self, _size(item))
 
     def kill(self, code: int, reason: str) -> None:
         if self.closed:
@@ -186,13 +240,16 @@ class Client:
             except asyncio.TimeoutError:
                 await self.ws.send_text('{"type":"heartbeat"}')
                 continue
-            for one in item if isinstance(item, list) else (item,):
-                if isinstance(one, Change):
-                    if not await self._still_allowed(one.table_id):
-                        continue
-                    await self.ws.send_text(one.text)
-                else:
-                    await self.ws.send_text(jsontext.dumps(one).decode())
+            try:
+                for one in item if isinstance(item, list) else (item,):
+                    if isinstance(one, Change):
+                        if not await self._still_allowed(one.table_id):
+                            continue
+                        await self.ws.send_text(one.text)
+                    else:
+                        await self.ws.send_text(jsontext.dumps(one).decode())
+            finally:
+                self.hub.charge(self, -_size(item))
 
     async def _still_allowed(self, table_id: int) -> bool:
         """Re-check the credential and its grant on each delivery (cached principal)."""
@@ -238,6 +295,7 @@ class Hub:
         self.pending: dict[int, list[tuple[int, int]]] = {}
         self.high: dict[int, int] = {}  # highest seq delivered per workspace
         self.wake = asyncio.Event()
+        self.queued: dict[int, int] = {}  # events' bytes queued per workspace (Hub.charge)
         self.tasks: list[asyncio.Task[None]] = []
         self.listening = asyncio.Event()
 
@@ -280,7 +338,40 @@ class Hub:
         """The workspace's open realtime sockets in this process."""
         return len(self.clients.get(workspace_id, ()))
 
+    def charge(self, client: Client, size: int) -> None:
+        """Count ``size`` more (or, negative, fewer) bytes of events queued for ``client``.
+        Past the socket's bound it is closed as a slow consumer; past the workspace's, so is
+        the workspace's socket holding the most, until the rest fit."""
+        if client.closed or not size:
+            return
+        settings = self.state.settings
+        client.queued_bytes += size
+        ws = client.workspace_id
+        total = self.queued[ws] = self.queued.get(ws, 0) + size
+        if size < 0:
+            return
+        cap = int(settings.realtime_socket_max_bytes)
+        if client.queued_bytes > cap:
+            client.kill(SLOW_CONSUMER, f"slow consumer: more than {_amount(cap)} of events queued")
+            return
+        cap = int(settings.realtime_workspace_max_bytes)
+        while total > cap:
+            group = [c for c in self.clients.get(ws, ()) if c.queued_bytes > 0]
+            if not group:
+                break
+            slowest = max(group, key=lambda c: c.queued_bytes)
+            slowest.kill(SLOW_CONSUMER, f"slow consumer: this workspace's sockets hold more than {_amount(cap)}"
+                                        " of events; this one the most")
+            total = self.queued.get(ws, 0)
+
     def remove(self, client: Client) -> None:
+        if client.queued_bytes:
+            left = self.queued.get(client.workspace_id, 0) - client.queued_bytes
+            client.queued_bytes = 0
+            if left > 0:
+                self.queued[client.workspace_id] = left
+            else:
+                self.queued.pop(client.workspace_id, None)
         group = self.clients.get(client.workspace_id)
         if group is not None:
             group.discard(client)
@@ -349,9 +440,8 @@ class Hub:
             params: list[Any] = [ws] + [v for r in chunk for v in r]
             async with self.state.db.connection() as conn:
                 cur = await conn.execute(
-                    "SELECT seq, table_id, event, record, old_record FROM wds.events"
-                    f" WHERE workspace_id = %s AND ({cond}) ORDER BY seq",  # cond: fixed text only
-                    params,
+                    EVENT_COLUMNS + f" WHERE workspace_id = %s AND ({cond}) ORDER BY seq",  # cond: fixed text only
+                    [self.state.settings.realtime_event_max_bytes, *params],
                 )
                 rows = await cur.fetchall()
             seen = self.seen.setdefault(ws, _Seen())
@@ -368,8 +458,9 @@ class Hub:
 
     async def judge(self, ws: int, changes: list[Change], subs: Iterable[Subscription]) -> None:
         """Decide, in PostgreSQL, which filtered subscriptions each change matches
-        (:func:`storage.query.matching.match_rows`): one statement per table, over every
-        distinct filter set and both sides of every change."""
+        (:func:`storage.query.matching.match_events`): one statement per table, over every
+        distinct filter set and both sides of every change, read from the stored events (a
+        cut event is judged on its whole record)."""
         by_table: dict[int, dict[int, FilterSet]] = {}  # filter sets by identity (values hold dicts)
         for sub in subs:
             if sub.filters:
@@ -379,21 +470,18 @@ class Hub:
         schema = await self.state.schema(ws)
         for table_id, sets in by_table.items():
             table = schema.tables.get(table_id)
-            mine = [c for c in changes if c.table_id == table_id and c.raw]
+            mine = [c for c in changes if c.table_id == table_id and c.sides]
             if table is None or not mine:
                 continue
             filter_sets = list(sets.values())
-            rows = [r for c in mine for r in c.raw]
             try:
                 async with self.state.db.connection() as conn:
-                    verdicts = await match_rows(conn, table, filter_sets, rows)
+                    verdicts = await match_events(conn, table, filter_sets, [c.seq for c in mine])
             except (psycopg.Error, ServiceError):  # e.g. the table went away meanwhile
                 log.warning("realtime filters of table %s could not be evaluated", table_id, exc_info=True)
                 continue
-            at = 0
             for change in mine:
-                sides = verdicts[at : at + len(change.raw)]
-                at += len(change.raw)
+                sides = verdicts.get(change.seq, ())
                 for k, filters in enumerate(filter_sets):
                     change.verdicts[id(filters)] = any(side[k] for side in sides)
 
@@ -407,18 +495,21 @@ class Hub:
         record is read into this process; the cut stops at the first event past the budget.
         """
         budget = int(self.state.settings.realtime_replay_max_bytes)
+        event_max = int(self.state.settings.realtime_event_max_bytes)
         cut, total, count, truncated = since, 0, 0, False
         chunk = REPLAY_SIZE_FIRST
         async with self.state.db.connection() as conn:
             while True:
                 cur = await conn.execute(
-                    "SELECT seq, octet_length(record::text) + coalesce(octet_length(old_record::text), 0) AS size"
+                    f"SELECT seq, {EVENT_BYTES} AS size"
                     " FROM wds.events WHERE workspace_id = %s AND table_id = %s AND seq > %s ORDER BY seq LIMIT %s",
                     (ws, table_id, cut, chunk),
                 )
                 sized = await cur.fetchall()
                 for row in sized:
                     size = int(row["size"] or 0)
+                    if size > event_max:  # sent cut to its ids (EVENT_COLUMNS)
+                        size = BRIEF_BYTES
                     if count >= REPLAY_MAX or (count and total + size > budget):
                         truncated = True
                         break
@@ -429,9 +520,8 @@ class Hub:
             rows: list[dict[str, Any]] = []
             if count:
                 cur = await conn.execute(
-                    "SELECT seq, table_id, event, record, old_record FROM wds.events"
-                    " WHERE workspace_id = %s AND table_id = %s AND seq > %s AND seq <= %s ORDER BY seq",
-                    (ws, table_id, since, cut),
+                    EVENT_COLUMNS + " WHERE workspace_id = %s AND table_id = %s AND seq > %s AND seq <= %s ORDER BY seq",
+                    (event_max, ws, table_id, since, cut),
                 )
                 rows = await cur.fetchall()
             cur = await conn.execute("SELECT purged_through FROM wds.event_horizon WHERE workspace_id = %s", (ws,))

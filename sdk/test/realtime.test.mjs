@@ -74,6 +74,22 @@ test("on(event) and a filter narrow what arrives; flatten: false keeps the raw s
   assert.equal(inserts[0].record.fields.Tag, "keep");
 });
 
+test("an event too large to send whole arrives truncated, with the record's id", async (t) => {
+  if (!enabled) return t.skip(skipReason);
+  const got = [];
+  const ch = client.channel(table.id).on("INSERT", (c) => got.push(c));
+  await subscribed(ch);
+  const big = await insert({ N: 7, Tag: "x".repeat(300000) }); // past the default 256 KiB
+  const small = await insert({ N: 8, Tag: "small" });
+  await until(() => got.length >= 2, 10000, "two inserts");
+  await ch.unsubscribe();
+  assert.equal(got[0].truncated, true);
+  assert.deepEqual(got[0].record, { id: big.id, created_at: big.created_at, updated_at: big.updated_at });
+  assert.equal(got[1].truncated, undefined);
+  assert.equal(got[1].record.Tag, "small");
+  assert.equal(got[1].record.id, small.id);
+});
+
 test("after the connection is cut, the channel reconnects and resumes after the last seq", async (t) => {
   if (!enabled) return t.skip(skipReason);
   const proxy = await tcpProxy();

@@ -6,11 +6,12 @@ folding, JSON numbers, collation), the rows of a change — ``to_jsonb`` of the 
 row, as the capture trigger stores it in ``wds.events`` — are turned back into the
 table's row type with ``jsonb_populate_record`` and run through the WHERE clause
 :func:`storage.query.build.build_where` writes for a list. One statement answers every
-(row, filter set) pair of a table::
+(row, filter set) pair of a table, reading the rows where they are stored::
 
-    SELECT e.i, ARRAY[(<where 1>) IS TRUE, (<where 2>) IS TRUE, ...]
-    FROM jsonb_array_elements(%s) WITH ORDINALITY AS e(rec, i),
-         jsonb_populate_record(NULL::ws_<w>.t_<t>, e.rec) AS t
+    SELECT src.k, src.side, ARRAY[(<where 1>) IS TRUE, (<where 2>) IS TRUE, ...]
+    FROM (SELECT ev.seq, s.side, s.rec FROM wds.events ev, (VALUES (0, ev.record),
+          (1, ev.old_record)) AS s(side, rec) WHERE ...) AS src(k, side, rec),
+         jsonb_populate_record(NULL::ws_<w>.t_<t>, src.rec) AS t
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.rows import tuple_row
-from psycopg.types.json import Jsonb
 
 from storage.query.build import TABLE_ALIAS, _table, build_where
 from storage.query.plan import PlannedFilter, PlannedGroup
@@ -30,8 +30,22 @@ from storage.schema import TableMeta
 FilterSet = tuple[PlannedFilter | PlannedGroup, ...]
 
 
-def build_verdicts(table: TableMeta, filter_sets: Sequence[FilterSet]) -> tuple[sql.Composed, list[Any]]:
-    """The statement of the module docstring; its last parameter is the rows' jsonb array."""
+ROWS = sql.SQL("SELECT i, 0, rec FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(rec, i)")
+"""A source of rows: a jsonb array of ``to_jsonb`` rows (its parameter), keyed by position."""
+
+EVENTS = sql.SQL(
+    "SELECT ev.seq, s.side, s.rec FROM wds.events ev"
+    " CROSS JOIN LATERAL (VALUES (0, ev.record), (1, ev.old_record)) AS s(side, rec)"
+    " WHERE ev.workspace_id = %s AND ev.table_id = %s AND ev.seq = ANY(%s) AND s.rec IS NOT NULL")
+"""A source of rows: stored change events (workspace, table, seqs), keyed by seq, each side
+(record, then old record) a row."""
+
+
+def build_verdicts(table: TableMeta, filter_sets: Sequence[FilterSet],
+                   source: sql.Composable = ROWS) -> tuple[sql.Composed, list[Any]]:
+    """The statement of the module docstring over ``source`` (:data:`ROWS` or
+    :data:`EVENTS`, whose parameters come after the returned ones): rows ``(key, side,
+    verdicts)`` in key and side order."""
     conds: list[sql.Composable] = []
     params: list[Any] = []
     for filters in filter_sets:
@@ -39,28 +53,30 @@ def build_verdicts(table: TableMeta, filter_sets: Sequence[FilterSet]) -> tuple[
         conds.append(sql.SQL("({}) IS TRUE").format(where))
         params.extend(p)
     query = sql.SQL(
-        "SELECT e.i, ARRAY[{conds}]::boolean[]"
-        " FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(rec, i)"
-        " CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, e.rec) AS {a}"
-        " ORDER BY e.i"
-    ).format(conds=sql.SQL(", ").join(conds), table=_table(table.workspace_id, table.id),
+        "SELECT src.k, src.side, ARRAY[{conds}]::boolean[]"
+        " FROM ({source}) AS src(k, side, rec)"
+        " CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, src.rec) AS {a}"
+        " ORDER BY src.k, src.side"
+    ).format(conds=sql.SQL(", ").join(conds), source=source, table=_table(table.workspace_id, table.id),
              a=sql.Identifier(TABLE_ALIAS))
     return query, params
 
 
-async def match_rows(
+async def match_events(
     conn: psycopg.AsyncConnection[Any], table: TableMeta, filter_sets: Sequence[FilterSet],
-    rows: Sequence[dict[str, Any]],
-) -> list[list[bool]]:
-    """For each row (a ``to_jsonb`` of the table's physical row), whether it matches each
-    filter set: ``result[row][set]``. An empty filter set matches every row."""
-    if not rows or not filter_sets:
-        return [[True] * len(filter_sets) for _ in rows]
-    query, params = build_verdicts(table, filter_sets)
-    params.append(Jsonb(list(rows)))
+    seqs: Sequence[int],
+) -> dict[int, list[list[bool]]]:
+    """For each stored change event of ``table`` (``wds.events``, by seq), whether each side
+    (record, then old record, where present) matches each filter set: ``{seq: [[bool per
+    set] per side]}``. The rows are read where they are stored, so an event cut for
+    delivery is judged on its whole record. An event not found (purged) is absent."""
+    if not seqs or not filter_sets:
+        return {}
+    query, params = build_verdicts(table, filter_sets, EVENTS)
+    params.extend([table.workspace_id, table.id, list(seqs)])
     cur = conn.cursor(row_factory=tuple_row)
     await cur.execute(query, params)
-    out: list[list[bool]] = [[False] * len(filter_sets) for _ in rows]
-    for i, verdicts in await cur.fetchall():
-        out[int(i) - 1] = [bool(v) for v in verdicts]
+    out: dict[int, list[list[bool]]] = {}
+    for seq, _side, verdicts in await cur.fetchall():
+        out.setdefault(int(seq), []).append([bool(v) for v in verdicts])
     return out

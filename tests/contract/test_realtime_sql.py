@@ -1,6 +1,7 @@
 """Realtime matching is the list's SQL: a property test over generated rows and filters.
 
-A realtime subscription decides a change with :func:`storage.query.matching.build_verdicts`:
+A realtime subscription decides a change with :func:`storage.query.matching.build_verdicts`
+(here over a jsonb array of rows; the hub's source is the stored events):
 the stored ``to_jsonb`` row goes back through ``jsonb_populate_record`` into the list's
 WHERE clause. Here hypothesis generates rows (Unicode text, numbers, dates, selects,
 JSON) and filters, and every row's verdict must equal whether the list's own query
@@ -100,7 +101,7 @@ def _verdicts_and_list(c: psycopg.Connection[Any], rows: list[dict[str, Any]], f
         return listed, []
     query, vparams = build_verdicts(TABLE, [filters])
     got = c.execute(query, [*vparams, Jsonb(stored)]).fetchall()
-    matched = [i for i, verdicts in got if verdicts[0]]
+    matched = [i for i, _side, verdicts in got if verdicts[0]]
     return listed, matched
 
 

@@ -1,5 +1,6 @@
 """The change feed against a hostile tenant (docs/security.md, "What a hostile tenant may
-try"): replays of large records, thousands of sockets, compression per socket.
+try"): replays of large records, thousands of sockets, compression per socket, large
+events and sockets that do not read.
 
 Measured before the fixes on one API process (`wds dev`): one ``since=0`` replay of 300
 events of 1.8 MB records took the API from 198 MB to 1.25 GB of RSS and held its event
@@ -26,7 +27,16 @@ CAP = 3
 def hostile_api(services: Services) -> Iterator[ApiProcess]:
     """An API process with a small replay budget and a small socket cap per workspace."""
     yield from running_api(services, name="api-rt-hostile", WDS_REALTIME_REPLAY_MAX_BYTES=str(REPLAY_BYTES),
-                           WDS_REALTIME_CONNECTIONS_PER_WORKSPACE=str(CAP))
+                           WDS_REALTIME_CONNECTIONS_PER_WORKSPACE=str(CAP),
+                           WDS_REALTIME_EVENT_MAX_BYTES="2000000")  # events whole: the replay's budget is tested
+
+
+@pytest.fixture(scope="module")
+def bytes_api(services: Services) -> Iterator[ApiProcess]:
+    """An API process with small byte bounds: events past 200 KB are cut, a socket may hold
+    250 KB of events queued and a workspace's sockets 300 KB."""
+    yield from running_api(services, name="api-rt-bytes", WDS_REALTIME_EVENT_MAX_BYTES="200000",
+                           WDS_REALTIME_SOCKET_MAX_BYTES="250000", WDS_REALTIME_WORKSPACE_MAX_BYTES="300000")
 
 
 def test_a_replay_reads_at_most_its_byte_budget_and_pages_on_with_last_seq(ws, hostile_api):
@@ -135,3 +145,83 @@ def test_a_since_of_thousands_of_digits_is_a_validation_error_not_a_dropped_sock
         with pytest.raises(ConnectionClosed) as info:
             recv(conn)
         assert info.value.rcvd is not None and info.value.rcvd.code == 1008
+
+
+def _closed_with(conn, code: int) -> str:
+    """Read until the server closes the socket; its close reason (the code must match)."""
+    with pytest.raises(ConnectionClosed) as info:
+        for _ in range(100):
+            recv(conn)
+    assert info.value.rcvd is not None and info.value.rcvd.code == code, info.value
+    return info.value.rcvd.reason
+
+
+def test_an_event_past_the_limit_is_cut_to_ids_and_judged_on_its_whole_record(ws, bytes_api):
+    """200 sockets that read nothing each held a whole 1.8 MB record (604 MB in the API
+    process); an event is now at most the limit, and a cut one says so."""
+    t = ws.create_table("Cut", [{"name": "Name", "type": "text"}, {"name": "Tag", "type": "text"}])
+    big = "x" * 300_000
+    with open_ws(bytes_api.base_url, ws.builder_token) as every, \
+            open_ws(bytes_api.base_url, ws.builder_token) as tagged:
+        subscribe(every, t["id"])
+        subscribe(tagged, t["id"], filter={"Tag": "eq.keep"})
+        made = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": big, "Tag": "keep"}}).json()
+        ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": big, "Tag": "drop"}})
+        ws.api.patch(f"/tables/{t['id']}/records/{made['id']}", json={"fields": {"Name": "small now"}})
+        ws.api.delete(f"/tables/{t['id']}/records/{made['id']}")
+        got = changes(every, 4)
+        mine = changes(tagged, 3)  # the "drop" record does not match: judged on its whole record
+    insert, _, update, delete = got
+    assert insert["truncated"] is True and insert["event"] == "INSERT"
+    assert insert["record"] == {"id": made["id"], "created_at": made["created_at"], "updated_at": made["updated_at"]}
+    assert insert["old_record"] is None
+    # the update's old side is large: the event is cut, both sides to their ids
+    assert update["truncated"] is True and update["record"]["id"] == made["id"] and "fields" not in update["record"]
+    assert update["old_record"]["id"] == made["id"] and "fields" not in update["old_record"]
+    # the delete's old record is small again: the whole event, no flag
+    assert "truncated" not in delete and delete["old_record"]["fields"] == {"Name": "small now", "Tag": "keep"}
+    assert [m["seq"] for m in mine] == [insert["seq"], update["seq"], delete["seq"]]
+    assert all(len(json.dumps(m)) < 200_000 for m in got)
+
+
+def test_a_replay_sends_large_events_cut_and_counts_them_small(ws, bytes_api):
+    t = ws.create_table("CutReplay", [{"name": "Name", "type": "text"}])
+    with open_ws(bytes_api.base_url, ws.builder_token) as conn:
+        since = subscribe(conn, t["id"])["seq"]
+    rows = [{"Name": f"{i}" + "y" * 250_000} for i in range(6)]  # 1.5 MB of records
+    assert ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows}).status_code in (200, 201)
+    with open_ws(bytes_api.base_url, ws.builder_token) as conn:
+        subscribe(conn, t["id"], since=since)
+        got = changes(conn, 6)
+    assert all(m["truncated"] is True and "fields" not in m["record"] for m in got)
+    assert len({m["record"]["id"] for m in got}) == 6
+
+
+def test_a_socket_holding_too_many_bytes_of_events_is_closed_as_a_slow_consumer(ws, bytes_api):
+    """One statement's events are queued at once, before the sender can write any: three
+    events of 150 KB pass the socket's 250 KB."""
+    t = ws.create_table("Bytes", [{"name": "Name", "type": "text"}])
+    with open_ws(bytes_api.base_url, ws.builder_token) as conn:
+        subscribe(conn, t["id"])
+        rows = [{"Name": f"{i}" + "z" * 150_000} for i in range(3)]
+        assert ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows}).status_code in (200, 201)
+        reason = _closed_with(conn, 4000)
+    assert reason == "slow consumer: more than 244 KiB of events queued", reason
+
+
+def test_a_workspace_past_its_bytes_loses_the_socket_holding_most_and_keeps_the_others(ws, bytes_api):
+    t = ws.create_table("WsBytes", [{"name": "Name", "type": "text"}, {"name": "Tag", "type": "text"}])
+    with open_ws(bytes_api.base_url, ws.builder_token) as hog, \
+            open_ws(bytes_api.base_url, ws.builder_token) as light:
+        subscribe(hog, t["id"])
+        subscribe(light, t["id"], filter={"Tag": "eq.one"})
+        # the hog queues 3 x 80 KB (under its socket's 250 KB), the light one 80 KB: 320 KB in
+        # all, past the workspace's 300 KB, so the socket holding most goes
+        rows = [{"Name": "w" * 80_000, "Tag": tag} for tag in ("one", "two", "three")]
+        assert ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows}).status_code in (200, 201)
+        assert "slow consumer" in _closed_with(hog, 4000)
+        (only,) = changes(light, 1)
+        assert only["record"]["fields"]["Tag"] == "one"
+        # the light socket still works afterwards
+        ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": "small", "Tag": "one"}})
+        assert changes(light, 1)[0]["record"]["fields"]["Name"] == "small"
