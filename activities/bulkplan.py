@@ -41,9 +41,10 @@ def dependants_map(table: TableMeta) -> dict[str, list[int]]:
 
 def build_bulk_input(
     table: TableMeta, caller: Caller, plan_name: str, *, run_id: str, record_ids: list[int] | None,
-    filters: list[dict[str, Any]], column_ids: list[int] | None,
+    filters: list[dict[str, Any]], column_ids: list[int] | None, chunks_per_run: int = 500,
 ) -> BulkInput:
-    """The BulkRunWorkflow input for ``record_ids`` (or every record matching ``filters``)."""
+    """The BulkRunWorkflow input for ``record_ids`` (or every record matching ``filters``);
+    ``chunks_per_run``: ``WDS_BULK_CHUNKS_PER_RUN``, as the caller's settings say."""
     levels = plan_steps(table, mode="edit", only=column_ids) if column_ids else plan_steps(table, mode="create")
     p = plan_of(plan_name)
     fused = bool(levels) and all(c.type in FUSED_KINDS for lvl in levels for c in lvl)
@@ -52,5 +53,5 @@ def build_bulk_input(
         levels=[[c.id for c in lvl] for lvl in levels], dependants=dependants_map(table),
         record_ids=record_ids, filters=filters, mode="edit" if column_ids else "create",
         time_budget_s=float(p.pipeline_seconds_per_row), step_budget=p.pipeline_steps_per_row,
-        chunk=FUSED_CHUNK if fused else 200,
+        chunk=FUSED_CHUNK if fused else 200, chunks_per_run=chunks_per_run,
     )

@@ -21,14 +21,14 @@ from typing import Any
 from temporalio import activity
 
 from activities.bulkplan import build_bulk_input
-from activities.types import Caller, Prepared, PrepareInput, ScheduledRunInput  # noqa: F401 (re-exported)
 from activities.snap import caller_of
+from activities.types import Caller, Prepared, PrepareInput, ScheduledRunInput  # noqa: F401 (re-exported)
 from storage import access, meta, quotas, refs, runs
 from storage import records as rec
 from storage import schedules as sched
+from storage.access import Action, Principal
 from storage.db import Database
 from storage.errors import PlanLimit, ServiceError
-from storage.access import Action, Principal
 from storage.plans import plan as plan_of
 from storage.query import parse_filter_list, plan_filters
 
@@ -43,8 +43,9 @@ def run_id_for(workflow_id: str) -> str:
 
 
 class ScheduleSteps:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, chunks_per_run: int = 500) -> None:
         self.db = db
+        self.chunks_per_run = chunks_per_run  # WDS_BULK_CHUNKS_PER_RUN
 
     @activity.defn(name="prepare_scheduled_run")
     async def prepare_scheduled_run(self, inp: PrepareInput) -> Prepared:
@@ -80,7 +81,7 @@ class ScheduleSteps:
         except ServiceError as exc:
             return await self._skip(inp, table.id, run_id, f"the schedule's filters no longer apply: {exc.message}")
         bulk = build_bulk_input(table, caller_of(creator), workspace["plan"], run_id=run_id, record_ids=None,
-                                filters=filters, column_ids=column_ids)
+                                filters=filters, column_ids=column_ids, chunks_per_run=self.chunks_per_run)
         async with self.db.transaction() as conn:
             if await runs.get_run(conn, workspace_id=r.workspace_id, run_id=run_id) is None:
                 total = await rec.count_matching(conn, table=table, filters=planned)

@@ -163,6 +163,12 @@ class BulkInput:
     chunk: int = 200
     concurrency: int = 4
     retries: int = 1  # passes over the rows that failed, before they count as failed
+    # chunks one workflow run starts before it continues as new (its history bounded):
+    # WDS_BULK_CHUNKS_PER_RUN, read where the run is planned (activities.bulkplan)
+    chunks_per_run: int = 500
+    # where a continued run goes on from, and what the runs before it counted
+    # (workflows/bulk.py BulkRunWorkflow._continue); None for the first run
+    resume: dict[str, Any] | None = None
 
 
 @dataclass

@@ -103,6 +103,11 @@ class Settings(BaseSettings):
     storage_url: str | None = None
     storage_max_object_bytes: int = 5 * 1024**3
     storage_signed_url_ttl_s: int = 3600  # URLs of files in authenticated buckets
+    # chunks one bulk run's workflow (backfill, run-action, schedule) starts before it
+    # continues as new: ~12 history events and ~9 KB a 200-row chunk (17 KB a 1,000-row
+    # formula chunk), so 500 keep a run's history far from Temporal's 51,200 events and
+    # 50 MB; without it a backfill of an http/AI/record-step column stopped near 870k rows
+    bulk_chunks_per_run: int = Field(default=500, ge=1)
     # realtime (issue 10)
     realtime_retention_s: int = 86_400
     realtime_queue_max: int = 1_000

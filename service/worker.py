@@ -39,7 +39,7 @@ def build_worker(client: Client, settings: Settings, db: Database) -> Worker:
         HttpStep(db, settings, proxy).http_step,
         ActionStep(db, settings, proxy).action_step,
         AiStep(db, settings, ai_client).ai_step,
-        ScheduleSteps(db).prepare_scheduled_run,
+        ScheduleSteps(db, chunks_per_run=settings.bulk_chunks_per_run).prepare_scheduled_run,
     ]
     return Worker(
         client,

@@ -23,8 +23,9 @@ fit, workflows/pipeline.py). Fused chunks carry no values through Temporal.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -46,8 +47,9 @@ with workflow.unsafe.imports_passed_through():
 LOCAL = timedelta(seconds=60)
 RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(milliseconds=200))
 FAILURES_KEPT = 100  # failed rows listed with their errors (the count covers them all)
-ALL = "*"
-BY_BYTES = "bulk-chunks-by-bytes"  # workflow.patched: chunks split by the bytes their runs carry  # a retry group's key: every column of the run (the failure named none)
+ALL = "*"  # a retry group's key: every column of the run (the failure named none)
+BY_BYTES = "bulk-chunks-by-bytes"  # workflow.patched: chunks split by the bytes their runs carry
+CONTINUES = "bulk-continue-as-new"  # workflow.patched: a run continues as new every chunks_per_run chunks
 
 
 @workflow.defn(name="BulkRunWorkflow")
@@ -60,15 +62,16 @@ class BulkRunWorkflow:
     @workflow.run
     async def run(self, inp: BulkInput) -> dict[str, int]:
         self.inp = inp
-        self.done = 0
-        self.failed = 0
-        self.failures: list[dict[str, Any]] = []
+        resume = inp.resume or {}  # a continued run: what the runs before it counted
+        self.done = int(resume.get("done", 0))
+        self.failed = int(resume.get("failed", 0))
+        self.failures: list[dict[str, Any]] = list(resume.get("failures", []))
         # failed columns (sorted names, or ALL) → record ids to run again
         self.pending: dict[tuple[str, ...], list[int]] = {}
         self.sem = asyncio.Semaphore(max(1, inp.concurrency))
         self.lock = asyncio.Lock()
         self.names = {c.name: c.id for c in inp.table.columns}
-        self.n = 0
+        self.n = int(resume.get("n", 0))  # chunks started by this run and the ones before (child ids)
         # runs started before these changes replay as they ran: no retry pass, child
         # workflows for every chunk (workflow.patched records the choice in new histories)
         self.retries = inp.retries if workflow.patched("bulk-retry-failed-rows") else 0
@@ -76,15 +79,26 @@ class BulkRunWorkflow:
         # runs started before this change chunked by rows alone (a chunk of large rows could
         # pass what a workflow history carries, and its child was terminated)
         self.by_bytes = not _all_pure(inp, {c.id: c for c in inp.table.columns}) and workflow.patched(BY_BYTES)
+        # runs started before this change ran every chunk in one history, which Temporal
+        # ends at 51,200 events or 50 MB (about 870,000 rows of an http column)
+        per_run = max(1, inp.chunks_per_run) if workflow.patched(CONTINUES) else 0
         last = self.retries <= 0
-        tasks = []
+        tasks: list[asyncio.Task[None]] = []
+        started = 0
         if inp.record_ids is not None:
-            for i in range(0, len(inp.record_ids), inp.chunk):
-                for part in await self._split(inp.record_ids[i:i + inp.chunk], inp.levels):
+            at = int(resume.get("offset", 0))
+            while at < len(inp.record_ids):
+                if per_run and started >= per_run:
+                    await self._continue(tasks, {"offset": at})
+                for part in await self._split(inp.record_ids[at:at + inp.chunk], inp.levels):
                     tasks.append(asyncio.create_task(self._chunk(part, inp.levels, last)))
+                    started += 1
+                at += inp.chunk
         else:
-            after = 0
+            after = int(resume.get("after", 0))
             while True:
+                if per_run and started >= per_run:
+                    await self._continue(tasks, {"after": after})
                 ids: list[int] = await workflow.execute_local_activity(
                     "page_ids", PageInput(table=inp.table, filters=inp.filters, after_id=after, limit=inp.chunk),
                     start_to_close_timeout=LOCAL, retry_policy=RETRY, result_type=list,
@@ -93,10 +107,24 @@ class BulkRunWorkflow:
                     break
                 for part in await self._split(ids, inp.levels):
                     tasks.append(asyncio.create_task(self._chunk(part, inp.levels, last)))
+                    started += 1
                 after = ids[-1]
                 if len(ids) < inp.chunk:
                     break
         await asyncio.gather(*tasks)
+        await self._retry_pending()
+        status = "completed_with_errors" if self.failed else "completed"
+        errors = {"rows": self.failures, "count": self.failed} if self.failed else {}
+        await workflow.execute_local_activity(
+            "run_progress",
+            ProgressInput(run_id=inp.run_id, done=self.done, failed=self.failed, status=status, errors=errors),
+            start_to_close_timeout=LOCAL, retry_policy=RETRY,
+        )
+        return {"done": self.done, "failed": self.failed}
+
+    async def _retry_pending(self) -> None:
+        """The retry passes over the rows that failed so far (``BulkInput.retries``); rows
+        failing in the last pass count as failed."""
         for attempt in range(self.retries):
             groups, self.pending = self.pending, {}
             if not groups:
@@ -106,18 +134,21 @@ class BulkRunWorkflow:
             for key in sorted(groups):
                 ids = sorted(groups[key])
                 levels = self._levels(key)
-                for i in range(0, len(ids), inp.chunk):
-                    for part in await self._split(ids[i:i + inp.chunk], levels):
+                for i in range(0, len(ids), self.inp.chunk):
+                    for part in await self._split(ids[i:i + self.inp.chunk], levels):
                         tasks.append(asyncio.create_task(self._chunk(part, levels, last)))
             await asyncio.gather(*tasks)
-        status = "completed_with_errors" if self.failed else "completed"
-        errors = {"rows": self.failures, "count": self.failed} if self.failed else {}
-        await workflow.execute_local_activity(
-            "run_progress",
-            ProgressInput(run_id=inp.run_id, done=self.done, failed=self.failed, status=status, errors=errors),
-            start_to_close_timeout=LOCAL, retry_policy=RETRY,
-        )
-        return {"done": self.done, "failed": self.failed}
+
+    async def _continue(self, tasks: list[asyncio.Task[None]], where: dict[str, int]) -> NoReturn:
+        """Continue as new after ``BulkInput.chunks_per_run`` chunks: the chunks started
+        finish, the rows that failed in them get their retry passes here (so no list of ids
+        rides into the next run's input), and the next run goes on from ``where`` with the
+        counts and listed failures so far. Each run's history then holds at most about
+        twice ``chunks_per_run`` chunks (first pass and retries), whatever the table's size."""
+        await asyncio.gather(*tasks)
+        await self._retry_pending()
+        resume = {**where, "done": self.done, "failed": self.failed, "failures": self.failures, "n": self.n}
+        workflow.continue_as_new(dataclasses.replace(self.inp, resume=resume))
 
     async def _split(self, ids: list[int], levels: list[list[int]]) -> list[list[int]]:
         """A chunk's ids in runs whose estimated reads stay within ``RUN_PLAN_BYTES``."""

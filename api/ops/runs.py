@@ -107,7 +107,7 @@ async def start_bulk(
         await runs.create_run(conn, run_id=run_id, workspace_id=table.workspace_id, table_id=table.id,
                               total=total, workflow_id=wid, kind=kind)
     inp = build_bulk_input(table, caller_of(principal), principal.plan, run_id=run_id, record_ids=ids,
-                           filters=filters, column_ids=column_ids)
+                           filters=filters, column_ids=column_ids, chunks_per_run=state.settings.bulk_chunks_per_run)
     # no connection is held while Temporal answers (ops surface, docs/security.md): the run's
     # row is committed first, and ends `failed` if the workflow could not be started in time
     try:

@@ -120,7 +120,7 @@ async def start_backfill(state: AppState, principal: Principal, table: TableMeta
                 await runs.create_run(conn, run_id=run_id, workspace_id=table.workspace_id, table_id=table.id,
                                       total=total, workflow_id=wid, kind="backfill", column_ids=ids)
             inp = build_bulk_input(table, caller_of(principal), principal.plan, run_id=run_id, record_ids=None,
-                                   filters=[], column_ids=ids)
+                                   filters=[], column_ids=ids, chunks_per_run=state.settings.bulk_chunks_per_run)
             try:
                 await state.temporal.start_workflow(
                     BulkRunWorkflow.run, inp, id=wid, task_queue=state.settings.task_queue,
