@@ -25,7 +25,7 @@ from storage.access import Action
 from storage.db import Database
 from storage.errors import ServiceError
 from storage.pipelines import FETCH_MAX, plan_steps
-from storage.query import Query, list_records, parse_filter_object, plan_query
+from storage.query import Query, list_records, parse_filter_list, parse_filter_object, plan_query
 from storage.schema import TableMeta, WorkspaceSchema
 
 _TEMPLATED = ("table_id", "record_id", "fields", "filters")  # the config keys holding templates
@@ -153,13 +153,18 @@ class RecordSteps:
         if kind == "fetch_records":
             table = self._target(schema, config, inp, Action.READ)
             filters_cfg = config.get("filters") or {}
-            if not isinstance(filters_cfg, dict):
-                raise StepFailure("fetch_records filters must be an object {column: 'op.value'}")
+            if isinstance(filters_cfg, dict):
+                parsed = parse_filter_object(filters_cfg)
+            elif isinstance(filters_cfg, list) and all(isinstance(f, dict) for f in filters_cfg):
+                parsed = parse_filter_list(filters_cfg)
+            else:
+                raise StepFailure("fetch_records filters must be an object {column: 'op.value'} or a list of"
+                                  " {column, op, value}")
             limit = config.get("limit", 10)
             # checked when the column is written too (storage.pipelines.check_config)
             if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= FETCH_MAX:
                 raise StepFailure(f"fetch_records limit must be between 1 and {FETCH_MAX}")
-            query = Query(filters=parse_filter_object(filters_cfg), limit=limit)
+            query = Query(filters=parsed, limit=limit)
             plan = plan_query(
                 query, table,
                 can_read=lambda t: caller_can(inp.caller, t, Action.READ),

@@ -113,8 +113,10 @@ def check_config(
         limit = config.get("limit", 10)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= FETCH_MAX:
             raise ValidationError(f"{name}: fetch_records config.limit must be a whole number between 1 and {FETCH_MAX}")
-        if not isinstance(config.get("filters") or {}, dict):
-            raise ValidationError(f"{name}: fetch_records config.filters must be an object {{column: 'op.value'}}")
+        filters = config.get("filters") or {}
+        if not (isinstance(filters, dict) or (isinstance(filters, list) and all(isinstance(f, dict) for f in filters))):
+            raise ValidationError(f"{name}: fetch_records config.filters must be an object {{column: 'op.value'}}"
+                                  " or a list of {column, op, value}")
     check = _CONFIG_CHECKS.get(kind)
     if check is not None:
         check(name, config)

@@ -38,6 +38,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from storage.errors import InvalidFormula, ServiceError, UnknownColumn, ValidationError
 from storage.formula import compile_formula, js
 from storage.query.parse import GROUP_PARAMS, Group, group_text, parse_group
+from storage.schema import SYSTEM_COLUMNS
 
 # Config keys whose string values are Jinja2 templates over the record.
 TEMPLATE_KEYS = ("url", "method", "body", "headers", "prompt", "system", "params", "fields",
@@ -273,9 +274,51 @@ def target_names(kind: str, config: Mapping[str, Any]) -> set[str]:
     out: set[str] = set()
     if kind in ("create_record", "update_record") and isinstance(config.get("fields"), dict):
         out |= {k for k in config["fields"] if isinstance(k, str)}
-    if kind == "fetch_records" and isinstance(config.get("filters"), dict):
-        out |= {k for k in config["filters"] if isinstance(k, str) and k not in ("or", "and")}
+    if kind == "fetch_records":
+        out |= {n for n in fetch_filter_columns(config.get("filters")) if n not in SYSTEM_COLUMNS}
     return out
+
+
+def fetch_filter_columns(filters: Any) -> set[str]:
+    """Every column a ``fetch_records`` step's filters name: the object form's keys and the
+    columns inside its ``or``/``and`` groups, or the list form's columns and groups."""
+    if isinstance(filters, list):
+        return filter_list_columns(filters)
+    if not isinstance(filters, dict):
+        return set()
+    out: set[str] = set()
+    for key, value in filters.items():
+        if key in GROUP_PARAMS:
+            out |= filter_list_columns([{key: value}])
+        elif isinstance(key, str):
+            out.add(key)
+    return out
+
+
+def _fetch_filters(filters: Any, key_of: Any, term_of: Any) -> Any:
+    """A ``fetch_records`` step's filters with each column mapped: ``key_of`` for the object
+    form's keys and the list form's columns, ``term_of`` for the columns inside groups
+    (re-rendered, as a saved view stores its groups; text that does not parse is kept)."""
+    if isinstance(filters, dict):
+        out_map: dict[str, Any] = {}
+        for k, v in filters.items():
+            if k in GROUP_PARAMS:
+                out_map[k] = _mapped_group(k, v, term_of) if isinstance(v, str) else v
+            else:
+                out_map[key_of(k)] = v
+        return out_map
+    if isinstance(filters, list):
+        out = []
+        for f in filters:
+            group = _group_item(f)
+            if group is not None:
+                out.append({group[0]: _mapped_group(group[0], group[1], term_of)})
+            elif isinstance(f, dict) and isinstance(f.get("column"), str):
+                out.append({**f, "column": key_of(f["column"])})
+            else:
+                out.append(f)
+        return out
+    return filters
 
 
 # --------------------------------------------------------------------------- rewriting
@@ -490,11 +533,17 @@ def _encode_config(kind: str, cfg: dict[str, Any], enc: _Encoder) -> dict[str, A
         if key not in cfg:
             continue
         value = _map_config_strings(cfg[key], enc.template)
-        if target is not None and isinstance(value, dict) and (
-            (key == "fields" and kind in ("create_record", "update_record"))
-            or (key == "filters" and kind == "fetch_records")
-        ):
-            value = {(_stored(enc.ref(k, target)) if k not in ("or", "and") else k): v for k, v in value.items()}
+        if target is not None and isinstance(value, dict) and key == "fields" and kind in ("create_record",
+                                                                                            "update_record"):
+            value = {_stored(enc.ref(k, target)): v for k, v in value.items()}
+        elif target is not None and key == "filters" and kind == "fetch_records":
+            tid = target
+
+            def term(name: str) -> str:  # system and unknown names stay (the planner judges them)
+                cid = enc.names.column_id(tid, name)
+                return f"@{cid}" if cid is not None else name
+
+            value = _fetch_filters(value, lambda k: _stored(enc.ref(k, tid)) if k not in SYSTEM_COLUMNS else k, term)
         cfg[key] = value
     for key in NAME_KEYS:
         value = cfg.get(key)
@@ -591,11 +640,12 @@ def _decode_config(kind: str, cfg: dict[str, Any], dec: _Decoder) -> dict[str, A
         if key not in cfg:
             continue
         value = _map_config_strings(cfg[key], dec.template)
-        if isinstance(target, int) and isinstance(value, dict) and (
-            (key == "fields" and kind in ("create_record", "update_record"))
-            or (key == "filters" and kind == "fetch_records")
-        ):
+        if isinstance(target, int) and isinstance(value, dict) and key == "fields" and kind in ("create_record",
+                                                                                                 "update_record"):
             value = {dec.stored(k, table_id=target): v for k, v in value.items()}
+        elif isinstance(target, int) and key == "filters" and kind == "fetch_records":
+            tid = target
+            value = _fetch_filters(value, lambda k: dec.stored(k, table_id=tid), lambda r: dec.stored(r, table_id=tid))
         cfg[key] = value
     for key in NAME_KEYS:
         value = cfg.get(key)

@@ -264,3 +264,42 @@ def test_a_short_delay_completes(ws):
     t = ws.create_table("D", [{"name": "A", "type": "number"}, {"name": "Wait", "type": "delay", "config": {"seconds": 1}}])
     rec = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"A": 1}}).json()
     assert rec["pipeline"]["status"] == "ok" and rec["fields"]["Wait"]
+
+
+def test_fetch_records_takes_both_filter_forms_and_a_rename_carries_into_its_groups(ws):
+    """Other doors take a filter as an object or a list of {column, op, value}; a
+    fetch_records step took only the object, and kept its or/and groups by column name, so
+    renaming a target column broke the step (every record's fetch failed). Groups are now
+    stored by column id, as views and schedules store theirs."""
+    people = ws.create_table("People", [{"name": "Name", "type": "text"}, {"name": "Age", "type": "number"}])
+    for name, age in (("ann", 30), ("bob", 40), ("cy", 50)):
+        assert ws.api.post(f"/tables/{people['id']}/records", json={"fields": {"Name": name, "Age": age}}).status_code == 201
+    t = ws.create_table("Lookup", [
+        {"name": "Who", "type": "text"},
+        {"name": "Obj", "type": "fetch_records", "config": {
+            "table_id": people["id"], "limit": 10, "filters": {"Age": "gt.0", "or": "(Name.eq.{{ Who }},Age.gte.50)"}}},
+        {"name": "Lst", "type": "fetch_records", "config": {
+            "table_id": people["id"], "limit": 10,
+            "filters": [{"column": "Age", "op": "lt", "value": 45}, {"or": "(Name.eq.{{ Who }},Name.eq.bob)"},
+                        {"column": "id", "op": "gt", "value": 0}]}},
+    ])
+
+    def fetched(who: str, key: str) -> dict[str, list[str]]:
+        r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Who": who}})
+        assert r.status_code == 201 and r.json()["pipeline"]["status"] == "ok", r.text
+        return {c: sorted(x[key] for x in r.json()["fields"][c]) for c in ("Obj", "Lst")}
+
+    assert fetched("ann", "Name") == {"Obj": ["ann", "cy"], "Lst": ["ann", "bob"]}
+    cols = {c["name"]: c["id"] for c in people["columns"]}
+    for old, new in (("Name", "Full name"), ("Age", "Years")):
+        r = ws.api.patch(f"/tables/{people['id']}/columns/{cols[old]}", json={"name": new})
+        assert r.status_code == 200, r.text
+    shown = {c["name"]: c["config"]["filters"] for c in ws.api.get(f"/tables/{t['id']}/columns").json()
+             if c["name"] in ("Obj", "Lst")}
+    assert "Full name" in shown["Obj"]["or"] and "Years" in shown["Obj"]["or"], shown["Obj"]
+    assert shown["Obj"]["Years"] == "gt.0", shown["Obj"]
+    assert shown["Lst"][0]["column"] == "Years" and "Full name" in shown["Lst"][1]["or"], shown["Lst"]
+    assert fetched("bob", "Full name") == {"Obj": ["bob", "cy"], "Lst": ["bob"]}
+    # a column the groups name cannot be deleted from under them without the caller knowing
+    r = ws.api.delete(f"/tables/{people['id']}/columns/{cols['Age']}")
+    assert r.status_code == 409, r.text
