@@ -3,10 +3,12 @@ bulk run over ids or filters (run-actions, schedules, MCP), and a run's progress
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import timedelta
 from typing import Any
 
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from activities.bulkplan import build_bulk_input
@@ -160,6 +162,46 @@ async def run_actions(state: AppState, principal: Principal, table_ref: int | st
     return await start_bulk(state, principal, table, record_ids=record_ids, filters=items, column_ids=column_ids)
 
 
+# how Temporal may end a run's workflow without the run reporting its end: terminated (a
+# history or message limit, an operator, a server-side check), timed out (its 7 days),
+# failed or cancelled
+_ENDED = {
+    WorkflowExecutionStatus.TERMINATED: "was terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed out",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "was cancelled",
+}
+
+
+async def _settle(state: AppState, row: dict[str, Any]) -> dict[str, Any]:
+    """A run still ``running`` whose workflow Temporal has ended: it ends ``failed``, the
+    rows it did not do counted as failed, with the reason. Before, such a run read
+    ``running`` for ever (a million-row backfill terminated by Temporal in its first 8 s
+    stayed "running, 0 done"). The workflow is the latest execution of the run's workflow
+    id, started after the run's row (a backfill's id is reused by the table's next
+    backfill); anything else, or no answer within 2 s, leaves the row as it is."""
+    wid = row.get("workflow_id")
+    if state.temporal is None or not wid:
+        return row
+    try:
+        d = await asyncio.wait_for(state.temporal.get_workflow_handle(wid).describe(), timeout=2.0)
+    except Exception:  # not started yet, or Temporal unreachable: the row stands
+        return row
+    how = _ENDED.get(d.status) if d.status is not None else None
+    created = row.get("created_at")
+    if how is None or created is None or d.start_time is None or d.start_time < created:
+        return row
+    errors = dict(row.get("errors") or {})
+    errors["error"] = (f"the run's workflow {how} before it finished ({d.status.name.lower()});"
+                       " the rows it had not done were not computed")
+    async with state.db.connection() as conn:
+        await runs.set_progress(conn, run_id=row["id"], done=int(row["done"]),
+                                failed=max(int(row["failed"]), int(row["total"]) - int(row["done"])),
+                                status="failed", errors=errors)
+        fresh = await runs.get_run(conn, workspace_id=row["workspace_id"], run_id=row["id"])
+    return fresh or row
+
+
 async def get_run(state: AppState, principal: Principal, run_id: str) -> dict[str, Any]:
     """Progress of a bulk run: total, done, failed, status, the Temporal workflow id, and
     the rows that failed (the first 100, with their errors by column).
@@ -172,6 +214,8 @@ async def get_run(state: AppState, principal: Principal, run_id: str) -> dict[st
         row = await runs.get_run(conn, workspace_id=principal.workspace_id, run_id=run_id)
     if row is None or (row.get("table_id") is not None and not principal.can(row["table_id"], Action.READ)):
         raise NotFound(f"run {run_id} not found")
+    if row["status"] == "running":
+        row = await _settle(state, row)
     errors = row.get("errors") or {}
     out = {k: row[k] for k in ("total", "done", "failed", "status", "workflow_id", "kind")} | {"run_id": row["id"]}
     out["failed_rows"] = errors.get("rows") or []

@@ -107,3 +107,27 @@ def test_a_run_action_over_explicit_ids_continues_from_where_it_stopped(ws, cont
     assert run["status"] == "completed" and run["done"] == 420 and run["failed"] == 0, run
     assert values(ws, t["id"], "Got") == {a: ({"n": a} if a < 420 else None) for a in range(450)}
     assert runs_of(services, run["workflow_id"]) == ["CONTINUED_AS_NEW", "CONTINUED_AS_NEW", "COMPLETED"]
+
+
+def test_a_run_whose_workflow_temporal_ended_reads_failed_not_running_for_ever(ws, services):
+    """A million-row backfill's workflow, terminated by Temporal in its first 8 s
+    (``GrpcMessageTooLarge``), left its run reading "running, 0 done" for ever. A run whose
+    workflow has ended without reporting now reads ``failed``, the rows it did not do
+    counted, with the reason."""
+    t = ws.create_table("Ended", [{"name": "A", "type": "number"},
+                                  {"name": "Wait", "type": "delay", "config": {"seconds": 120}}])
+    fill(ws, t["id"], 5)
+    wait_col = next(c["id"] for c in t["columns"] if c["name"] == "Wait")
+    r = ws.api.post(f"/tables/{t['id']}/run-actions", json={"column_ids": [wait_col]})
+    assert r.status_code == 202, r.text
+    started = r.json()
+    assert ws.api.get(f"/runs/{started['run_id']}").json()["status"] == "running"
+
+    async def terminate() -> None:
+        client = await Client.connect(services.temporal.address)
+        await client.get_workflow_handle(started["workflow_id"]).terminate(reason="stopped by the test")
+    asyncio.run(terminate())
+    run = ws.api.get(f"/runs/{started['run_id']}").json()
+    assert run["status"] == "failed" and run["done"] == 0 and run["failed"] == 5, run
+    assert "terminated" in run["reason"], run
+    assert ws.api.get(f"/runs/{started['run_id']}").json() == run  # stored: the next read agrees
