@@ -22,7 +22,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from storage.errors import LimitExceeded, QueryTimeout, Unavailable
+from storage.errors import Conflict, LimitExceeded, QueryTimeout, Unavailable
 from storage.slots import KeyedSlots
 
 META = "wds"  # schema of our own metadata tables
@@ -302,6 +302,13 @@ class Database:
                 " narrow it with a filter or a smaller page")
         if isinstance(exc, PoolTimeout):
             return Unavailable("the database is not reachable right now")
+        if isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("40"):
+            # SQLSTATE class 40 (a deadlock, a serialization failure): PostgreSQL ended this
+            # transaction in favour of a concurrent one; the connection is fine (it read as a
+            # lost connection, and the pool's idle connections were checked for nothing)
+            return Conflict("this request's transaction conflicted with a concurrent one and the database ended it"
+                            f" ({(exc.diag.message_primary if exc.diag else None) or exc.sqlstate}); nothing was"
+                            " written by it: retry the request", headers={"Retry-After": "1"})
         if isinstance(exc, psycopg.OperationalError):
             if (exc.sqlstate or "").startswith("54"):
                 # a program limit (psycopg files class 54 under OperationalError): the

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from storage.db import Database, current_workspace
-from storage.errors import LimitExceeded, QueryTimeout, Unavailable
+from storage.errors import Conflict, LimitExceeded, QueryTimeout, Unavailable
 
 DSN = os.environ.get("WDS_TEST_SCRATCH_DSN", "")
 pytestmark = pytest.mark.skipif(not DSN, reason="WDS_TEST_SCRATCH_DSN is not set")
@@ -149,4 +149,36 @@ async def test_a_full_workspace_waits_then_is_told_it_is_busy() -> None:
         assert (await db.fetchrow("SELECT 2 AS v"))["v"] == 2  # the slot came back
     finally:
         current_workspace.reset(token)
+        await db.close()
+
+
+@pytest.mark.asyncio
+async def test_a_deadlock_is_a_conflict_to_retry_not_a_lost_connection() -> None:
+    """Two transactions locking two rows in opposite orders: PostgreSQL ends one (40P01).
+    It read "the database connection was lost" (503) and set the pool checking its idle
+    connections; it is a 409 to retry, and the connection goes on serving."""
+    db = await _db(per_workspace=0)
+    table = f"t_deadlock_{uuid.uuid4().hex[:8]}"
+    try:
+        await db.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v int)")
+        await db.execute(f"INSERT INTO {table} VALUES (1, 0), (2, 0)")
+        first_locked, second_locked = asyncio.Event(), asyncio.Event()
+
+        async def cross(mine: int, theirs: int, locked: asyncio.Event, other: asyncio.Event) -> None:
+            async with db.transaction() as conn:
+                await conn.execute(f"UPDATE {table} SET v = v + 1 WHERE id = %s", (mine,))
+                locked.set()
+                await other.wait()
+                await conn.execute(f"UPDATE {table} SET v = v + 1 WHERE id = %s", (theirs,))
+
+        results = await asyncio.gather(cross(1, 2, first_locked, second_locked),
+                                       cross(2, 1, second_locked, first_locked), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        assert len(errors) == 1 and isinstance(errors[0], Conflict), results
+        assert errors[0].code == "CONFLICT" and "deadlock" in errors[0].message, errors[0].message
+        assert errors[0].headers == {"Retry-After": "1"}
+        rows = await db.fetch(f"SELECT v FROM {table} ORDER BY id")
+        assert [r["v"] for r in rows] == [1, 1]  # the winner's two updates, none of the loser's
+    finally:
+        await db.execute(f"DROP TABLE IF EXISTS {table}")
         await db.close()
