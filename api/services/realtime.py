@@ -87,6 +87,7 @@ EVENT_COLUMNS = (f"SELECT seq, table_id, event, sz.big AS truncated, {_brief('re
                  f" {_brief('old_record')} AS old_record"
                  f" FROM wds.events CROSS JOIN LATERAL (SELECT {EVENT_BYTES} > %s AS big) sz")
 BRIEF_BYTES = 256  # what a cut event counts for in a replay's budget
+MEASURE_FACTOR = 8  # a replay measures at most this many times its budget (cut events whole)
 
 
 @dataclass(slots=True)
@@ -135,8 +136,8 @@ def _brief_record(raw: dict[str, Any]) -> dict[str, Any]:
 def decode_change(table: TableMeta, row: dict[str, Any]) -> Change:
     """A row of :data:`EVENT_COLUMNS` → the ``change`` message. A cut event (``truncated``)
     carries each record's id and timestamps only, and says so."""
-    new_raw, old_raw = row["record"], row["old_record"]
-    if row.get("truncated"):
+    new_raw, old_raw, cut = row["record"], row["old_record"], bool(row.get("truncated"))
+    if cut:
         new = _brief_record(new_raw) if new_raw is not None else None
         old = _brief_record(old_raw) if old_raw is not None else None
     else:
@@ -146,7 +147,7 @@ def decode_change(table: TableMeta, row: dict[str, Any]) -> Change:
         "type": "change", "event": row["event"], "table_id": table.id, "table": table.name,
         "record": new, "old_record": old, "seq": row["seq"],
     }
-    if row.get("truncated"):
+    if cut:
         message["truncated"] = True
     data = jsontext.dumps(message)
     sides = (new_raw is not None) + (old_raw is not None)
@@ -490,13 +491,18 @@ class Hub:
         """Retained events of a table after ``since``: (changes, truncated, purged_through).
 
         At most :data:`REPLAY_MAX` events and ``realtime_replay_max_bytes`` of their JSON
-        (always at least one event, so a client paging with ``since=last_seq`` moves on).
-        The sizes are measured in PostgreSQL, a chunk of events at a time, before any
+        as sent (always at least one event, so a client paging with ``since=last_seq`` moves
+        on). The sizes are measured in PostgreSQL, a chunk of events at a time, before any
         record is read into this process; the cut stops at the first event past the budget.
+        A cut event is sent small but measured whole, so what a replay may measure is
+        bounded too (:data:`MEASURE_FACTOR` times the budget), and each chunk asks for no more
+        events than that room holds at the sizes seen so far: 10,000 events of 1.8 MB would
+        otherwise be rendered 1,024 at a time, past the statement timeout, on every resume.
         """
         budget = int(self.state.settings.realtime_replay_max_bytes)
         event_max = int(self.state.settings.realtime_event_max_bytes)
-        cut, total, count, truncated = since, 0, 0, False
+        room = budget * MEASURE_FACTOR
+        cut, total, measured, count, truncated = since, 0, 0, 0, False
         chunk = REPLAY_SIZE_FIRST
         async with self.state.db.connection() as conn:
             while True:
@@ -508,15 +514,15 @@ class Hub:
                 sized = await cur.fetchall()
                 for row in sized:
                     size = int(row["size"] or 0)
-                    if size > event_max:  # sent cut to its ids (EVENT_COLUMNS)
-                        size = BRIEF_BYTES
-                    if count >= REPLAY_MAX or (count and total + size > budget):
+                    sent = BRIEF_BYTES if size > event_max else size  # a cut event: EVENT_COLUMNS
+                    if count >= REPLAY_MAX or (count and (total + sent > budget or measured + size > room)):
                         truncated = True
                         break
-                    cut, total, count = int(row["seq"]), total + size, count + 1
+                    cut, total, measured, count = int(row["seq"]), total + sent, measured + size, count + 1
                 if truncated or len(sized) < chunk:
                     break
-                chunk = min(chunk * 4, REPLAY_SIZE_MAX)
+                fits = (room - measured) * count // max(1, measured) + 1  # at the mean size so far
+                chunk = max(1, min(chunk * 4, REPLAY_SIZE_MAX, fits))
             rows: list[dict[str, Any]] = []
             if count:
                 cur = await conn.execute(

@@ -34,9 +34,11 @@ def hostile_api(services: Services) -> Iterator[ApiProcess]:
 @pytest.fixture(scope="module")
 def bytes_api(services: Services) -> Iterator[ApiProcess]:
     """An API process with small byte bounds: events past 200 KB are cut, a socket may hold
-    250 KB of events queued and a workspace's sockets 300 KB."""
+    250 KB of events queued and a workspace's sockets 300 KB, a replay sends 250 KB and
+    measures 2 MB (eight times that)."""
     yield from running_api(services, name="api-rt-bytes", WDS_REALTIME_EVENT_MAX_BYTES="200000",
-                           WDS_REALTIME_SOCKET_MAX_BYTES="250000", WDS_REALTIME_WORKSPACE_MAX_BYTES="300000")
+                           WDS_REALTIME_SOCKET_MAX_BYTES="250000", WDS_REALTIME_WORKSPACE_MAX_BYTES="300000",
+                           WDS_REALTIME_REPLAY_MAX_BYTES="250000")  # a replay measures at most 2 MB
 
 
 def test_a_replay_reads_at_most_its_byte_budget_and_pages_on_with_last_seq(ws, hostile_api):
@@ -195,6 +197,37 @@ def test_a_replay_sends_large_events_cut_and_counts_them_small(ws, bytes_api):
         got = changes(conn, 6)
     assert all(m["truncated"] is True and "fields" not in m["record"] for m in got)
     assert len({m["record"]["id"] for m in got}) == 6
+
+
+def test_a_replay_of_many_cut_events_measures_at_most_its_room_and_pages_on(ws, bytes_api):
+    """Cut events are sent small but measured whole in PostgreSQL: without a bound on what
+    a replay measures, 10,000 events of 1.8 MB were rendered 1,024 at a time on every
+    resume. 12 events of 250 KB pass the 2 MB a replay may measure: it stops before, and
+    the client pages on with ``last_seq``."""
+    t = ws.create_table("CutMany", [{"name": "Name", "type": "text"}])
+    with open_ws(bytes_api.base_url, ws.builder_token) as conn:
+        since = subscribe(conn, t["id"])["seq"]
+    for start in (0, 6):
+        rows = [{"Name": f"{i}" + "v" * 250_000} for i in range(start, start + 6)]
+        assert ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": rows}).status_code in (200, 201)
+    pages: list[int] = []
+    got: list[dict] = []
+    while len(got) < 12:
+        assert len(pages) < 6, pages
+        with open_ws(bytes_api.base_url, ws.builder_token) as conn:
+            subscribe(conn, t["id"], since=since)
+            page = 0
+            while len(got) < 12:
+                msg = recv(conn)
+                if msg["type"] != "change":
+                    assert msg["code"] == "REPLAY_TRUNCATED", msg
+                    since = msg["last_seq"]
+                    break
+                got.append(msg)
+                page += 1
+            pages.append(page)
+    assert 1 <= pages[0] <= 7 and len(pages) >= 2, pages  # 8 x 250 KB measured is past 2 MB
+    assert all(m["truncated"] is True for m in got) and len({m["seq"] for m in got}) == 12
 
 
 def test_a_socket_holding_too_many_bytes_of_events_is_closed_as_a_slow_consumer(ws, bytes_api):
