@@ -41,7 +41,7 @@ def dependants_map(table: TableMeta) -> dict[str, list[int]]:
 
 def build_bulk_input(
     table: TableMeta, caller: Caller, plan_name: str, *, run_id: str, record_ids: list[int] | None,
-    filters: list[dict[str, Any]], column_ids: list[int] | None, chunks_per_run: int = 500,
+    filters: list[dict[str, Any]], column_ids: list[int] | None, chunks_per_run: int,
 ) -> BulkInput:
     """The BulkRunWorkflow input for ``record_ids`` (or every record matching ``filters``);
     ``chunks_per_run``: ``WDS_BULK_CHUNKS_PER_RUN``, as the caller's settings say."""

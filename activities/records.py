@@ -25,7 +25,7 @@ from storage.access import Action
 from storage.db import Database
 from storage.errors import ServiceError
 from storage.pipelines import FETCH_MAX, plan_steps
-from storage.query import Query, list_records, parse_filter_list, parse_filter_object, plan_query
+from storage.query import Query, list_records, parse_filters, plan_query
 from storage.schema import TableMeta, WorkspaceSchema
 
 _TEMPLATED = ("table_id", "record_id", "fields", "filters")  # the config keys holding templates
@@ -152,14 +152,7 @@ class RecordSteps:
                                           for u in unlinked))
         if kind == "fetch_records":
             table = self._target(schema, config, inp, Action.READ)
-            filters_cfg = config.get("filters") or {}
-            if isinstance(filters_cfg, dict):
-                parsed = parse_filter_object(filters_cfg)
-            elif isinstance(filters_cfg, list) and all(isinstance(f, dict) for f in filters_cfg):
-                parsed = parse_filter_list(filters_cfg)
-            else:
-                raise StepFailure("fetch_records filters must be an object {column: 'op.value'} or a list of"
-                                  " {column, op, value}")
+            parsed = parse_filters(config.get("filters") or {})  # either form (checked when the column is written)
             limit = config.get("limit", 10)
             # checked when the column is written too (storage.pipelines.check_config)
             if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= FETCH_MAX:

@@ -43,7 +43,7 @@ def run_id_for(workflow_id: str) -> str:
 
 
 class ScheduleSteps:
-    def __init__(self, db: Database, *, chunks_per_run: int = 500) -> None:
+    def __init__(self, db: Database, *, chunks_per_run: int) -> None:
         self.db = db
         self.chunks_per_run = chunks_per_run  # WDS_BULK_CHUNKS_PER_RUN
 

@@ -137,6 +137,12 @@ class StepResult:
     children: list[dict[str, Any]] = field(default_factory=list)  # pipelines to run for written records
     over: list[str] = field(default_factory=list)  # records past StepInput.max_result_bytes, not run here
 
+    def absorb(self, other: "StepResult") -> None:
+        """Take in what another run of the same step gave (a sub-batch, a re-run)."""
+        self.values.update(other.values)
+        self.errors.update(other.errors)
+        self.children.extend(other.children)
+
 
 @dataclass
 class WriteInput:

@@ -308,16 +308,7 @@ def _fetch_filters(filters: Any, key_of: Any, term_of: Any) -> Any:
                 out_map[key_of(k)] = v
         return out_map
     if isinstance(filters, list):
-        out = []
-        for f in filters:
-            group = _group_item(f)
-            if group is not None:
-                out.append({group[0]: _mapped_group(group[0], group[1], term_of)})
-            elif isinstance(f, dict) and isinstance(f.get("column"), str):
-                out.append({**f, "column": key_of(f["column"])})
-            else:
-                out.append(f)
-        return out
+        return _mapped_list(filters, key_of, term_of)
     return filters
 
 
@@ -680,16 +671,7 @@ def encode_filter_list(filters: list[dict[str, Any]], column_id: Any) -> list[di
         cid = column_id(name)
         return f"@{cid}" if cid is not None else name
 
-    out = []
-    for f in filters:
-        group = _group_item(f)
-        if group is not None:
-            out.append({group[0]: _mapped_group(group[0], group[1], swap)})
-            continue
-        name = f.get("column") if isinstance(f, dict) else None
-        cid = column_id(name) if isinstance(name, str) else None
-        out.append({**f, "column": f"@{cid}"} if cid is not None else f)
-    return out
+    return _mapped_list(filters, swap, swap)
 
 
 def decode_filter_list(filters: list[dict[str, Any]], name_of: Any) -> list[dict[str, Any]]:
@@ -705,16 +687,21 @@ def decode_filter_list(filters: list[dict[str, Any]], name_of: Any) -> list[dict
         name = name_of(int(m.group(1))) if m else None
         return name if name is not None else ref
 
+    return _mapped_list(filters, swap, swap)
+
+
+def _mapped_list(filters: list[Any], column_of: Any, term_of: Any) -> list[Any]:
+    """A filter list with ``column_of`` applied to each item's column and ``term_of`` to
+    each column a group item names (the group re-rendered); other items kept."""
     out = []
     for f in filters:
         group = _group_item(f)
         if group is not None:
-            out.append({group[0]: _mapped_group(group[0], group[1], swap)})
-            continue
-        ref = f.get("column") if isinstance(f, dict) else None
-        m = _STORED_FIELD.match(ref) if isinstance(ref, str) else None
-        name = name_of(int(m.group(1))) if m else None
-        out.append({**f, "column": name} if name is not None else f)
+            out.append({group[0]: _mapped_group(group[0], group[1], term_of)})
+        elif isinstance(f, dict) and isinstance(f.get("column"), str):
+            out.append({**f, "column": column_of(f["column"])})
+        else:
+            out.append(f)
     return out
 
 

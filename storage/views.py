@@ -55,7 +55,7 @@ from psycopg.types.json import Jsonb
 
 from storage import jsontext
 from storage.errors import Conflict, PayloadTooLarge, ServiceError, UnknownColumn, ValidationError
-from storage.query import Query, parse_filter_list, parse_filter_object, plan_query
+from storage.query import Query, parse_filters, plan_query
 from storage.query.parse import GROUP_PARAMS, Group, OrderTerm, group_text, parse_group, parse_order
 from storage.schema import SYSTEM_COLUMNS, ColumnMeta, ColumnType, TableMeta
 from storage.values import iso
@@ -164,20 +164,8 @@ def _validate(*, table: TableMeta, view_type: Any, config: Any) -> dict[str, Any
     return config
 
 
-def view_filters(value: Any) -> tuple[Any, ...]:
-    """A view's ``filters`` in either form (object or list), parsed; ``or``/``and`` groups
-    (``{"or": "(A.eq.1,B.gt.2)"}``, or the list item ``{"or": "(...)"}``) included.
-
-    Raises:
-        ValidationError, UnknownOperator, InvalidValue: as the shared parsers do.
-    """
-    if value is None:
-        return ()
-    return parse_filter_list(value) if isinstance(value, list) else parse_filter_object(value)
-
-
 def _check_list_keys(table: TableMeta, config: dict[str, Any]) -> None:
-    filters = view_filters(config.get("filters"))
+    filters = parse_filters(config.get("filters"))
     sort = config.get("sort")
     if sort is not None and not isinstance(sort, str):
         raise ValidationError('sort must be an order string like "Col.asc,Other.desc"')
@@ -399,7 +387,7 @@ def apply_view(query: Query, *, view: Mapping[str, Any], table: TableMeta) -> Qu
         return query
     config = decode_config(view["view_type"], view.get("config") or {}, table)
     filters = tuple(
-        f for f in view_filters(config.get("filters"))
+        f for f in parse_filters(config.get("filters"))
         if all(_exists(table, name) for name in (group_columns(f) if isinstance(f, Group) else [f.column]))
     )
     order: tuple[OrderTerm, ...] = query.order

@@ -284,9 +284,7 @@ class PipelineWorkflow:
                     None if items is None else {r: items.get(r) for r in batch}, suffix))
             out = StepResult(errors=errors)
             for res in results:
-                out.values.update(res.values)
-                out.errors.update(res.errors)
-                out.children.extend(res.children)
+                out.absorb(res)
             return out
         return await self._call(cid, rids, records, override, items, suffix)
 
@@ -339,9 +337,7 @@ class PipelineWorkflow:
             over = [r for r in rids if r in set(result.over)]
             again = await self._call(cid, over, {r: records[r] for r in over}, override,
                                      None if items is None else {r: items.get(r) for r in over}, suffix, share=False)
-            result.values.update(again.values)
-            result.errors.update(again.errors)
-            result.children.extend(again.children)
+            result.absorb(again)
             result.over = []
         return result
 

@@ -19,21 +19,13 @@ from storage.embeddings import (
     check_query,
 )
 from storage.errors import ServiceError
-from storage.query import Query, parse_filter_list, parse_filter_object, plan_query
+from storage.query import Query, parse_filters, plan_query
 
 log = logging.getLogger("wds.search")
 DEFAULT_LIMIT = 10
 
 
 # --------------------------------------------------------------------------- provider
-
-
-def _filters(raw: Any) -> tuple[Any, ...]:
-    if raw is None:
-        return ()
-    if isinstance(raw, dict):
-        return parse_filter_object(raw)
-    return parse_filter_list(raw)
 
 
 async def search_records(state: AppState, principal: Principal, table_ref: int | str, query: Any, *,
@@ -53,7 +45,7 @@ async def search_records(state: AppState, principal: Principal, table_ref: int |
     if not 1 <= int(limit) <= sem.SEARCH_MAX_LIMIT:
         raise ServiceError(f"limit must be between 1 and {sem.SEARCH_MAX_LIMIT}", code="LIMIT_TOO_LARGE")
     schema = await state.schema(principal.workspace_id)
-    plan = plan_query(Query(filters=_filters(filters), limit=int(limit)), table,
+    plan = plan_query(Query(filters=parse_filters(filters), limit=int(limit)), table,
                       can_read=principal.can_read, get_table=schema.tables.get)
     emb = embedder(state)
     if not same_model(table, emb):

@@ -640,6 +640,23 @@ def parse_filter_object(obj: Mapping[str, Any]) -> tuple[Filter | Group, ...]:
     return tuple(out)
 
 
+def parse_filters(value: Any) -> tuple[Filter | Group, ...]:
+    """Filters in either form every door takes: an object ``{column: "op.value"}``
+    (:func:`parse_filter_object`) or a list of ``{column, op, value}``
+    (:func:`parse_filter_list`), ``or``/``and`` groups included; ``None`` is no filter.
+
+    Raises:
+        ValidationError, UnknownOperator, InvalidValue: as those parsers do.
+    """
+    if value is None:
+        return ()
+    if isinstance(value, list):
+        return parse_filter_list(value)
+    if isinstance(value, Mapping):
+        return parse_filter_object(value)
+    raise ValidationError("filters must be an object {column: \"op.value\"} or a list of {column, op, value} objects")
+
+
 _FILTER_ITEM_KEYS = frozenset({"column", "op", "value", "negate"})
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from temporalio.client import Client
 
 from tests.pipelines.test_backfill import wait_run
-from tests.pipelines.test_large_inputs import BIG, batch, completed, receiver  # noqa: F401 (fixture)
+from tests.pipelines.test_large_inputs import BIG, backfill_len_calls, batch, completed, receiver  # noqa: F401 (fixture)
 
 MIB = 1024 * 1024
 
@@ -38,20 +38,13 @@ def histories(services: Any, prefix: str) -> list[tuple[str, str, int]]:
 
 
 def test_a_backfill_of_many_large_rows_runs_in_chunks_bounded_by_bytes(ws, receiver, services):  # noqa: F811
-    t = ws.create_table("Big", [{"name": "N", "type": "number"}, {"name": "Long", "type": "text"}])
-    for i in range(40):  # one by one: the batch body stays small
-        r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"N": i, "Long": "x" * BIG}], "run_pipeline": False})
-        assert r.status_code == 200, r.text[:500]
-    r = ws.api.post(f"/tables/{t['id']}/columns", json={
-        "name": "Call", "type": "http_request", "backfill": True,
-        "config": {"method": "POST", "url": receiver + "/len", "body": {"long": "{{ Long }}"}}})
-    assert r.status_code == 201, r.text
-    run = wait_run(ws, r.json()["backfill"]["run_id"], timeout=180)
+    t, run_id = backfill_len_calls(ws, [{"N": i, "Long": "x" * BIG} for i in range(40)], receiver)
+    run = wait_run(ws, run_id, timeout=180)
     # it was completed_with_errors, failed 40: every row "Terminated" (GrpcMessageTooLarge)
     assert run["status"] == "completed" and run["done"] == 40 and run["failed"] == 0, {k: run[k] for k in ("status", "done", "failed")}
     got = ws.api.get(f"/tables/{t['id']}/records?order=N.asc&select=N,Call&limit=100").json()["records"]
     assert [x["fields"]["Call"] for x in got] == [{"long": BIG}] * 40
-    chunks = histories(services, r.json()["backfill"]["run_id"] + "/")
+    chunks = histories(services, run_id + "/")
     assert len(chunks) >= 8 and all(status == "COMPLETED" for _, status, _ in chunks), chunks
     assert max(size for _, _, size in chunks) < 10 * MIB, chunks  # 8 MiB of planned reads, and the results
 

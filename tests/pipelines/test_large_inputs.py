@@ -165,17 +165,25 @@ def test_a_run_over_large_rows_that_reads_none_of_them_completes(ws, services):
     assert completed(services, out["pipeline"]["run_ids"][0]) == "COMPLETED"
 
 
-def test_a_backfill_of_large_rows_completes_and_counts_the_row_that_cannot_fit(ws, receiver):
+def backfill_len_calls(ws: Any, rows: list[dict[str, Any]], receiver: str) -> tuple[dict[str, Any], str]:
+    """A table ``Big`` (N, Long) holding ``rows``, written one by one (the batch body stays
+    small), and a ``Call`` http column posting each row's Long to the receiver, added with a
+    backfill: (the table, the backfill's run id)."""
     t = ws.create_table("Big", [{"name": "N", "type": "number"}, {"name": "Long", "type": "text"}])
-    rows = [{"N": i, "Long": "x" * BIG} for i in range(4)] + [{"N": 4, "Long": "é" * 400_000}]
-    for row in rows:  # one by one: the batch body stays small
+    for row in rows:
         r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [row], "run_pipeline": False})
         assert r.status_code == 200, r.text[:500]
     r = ws.api.post(f"/tables/{t['id']}/columns", json={
         "name": "Call", "type": "http_request", "backfill": True,
         "config": {"method": "POST", "url": receiver + "/len", "body": {"long": "{{ Long }}"}}})
     assert r.status_code == 201, r.text
-    run = wait_run(ws, r.json()["backfill"]["run_id"], timeout=60)
+    return t, r.json()["backfill"]["run_id"]
+
+
+def test_a_backfill_of_large_rows_completes_and_counts_the_row_that_cannot_fit(ws, receiver):
+    rows = [{"N": i, "Long": "x" * BIG} for i in range(4)] + [{"N": 4, "Long": "é" * 400_000}]
+    t, run_id = backfill_len_calls(ws, rows, receiver)
+    run = wait_run(ws, run_id, timeout=60)
     assert run["status"] == "completed_with_errors" and run["done"] == 4 and run["failed"] == 1, run
     assert run["failed_rows"][0]["errors"]["Call"].startswith("input too large")
     got = ws.api.get(f"/tables/{t['id']}/records?order=N.asc&select=N,Call").json()["records"]
