@@ -8,6 +8,7 @@ Identifiers are composed with ``psycopg.sql.Identifier`` only.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 from psycopg import AsyncConnection, pq, sql
@@ -284,6 +285,12 @@ def _index_method(col: ColumnMeta) -> str | None:
 # values".
 
 INSTANT_FUNCTION = "wds.json_instant"
+# the magnitudes a jsonb number may have to be read as a double (a number key), exactly
+# those a Python float holds (storage.schema.value_fits): PostgreSQL's numeric → float8
+# cast raises beyond them (below half the smallest denormal, 4.9e-324, a number reads as
+# 0; above the largest double, as infinity)
+FLOAT8_TINIEST = "2.5e-324"
+FLOAT8_LARGEST = str(int(sys.float_info.max))  # all 309 digits: no rounding at the edge
 # Text keys of the btree are the first characters only: a btree entry must stay under
 # ~2.7 kB and computed text may be up to 1M characters. Ordering is by this prefix then id.
 COMPUTED_TEXT_PREFIX = 200
@@ -368,7 +375,15 @@ async def ensure_concat_function(conn: AsyncConnection[Any]) -> None:
 def computed_value_expr(column: sql.Composable, value_type: str) -> sql.Composable:
     """The value of a jsonb computed cell read as ``value_type`` (NULL when it is not one)."""
     if value_type == "number":
-        return sql.SQL("(CASE WHEN jsonb_typeof({c}) = 'number' THEN ({c})::numeric END)").format(c=column)
+        # float8, as a data number column: its btree compares doubles (a third less of a
+        # 500-row write's index cost than numeric keys, docs/decisions.md). jsonb holds
+        # numbers no double holds (1e400, 1e-400), whose cast would fail the write; they
+        # read as NULL, as a value of another type does (storage.schema.value_fits says
+        # they do not fit "number")
+        return sql.SQL(
+            "(CASE WHEN jsonb_typeof({c}) <> 'number' THEN NULL"
+            " WHEN abs(({c})::numeric) BETWEEN " + FLOAT8_TINIEST + " AND " + FLOAT8_LARGEST +
+            " THEN ({c})::float8 WHEN ({c})::numeric = 0 THEN 0::float8 END)").format(c=column)
     if value_type == "boolean":
         return sql.SQL("(CASE WHEN jsonb_typeof({c}) = 'boolean' THEN ({c})::boolean END)").format(c=column)
     if value_type == "text":
@@ -403,10 +418,13 @@ def prefix_keyed(col: ColumnMeta) -> bool:
 
 def value_index_is_current(definition: str, col: ColumnMeta) -> bool:
     """Whether an existing value index (``pg_indexes.indexdef``) has the form
-    :func:`value_index_sql` makes now (migration m0017 rebuilds the others)."""
+    :func:`value_index_sql` makes now (migrations m0017 and m0022 rebuild the others)."""
     if prefix_keyed(col):
         # PostgreSQL writes the function as "left" (a keyword)
         return re.search(rf'"?left"?\({column_name(col.id)}, {COMPUTED_TEXT_PREFIX}\)', definition) is not None
+    if col.computed and col.scalar_value_type == "number":
+        # m0016 keyed them as numeric; since m0022 as float8 (PostgreSQL writes "double precision")
+        return "double precision" in definition
     return True
 
 

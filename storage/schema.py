@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -93,7 +94,10 @@ def value_fits(value_type: str | None, value: Any) -> bool:
     if value is None or value_type not in SCALAR_VALUE_TYPES:
         return True
     if value_type == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        # a double, as a data number column holds: jsonb also holds 1e400 (an HTTP body's
+        # 400-digit integer), which the column's float8 key reads as blank (storage/ddl.py)
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and abs(value) <= sys.float_info.max)
     if value_type == "boolean":
         return isinstance(value, bool)
     if value_type == "text":

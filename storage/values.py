@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
 
+import orjson
 from psycopg.types.json import Jsonb
 
 from storage.errors import InvalidValue, ServiceError
@@ -280,6 +282,10 @@ def decode_value(col: ColumnMeta, raw: Any) -> Any:
         return None
     if t is ColumnType.NUMBER or (col.value_type == "number" and t.computed and _is_number(raw)):
         # a computed number comes from jsonb (numeric): 1e307 read as a 308-digit integer
+        if type(raw) is int and abs(raw) > sys.float_info.max:
+            # one no double holds (storable in jsonb, written by no step of ours): its digits,
+            # as jsonb writes them and the PostgreSQL-rendered page does (storage/query/render.py)
+            return orjson.Fragment(str(raw))
         return _decode_number(float(raw))
     if t is ColumnType.DATE:
         return iso_text(raw) if isinstance(raw, datetime) else str(raw)

@@ -23,7 +23,6 @@ sends both statements in one pipeline (one round trip).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from decimal import Decimal
 from typing import Any
 
 from psycopg import sql
@@ -316,12 +315,6 @@ def _after(order: Sequence[PlannedOrder], values: Sequence[Any], table: sql.Comp
                                " AND md5({x}.{c}) = %s::text), %s::text)").format(
                     x=sql.Identifier("_cursor_row"), c=sql.Identifier(term.target.physical), tbl=table)
                 v = _Bound((row_id, digest, head))
-        if term.target.value_type == "number" and isinstance(v, float):
-            # a cursor's float, bound as the numeric the computed value is compared as: the
-            # float8 → numeric cast keeps 15 digits, so 0.6666666666666666 came back as
-            # 0.666666666666667 and the next page started before the cursor row (repeated
-            # forever) or after rows it had not shown
-            v = Decimal(repr(v))
         if term.option_ids is not None:
             expr = sql.SQL("array_position(%s::text[], {})").format(expr)
             eparams = [list(term.option_ids)]
@@ -440,9 +433,8 @@ def _typed_param(kind: Kind, array: bool = False) -> sql.Composable:
 
 
 def _param(target: Target, array: bool = False) -> sql.Composable:
-    """A bound value typed for ``target`` (a typed computed number is numeric, as its index)."""
-    if target.value_type == "number":
-        return sql.SQL("%s::numeric" + ("[]" if array else ""))
+    """A bound value typed for ``target`` (a typed computed number is a float8, as its
+    index and a data number column are)."""
     return _typed_param(target.kind, array)
 
 

@@ -21,6 +21,7 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from storage.db import bound_once
+from storage.ddl import FLOAT8_LARGEST, FLOAT8_TINIEST
 from storage.query.build import (
     TABLE_ALIAS,
     _order_by,
@@ -74,8 +75,8 @@ def value_json(col: ColumnMeta, c: sql.Composable) -> sql.Composable:
     if col.type is ColumnType.NUMBER:
         return _number(c, "to_json({}::bigint)", "to_json({})")
     if computed_number(col):
-        return sql.SQL("CASE WHEN jsonb_typeof({c}) = 'number' THEN {n}::jsonb ELSE {c} END").format(
-            c=c, n=_number(sql.SQL("({})::float8").format(c), "to_json({}::bigint)", "to_json({})"))
+        return sql.SQL("CASE WHEN {d} THEN {n}::jsonb ELSE {c} END").format(
+            c=c, d=_double(c), n=_number(sql.SQL("({})::float8").format(c), "to_json({}::bigint)", "to_json({})"))
     return c  # timestamps: PostgreSQL's JSON form, which storage.values.iso_text writes too
 
 
@@ -86,9 +87,18 @@ def value_text(col: ColumnMeta, c: sql.Composable) -> sql.Composable:
     if col.type is ColumnType.NUMBER:
         return _number(c, "({}::bigint)::text", "to_json({})::text")
     if computed_number(col):
-        return sql.SQL("CASE WHEN jsonb_typeof({c}) = 'number' THEN {n} ELSE {c}::text END").format(
-            c=c, n=_number(sql.SQL("({})::float8").format(c), "({}::bigint)::text", "to_json({})::text"))
+        return sql.SQL("CASE WHEN {d} THEN {n} ELSE {c}::text END").format(
+            c=c, d=_double(c), n=_number(sql.SQL("({})::float8").format(c), "({}::bigint)::text", "to_json({})::text"))
     return sql.SQL("to_json({})::text").format(value_json(col, c))
+
+
+def _double(c: sql.Composable) -> sql.Composable:
+    """Whether the jsonb ``c`` is a number a double holds (storage/ddl.py
+    ``computed_value_expr``); one that is not (1e400, written by no step of ours but
+    storable in jsonb) is written as jsonb's text of it, as :func:`storage.values.decode_value`
+    writes it, rather than failing the page on the cast."""
+    return sql.SQL("jsonb_typeof({c}) = 'number' AND (abs(({c})::numeric) BETWEEN "
+                   + FLOAT8_TINIEST + " AND " + FLOAT8_LARGEST + " OR ({c})::numeric = 0)").format(c=c)
 
 
 def _number(c: sql.Composable, integral: str, other: str) -> sql.Composable:
