@@ -26,9 +26,64 @@ from storage.db import Database
 from storage.errors import ServiceError
 from storage.pipelines import FETCH_MAX, plan_steps
 from storage.query import Query, list_records, parse_filters, plan_query
+from storage.query.parse import GROUP_PARAMS, Group, group_text, parse_group
+from storage.refs import map_group_values
 from storage.schema import TableMeta, WorkspaceSchema
 
 _TEMPLATED = ("table_id", "record_id", "fields", "filters")  # the config keys holding templates
+_LEAVES = "\x1egroup-values"  # the rendered part's key of the groups' values (see _split_groups)
+_GROUP = "\x1egroup:"  # a group's place in the filters while its values render apart
+
+
+def _split_groups(filters: Any) -> tuple[Any, list[Group], list[list[str]]]:
+    """A fetch_records step's filters with each ``or``/``and`` group holding a template
+    replaced by a placeholder, the parsed groups, and each group's values (in
+    :func:`storage.refs.map_group_values` order). The values render one by one and the
+    group is then written again with each value quoted as the grammar needs
+    (:func:`_join_groups`): rendered inside the group's text, a record's ``a",Other.eq."b``
+    ended its quoted value and added a condition, and a ``"`` or ``,`` broke the group. A
+    group that does not parse stays text (rendered whole)."""
+    groups: list[Group] = []
+    leaves: list[list[str]] = []
+
+    def split(key: str, text: Any) -> Any:
+        if not isinstance(text, str) or "{" not in text:
+            return text
+        try:
+            group = parse_group(key, text)
+        except ServiceError:
+            return text
+        values: list[str] = []
+        map_group_values(group, lambda v: values.append(v) or v)
+        groups.append(group)
+        leaves.append(values)
+        return f"{_GROUP}{len(groups) - 1}"
+
+    return _each_group(filters, split), groups, leaves
+
+
+def _each_group(filters: Any, fn: Any) -> Any:
+    """``filters`` with ``fn(key, text)`` in place of each group (object or list form)."""
+    if isinstance(filters, dict):
+        return {k: fn(k, v) if k in GROUP_PARAMS else v for k, v in filters.items()}
+    if isinstance(filters, list):
+        return [{k: fn(k, v) for k, v in item.items()}
+                if isinstance(item, dict) and len(item) == 1 and next(iter(item)) in GROUP_PARAMS else item
+                for item in filters]
+    return filters
+
+
+def _join_groups(filters: Any, groups: list[Group], leaves: list[list[str]]) -> Any:
+    """:func:`_split_groups`'s placeholders replaced by their groups' text, with the
+    rendered values quoted as the grammar needs."""
+    def join(_key: str, value: Any) -> Any:
+        if isinstance(value, str) and value.startswith(_GROUP):
+            i = int(value[len(_GROUP):])
+            rendered = iter(leaves[i])
+            return group_text(map_group_values(groups[i], lambda _v: next(rendered)))
+        return value
+
+    return _each_group(filters, join)
 
 
 class StepFailure(Exception):
@@ -72,12 +127,19 @@ class RecordSteps:
                   for rid in rids}
         # every record's templates in one go, off the event loop unless simple (activities/templates.py)
         part = {k: col.config[k] for k in _TEMPLATED if k in col.config}
+        groups: list[Group] = []
+        if "filters" in part:
+            skeleton, groups, leaves = _split_groups(part["filters"])
+            if groups:
+                part["filters"], part[_LEAVES] = skeleton, leaves
         rendered = await render_many([(part, inp.records[rid], extras[rid]) for rid in rids], sandbox(),
                                      workspace=inp.table.workspace_id)
         for rid, (ok, config) in zip(rids, rendered, strict=True):
             if not ok:
                 result.errors[rid] = config
                 continue
+            if groups:
+                config["filters"] = _join_groups(config["filters"], groups, config.pop(_LEAVES))
             try:
                 value, children = await self._one(col.type, {**col.config, **config}, schema, inp, extras[rid])
             except StepFailure as exc:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -184,7 +184,7 @@ def config_names(kind: str, config: Mapping[str, Any]) -> set[str]:
     """Names of same-table columns a computed column's config reads (templates and keys)."""
     out: set[str] = set()
     for key in TEMPLATE_KEYS:
-        for text in strings(config.get(key)):
+        for text in template_strings(key, config.get(key)):
             out |= template_names(text)
     for key in NAME_KEYS:
         value = config.get(key)
@@ -254,7 +254,7 @@ def fields_read(kind: str, formula: str | None, config: Mapping[str, Any]) -> fr
             continue
         if key in ("depends_on", "formula", "step"):
             continue
-        for text in strings(value):
+        for text in template_strings(key, value):
             found = _template_reads(text)
             if found is None:
                 return None
@@ -425,6 +425,62 @@ def _rewrite_template(text: str, name_swap: Any, key_swap: Any) -> str:
     return "".join(out)
 
 
+def map_templates(key: str, value: Any, fn: Any) -> Any:
+    """``fn`` applied to every template text of a config key's value: every string, except
+    that an ``or``/``and`` group of filters (``{"or": "(A.eq.{{ x }},B.gt.1)"}``, in the
+    object or the list form) is filter grammar around templates: ``fn`` is applied to
+    each of its values and the group is written again with them quoted as the grammar
+    needs (:func:`storage.query.parse.group_text`). Mapped as one text, a group's
+    ``fields["a"]`` came back quoted as ``fields[\\"a\\"]``, which no template reads: the
+    workspace's schema then failed to load. A group that does not parse is one text."""
+    if key != "filters":
+        return _map_config_strings(value, fn)
+    if isinstance(value, dict):
+        return {k: _map_group_templates(k, v, fn) if k in GROUP_PARAMS and isinstance(v, str)
+                else _map_config_strings(v, fn) for k, v in value.items()}
+    if isinstance(value, list):
+        return [{k: _map_group_templates(k, v, fn) for k, v in item.items()}
+                if isinstance(item, dict) and len(item) == 1 and next(iter(item)) in GROUP_PARAMS
+                and isinstance(next(iter(item.values())), str) else _map_config_strings(item, fn)
+                for item in value]
+    return _map_config_strings(value, fn)
+
+
+def template_strings(key: str, value: Any) -> list[str]:
+    """Every template text of a config key's value, as :func:`map_templates` sees them."""
+    found: list[str] = []
+
+    def note(text: str) -> str:
+        found.append(text)
+        return text
+
+    map_templates(key, value, note)
+    return found
+
+
+def _map_group_templates(key: str, text: str, fn: Any) -> str:
+    if "{" not in text:
+        return fn(text)
+    try:
+        group = parse_group(key, text)
+    except ServiceError:
+        return fn(text)
+    return group_text(map_group_values(group, lambda v: fn(v) if "{" in v else v))
+
+
+def map_group_values(group: Group, fn: Any) -> Group:
+    """``group`` with ``fn`` applied to each condition's value (each item of a list value)."""
+    items: list[Any] = []
+    for item in group.items:
+        if isinstance(item, Group):
+            items.append(map_group_values(item, fn))
+        elif isinstance(item.value, tuple):
+            items.append(replace(item, value=tuple(fn(v) for v in item.value)))
+        else:
+            items.append(replace(item, value=fn(item.value)))
+    return replace(group, items=tuple(items))
+
+
 def _map_config_strings(value: Any, fn: Any) -> Any:
     if isinstance(value, str):
         return fn(value)
@@ -523,7 +579,7 @@ def _encode_config(kind: str, cfg: dict[str, Any], enc: _Encoder) -> dict[str, A
     for key in TEMPLATE_KEYS:
         if key not in cfg:
             continue
-        value = _map_config_strings(cfg[key], enc.template)
+        value = map_templates(key, cfg[key], enc.template)
         if target is not None and isinstance(value, dict) and key == "fields" and kind in ("create_record",
                                                                                             "update_record"):
             value = {_stored(enc.ref(k, target)): v for k, v in value.items()}
@@ -597,7 +653,10 @@ class _Decoder:
             m = _TPL_REF.match(key)
             return self.name_of(int(m.group(1))) if m else None
 
-        return _rewrite_template(text, swap_name, swap_key)
+        try:
+            return _rewrite_template(text, swap_name, swap_key)
+        except TemplateSyntaxError:  # stored text is never refused on the way out: kept as it is
+            return text
 
 
 def decode(kind: str, formula: str | None, config: Mapping[str, Any], *, table_id: int,
@@ -630,7 +689,7 @@ def _decode_config(kind: str, cfg: dict[str, Any], dec: _Decoder) -> dict[str, A
     for key in TEMPLATE_KEYS:
         if key not in cfg:
             continue
-        value = _map_config_strings(cfg[key], dec.template)
+        value = map_templates(key, cfg[key], dec.template)
         if isinstance(target, int) and isinstance(value, dict) and key == "fields" and kind in ("create_record",
                                                                                                  "update_record"):
             value = {dec.stored(k, table_id=target): v for k, v in value.items()}

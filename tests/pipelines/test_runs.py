@@ -303,3 +303,40 @@ def test_fetch_records_takes_both_filter_forms_and_a_rename_carries_into_its_gro
     # a column the groups name cannot be deleted from under them without the caller knowing
     r = ws.api.delete(f"/tables/{people['id']}/columns/{cols['Age']}")
     assert r.status_code == 409, r.text
+
+
+def test_fetch_records_group_values_render_as_values(ws):
+    """A template inside an or/and group was rendered into the group's text: a record
+    whose value held ``",`` ended the quoted value and added its own condition (here: the
+    whole of People), and a ``"`` or ``,`` made the group unreadable. Each value now
+    renders on its own and is quoted as the grammar needs."""
+    people = ws.create_table("People", [{"name": "Name", "type": "text"}, {"name": "Age", "type": "number"}])
+    names = ("ann", "bob", 'o"neil, jr', "back\\slash", "cy")
+    for i, name in enumerate(names):
+        r = ws.api.post(f"/tables/{people['id']}/records", json={"fields": {"Name": name, "Age": 10 * (i + 1)}})
+        assert r.status_code == 201, r.text
+    t = ws.create_table("Finder", [
+        {"name": "Who", "type": "text"},
+        {"name": "Eq", "type": "fetch_records", "config": {
+            "table_id": people["id"], "limit": 10, "filters": {"or": "(Name.eq.{{ Who }},Age.gte.50)"}}},
+        {"name": "In", "type": "fetch_records", "config": {
+            "table_id": people["id"], "limit": 10,
+            "filters": [{"not.and": "(Name.not.in.({{ Who }},ann),Age.lt.100)"}]}},
+        {"name": "Fields", "type": "fetch_records", "config": {
+            "table_id": people["id"], "limit": 10, "filters": {"or": "(Name.eq.{{ fields['Who'] }})"}}},
+    ])
+
+    def fetched(who: str) -> dict[str, list[str]]:
+        r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Who": who}})
+        body = r.json()
+        assert r.status_code == 201 and body["pipeline"]["status"] == "ok", r.text
+        return {c: sorted(x["Name"] for x in body["fields"][c]) for c in ("Eq", "In", "Fields")}
+
+    assert fetched("bob") == {"Eq": ["bob", "cy"], "In": ["ann", "bob"], "Fields": ["bob"]}
+    assert fetched('o"neil, jr') == {"Eq": ["cy", 'o"neil, jr'], "In": ["ann", 'o"neil, jr'],
+                                     "Fields": ['o"neil, jr']}
+    assert fetched("back\\slash") == {"Eq": ["back\\slash", "cy"], "In": ["ann", "back\\slash"],
+                                      "Fields": ["back\\slash"]}
+    # the injection: a value that closes its quote and adds "Name.eq.bob" matches nobody
+    hostile = 'x",Name.eq."bob'
+    assert fetched(hostile) == {"Eq": ["cy"], "In": ["ann"], "Fields": []}
