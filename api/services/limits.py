@@ -117,6 +117,8 @@ class _Sweep:
         for key in list(self.events):
             events = self.events[key]
             keep = bisect.bisect_left(events, -now, key=lambda entry: -entry.expiry)
+            if keep == len(events):
+                continue  # nothing expired: no copy (a full window is thousands of entries)
             if keep:
                 self.events[key] = events[:keep]
             else:

@@ -120,6 +120,9 @@ def test_the_in_process_window_store_sweeps_inline_and_answers_exactly():
     store._swept = 0.0  # a sweep is due on the next hit
     assert store.acquire_entry(key, 3, 1)  # room again, as without a sweep
     assert len(store.events[key]) == 1 and len(store.events["other"]) == 1
+    window = store.events["other"]
+    store._sweep(time.time())  # nothing of it expired: the window is not copied
+    assert store.events["other"] is window and len(window) == 1
     store._swept = 0.0
     store._sweep(time.time() + 61)  # everything expired: windows and their locks go
     assert store.events == {} and key not in store.locks
