@@ -85,3 +85,32 @@ def test_any_stored_filter_text_decodes_without_raising(text: str, listed: bool)
     config = {"table_id": TARGET, "filters": [entry] if listed else entry}
     refs.decode("fetch_records", None, config, table_id=SOURCE, names=NAMES)
     refs.decode("http_request", None, {"url": text, "body": {"k": text}}, table_id=SOURCE, names=NAMES)
+
+
+PIECE = st.lists(st.sampled_from(["{{", "}}", "{%", "%}", "{#", "\\", '"', '\\"', "'", "`", "/*", "//", "\n",
+                                  "fields[", "]", "Who", "{Who}", "{@10}", "@10", "__ref_10", "(", ")", ",", ".",
+                                  "eq", "a", " ", "|", "{", "}", "item", "$"]), max_size=12).map("".join)
+JSONISH = st.recursive(st.one_of(PIECE, st.integers(-3, 30), st.booleans(), st.none()),
+                       lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                               st.dictionaries(st.sampled_from(["or", "and", "Who", "@10", "k"]),
+                                                               inner, max_size=3)),
+                       max_leaves=8)
+CONFIG_KEYS = st.sampled_from(list(refs.TEMPLATE_KEYS) + list(refs.NAME_KEYS) + ["table_id", "language", "step",
+                                                                                  "formula", "limit"])
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(["formula", "http_request", "action", "json_parser", "ai_agent", "create_record",
+                             "update_record", "delete_record", "fetch_records", "loop", "delay"]),
+       formula=st.one_of(st.none(), PIECE), language=st.sampled_from(["excel", "javascript"]),
+       config=st.dictionaries(CONFIG_KEYS, JSONISH, max_size=5), step_type=st.sampled_from(["formula", "http_request",
+                                                                                            "fetch_records"]))
+def test_decoding_any_stored_column_never_raises(kind: str, formula: str | None, language: str,
+                                                 config: dict[str, Any], step_type: str) -> None:
+    """Every computed column is decoded on each load of its workspace's schema: whatever a
+    column's stored formula and config hold, decoding answers (a raise there was a 500 on
+    every request of the workspace)."""
+    config = {**config, "language": language}
+    if kind == "loop":
+        config["step"] = {"type": step_type, "config": dict(config)}
+    refs.decode(kind, formula, config, table_id=SOURCE, names=NAMES)
