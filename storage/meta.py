@@ -6,15 +6,19 @@ keyword-only arguments; they return rows or ``None`` and never raise HTTP errors
 
 from __future__ import annotations
 
+import asyncio
+import random
+import time
 from dataclasses import replace
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
 from storage import convert, ddl, refs, values, valuetype
 from storage.columnspec import MAX_OPTIONS, ColumnSpec, new_option_id
-from storage.errors import LossyChange, ValidationError
+from storage.errors import Conflict, LossyChange, ValidationError
 from storage.schema import (
     OPTION_COLORS,
     ColumnMeta,
@@ -193,6 +197,10 @@ async def update_table(conn: Conn, *, table_id: int, changes: dict[str, Any]) ->
     return await cur.fetchone()
 
 
+DELETE_LOCK_STEP_MS = 100  # a table delete waits this long for a lock before stepping back
+DELETE_LOCK_WITHIN_S = 30  # ... and tries again for at most this long (then 409 CONFLICT)
+
+
 async def lock_table_for_delete(conn: Conn, *, workspace_id: int, table_id: int) -> None:
     """Take, first thing in a table delete's transaction, the data tables it will change,
     in the order writers lock them: the tables whose relation columns point at it (a
@@ -208,8 +216,28 @@ async def lock_table_for_delete(conn: Conn, *, workspace_id: int, table_id: int)
     )
     ids = [r["table_id"] for r in await cur.fetchall()] + [table_id]
     # LOCK TABLE takes a list's tables one by one, in list order
-    await conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
-        sql.SQL(", ").join(ddl.qualified(workspace_id, t) for t in ids)))
+    statement = sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+        sql.SQL(", ").join(ddl.qualified(workspace_id, t) for t in ids))
+    # Two tables pointing at each other have no order that is every writer's (a write into
+    # A locks A then B's rows, one into B locks B then A's): holding one while waiting for
+    # the other deadlocked with a write in flight. So a lock is waited for at most
+    # DELETE_LOCK_STEP_MS, and an attempt that did not get them all gives back what it
+    # took (its savepoint) and tries again a little later: no write waits on the delete
+    # while the delete waits, so PostgreSQL never has a deadlock to break.
+    (previous,) = (await (await conn.execute("SELECT current_setting('lock_timeout') AS v")).fetchone()).values()
+    deadline = time.monotonic() + DELETE_LOCK_WITHIN_S
+    while True:
+        try:
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = {int(DELETE_LOCK_STEP_MS)}")
+                await conn.execute(statement)
+            break
+        except psycopg.errors.LockNotAvailable:
+            if time.monotonic() > deadline:
+                raise Conflict(f"writes kept the table busy for {DELETE_LOCK_WITHIN_S} s; nothing was deleted:"
+                               " retry the request", headers={"Retry-After": "1"}) from None
+            await asyncio.sleep(random.uniform(0.005, 0.05))
+    await conn.execute("SELECT set_config('lock_timeout', %s, true)", (previous,))
 
 
 async def delete_table(conn: Conn, *, workspace_id: int, table_id: int) -> None:
