@@ -204,9 +204,30 @@ class Client:
         if sub.buffering:
             if len(sub.buffer) >= self.queue.maxsize:
                 self.kill(SLOW_CONSUMER, "slow consumer: too many events during replay")
+                return
+            # held in memory as the queue's events are: under the same byte bounds
             sub.buffer.append(change)
+            self.hub.charge(self, change.size)
             return
         self.put(change)
+
+    def attach(self, sub: Subscription) -> None:
+        """Subscribe (replacing the table's subscription, if any)."""
+        self.detach(sub.table_id)
+        self.subs[sub.table_id] = sub
+
+    def detach(self, table_id: int) -> Subscription | None:
+        """Unsubscribe from a table; the events its replay buffered are no longer held."""
+        sub = self.subs.pop(table_id, None)
+        if sub is not None:
+            self.release(sub)
+        return sub
+
+    def release(self, sub: Subscription) -> list[Change]:
+        """Take the events ``sub`` buffered during its replay (no longer counted as held)."""
+        held, sub.buffer, sub.buffering = sub.buffer, [], False
+        self.hub.charge(self, -sum(c.size for c in held))
+        return held
 
     def put(self, item: Any) -> None:
         if self.closed:
@@ -261,7 +282,7 @@ class Client:
             return False
         if self.principal.can_read(table_id):
             return True
-        if self.subs.pop(table_id, None) is not None:
+        if self.detach(table_id) is not None:
             await self.ws.send_text(jsontext.dumps({
                 "type": "error", "code": "FORBIDDEN", "table_id": table_id,
                 "error": "this token may no longer read the table; unsubscribed",

@@ -154,7 +154,7 @@ async def _subscribe(client: Client, msg: dict[str, Any], default_since: int | N
     filters = plan_filters(parsed, table)
     since = _since(msg.get("since")) if "since" in msg else default_since
     sub = Subscription(table.id, frozenset(e.upper() for e in events), filters, buffering=since is not None)
-    client.subs[table.id] = sub
+    client.attach(sub)
     # the workspace's current seq: a client that has seen no event yet resumes from here
     current = await hub.current_seq(principal.workspace_id)
     ack = {"type": "subscribed", "table_id": table.id, "table": table.name, "events": sorted(sub.events),
@@ -166,7 +166,8 @@ async def _subscribe(client: Client, msg: dict[str, Any], default_since: int | N
         changes, truncated, purged = await hub.replay(principal.workspace_id, table.id, since)
         await hub.judge(principal.workspace_id, changes, [sub])
     except BaseException:
-        client.subs.pop(table.id, None)
+        if client.subs.get(table.id) is sub:
+            client.detach(table.id)
         raise
     batch: list[Any] = [ack]
     if since < purged:
@@ -179,9 +180,7 @@ async def _subscribe(client: Client, msg: dict[str, Any], default_since: int | N
         batch.append({"type": "error", "code": "REPLAY_TRUNCATED", "table_id": table.id, "last_seq": last,
                       "error": "too many events, or too much data, to replay at once; subscribe again with"
                                " since=last_seq"})
-    batch.extend(c for c in sub.buffer if c.seq not in replayed)
-    sub.buffer = []
-    sub.buffering = False
+    batch.extend(c for c in client.release(sub) if c.seq not in replayed)
     client.put(batch)
 
 
@@ -200,7 +199,7 @@ async def _handle(client: Client, raw: str, default_since: int | None) -> None:
     elif kind == "unsubscribe":
         schema = await client.hub.state.schema(client.workspace_id)
         table = schema.table(msg.get("table")) if isinstance(msg.get("table"), (int, str)) else None
-        if table is None or client.subs.pop(table.id, None) is None:
+        if table is None or client.detach(table.id) is None:
             raise NotFound("no subscription for that table")
         client.put({"type": "unsubscribed", "table_id": table.id})
     elif kind == "ping":
