@@ -7,6 +7,7 @@ step writes get their own pipelines, run by the workflow as child workflows.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from temporalio import activity
@@ -32,7 +33,9 @@ from storage.schema import TableMeta, WorkspaceSchema
 
 _TEMPLATED = ("table_id", "record_id", "fields", "filters")  # the config keys holding templates
 _LEAVES = "\x1egroup-values"  # the rendered part's key of the groups' values (see _split_groups)
-_GROUP = "\x1egroup:"  # a group's place in the filters while its values render apart
+# a group's place in the filters while its values render apart: this process's own mark,
+# which no stored filter text can be mistaken for
+_GROUP = f"\x1egroup-{secrets.token_hex(8)}:"
 
 
 def _split_groups(filters: Any) -> tuple[Any, list[Group], list[list[str]]]:
@@ -77,7 +80,7 @@ def _join_groups(filters: Any, groups: list[Group], leaves: list[list[str]]) -> 
     """:func:`_split_groups`'s placeholders replaced by their groups' text, with the
     rendered values quoted as the grammar needs."""
     def join(_key: str, value: Any) -> Any:
-        if isinstance(value, str) and value.startswith(_GROUP):
+        if isinstance(value, str) and value.startswith(_GROUP) and value[len(_GROUP):].isdigit():
             i = int(value[len(_GROUP):])
             rendered = iter(leaves[i])
             return group_text(map_group_values(groups[i], lambda _v: next(rendered)))
