@@ -42,8 +42,7 @@ from storage.plans import BATCH_MAX
 from storage.query import (
     Query,
     list_page,
-    parse_filter_list,
-    parse_filter_object,
+    parse_filters,
     parse_record_params,
     plan_filters,
     plan_query,
@@ -496,8 +495,10 @@ async def update_matching(state: AppState, principal: Principal, table_ref: int 
     require(principal, table, Action.READ)
     if principal.own_row_only(table.id):
         raise Forbidden("an app user changes its row of the Users table by its id, not by filter")
-    planned = plan_filters(parse_filter_object(filters) if isinstance(filters, dict)
-                           else parse_filter_list(filters), table)
+    if filters is None:  # parse_filters reads None as no filter: here that must be said
+        raise ValidationError("filters are required: an object {column: \"op.value\"} or a list of"
+                              " {column, op, value} objects")
+    planned = plan_filters(parse_filters(filters), table)
     prepared = rec.prepare_fields(table, fields, creating=False)
     if not prepared.values:
         raise ValidationError("fields is empty: nothing to change")

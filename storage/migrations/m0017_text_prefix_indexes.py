@@ -11,26 +11,12 @@ again changes nothing: an index already of the new form, or missing, is left alo
 
 from __future__ import annotations
 
-from psycopg import sql
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
-from storage import ddl
+from storage.migrations._value_indexes import rebuild_value_indexes
 from storage.schema import ColumnMeta, ColumnType
 
 
 def upgrade(conn: Connection) -> None:
-    raw = conn.connection.driver_connection  # psycopg: composes the statement
-    rows = conn.execute(text(
-        "SELECT c.id, c.table_id, t.workspace_id, i.indexdef FROM wds.columns c"
-        " JOIN wds.tables t ON t.id = c.table_id"
-        " JOIN pg_indexes i ON i.schemaname = 'ws_' || t.workspace_id"
-        "  AND i.indexname = 't_' || c.table_id || '_c_' || c.id"
-        " WHERE c.type = 'text' ORDER BY c.id")).mappings().all()
-    for r in rows:
-        col = ColumnMeta(id=int(r["id"]), table_id=int(r["table_id"]), name="", type=ColumnType.TEXT)
-        if ddl.value_index_is_current(r["indexdef"], col):
-            continue
-        schema = f"ws_{int(r['workspace_id'])}"
-        conn.execute(text(sql.SQL("DROP INDEX {}.{}").format(
-            sql.Identifier(schema), sql.Identifier(f"t_{col.table_id}_c_{col.id}")).as_string(raw)))
-        conn.execute(text(ddl.value_index_sql(int(r["workspace_id"]), col, "btree").as_string(raw)))
+    rebuild_value_indexes(conn, "c.type = 'text'", lambda r: ColumnMeta(
+        id=int(r["id"]), table_id=int(r["table_id"]), name="", type=ColumnType.TEXT))

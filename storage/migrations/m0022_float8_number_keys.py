@@ -13,29 +13,20 @@ is left alone.
 
 from __future__ import annotations
 
-from psycopg import sql
-from sqlalchemy import Connection, text
+from typing import Any
 
-from storage import ddl
+from sqlalchemy import Connection
+
+from storage.migrations._value_indexes import rebuild_value_indexes
 from storage.schema import ColumnMeta, ColumnType
 
 
+def _number_formula(r: Any) -> ColumnMeta | None:
+    kind = ColumnType(r["type"])
+    if not kind.computed:
+        return None
+    return ColumnMeta(id=int(r["id"]), table_id=int(r["table_id"]), name="", type=kind, value_type="number")
+
+
 def upgrade(conn: Connection) -> None:
-    raw = conn.connection.driver_connection  # psycopg: composes the statement
-    rows = conn.execute(text(
-        "SELECT c.id, c.table_id, c.type, t.workspace_id, i.indexdef FROM wds.columns c"
-        " JOIN wds.tables t ON t.id = c.table_id"
-        " JOIN pg_indexes i ON i.schemaname = 'ws_' || t.workspace_id"
-        "  AND i.indexname = 't_' || c.table_id || '_c_' || c.id"
-        " WHERE c.value_type = 'number' ORDER BY c.id")).mappings().all()
-    for r in rows:
-        kind = ColumnType(r["type"])
-        if not kind.computed:
-            continue
-        col = ColumnMeta(id=int(r["id"]), table_id=int(r["table_id"]), name="", type=kind, value_type="number")
-        if ddl.value_index_is_current(r["indexdef"], col):
-            continue
-        schema = f"ws_{int(r['workspace_id'])}"
-        conn.execute(text(sql.SQL("DROP INDEX {}.{}").format(
-            sql.Identifier(schema), sql.Identifier(f"t_{col.table_id}_c_{col.id}")).as_string(raw)))
-        conn.execute(text(ddl.value_index_sql(int(r["workspace_id"]), col, "btree").as_string(raw)))
+    rebuild_value_indexes(conn, "c.value_type = 'number'", _number_formula)

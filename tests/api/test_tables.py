@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
+import httpx
 import pytest
 
 
@@ -107,6 +109,29 @@ def _post_until(client, url, fields, stop, answers) -> None:
             return
 
 
+def _delete_while_writing(ws, table_id: int, writes: list[tuple[str, Any, int]], *, force: bool,
+                          warm: int) -> tuple[httpx.Response, list[list[tuple[int, str]]]]:
+    """DELETE the table while ``writes`` run — each ``(records URL, fields(writer, i), writers)``
+    — once ``warm`` answers have come back in all; the delete's answer and each write
+    group's answers once every writer has stopped."""
+    stop = threading.Event()
+    groups: list[list[tuple[int, str]]] = [[] for _ in writes]
+    writers = [threading.Thread(target=_post_until, args=(
+        ws.client(ws.builder_token), url, lambda i, n=n, f=fields: f(n, i), stop, answers))
+        for (url, fields, count), answers in zip(writes, groups, strict=True) for n in range(count)]
+    for w in writers:
+        w.start()
+    deadline = time.monotonic() + 20
+    while sum(len(g) for g in groups) < warm and time.monotonic() < deadline:  # the writes are under way
+        time.sleep(0.02)
+    deleted = ws.client(ws.builder_token).delete(f"/tables/{table_id}", params={"force": "true" if force else "false"})
+    time.sleep(0.3)
+    stop.set()
+    for w in writers:
+        w.join(60)
+    return deleted, groups
+
+
 @pytest.mark.parametrize("related", [False, True], ids=["alone", "with-a-relation-pointing-at-it"])
 def test_deleting_a_table_under_concurrent_writes_never_deadlocks(ws, related):
     """DELETE /tables/{t} while clients create records in it: the writes' statement locks
@@ -130,26 +155,11 @@ def test_deleting_a_table_under_concurrent_writes_never_deadlocks(ws, related):
                 {"name": "N", "type": "number"}, {"name": "G", "type": "formula", "formula": "{N} + 1"},
                 {"name": "O", "type": "relation", "relation_table_id": t["id"]}])
             child_records = f"/tables/{child['id']}/records"
-        stop = threading.Event()
-        answers: list[tuple[int, str]] = []
-        child_answers: list[tuple[int, str]] = []
-        writers = [threading.Thread(target=_post_until, args=(
-            ws.client(ws.builder_token), records, lambda i, n=n: {"A": n * 1000 + i}, stop, answers))
-            for n in range(6)]
+        writes: list[tuple[str, Any, int]] = [(records, lambda n, i: {"A": n * 1000 + i}, 6)]
         if related:
-            writers += [threading.Thread(target=_post_until, args=(
-                ws.client(ws.builder_token), child_records, lambda i: {"N": i, "O": 1 + i % 6}, stop, child_answers))
-                for _ in range(3)]
-        for w in writers:
-            w.start()
-        deadline = time.monotonic() + 20
-        while len(answers) < 12 and time.monotonic() < deadline:  # the writes are under way
-            time.sleep(0.02)
-        deleted = ws.client(ws.builder_token).delete(f"/tables/{t['id']}", params={"force": "true" if related else "false"})
-        time.sleep(0.3)
-        stop.set()
-        for w in writers:
-            w.join(60)
+            writes.append((child_records, lambda n, i: {"N": i, "O": 1 + i % 6}, 3))
+        deleted, (answers, *rest) = _delete_while_writing(ws, t["id"], writes, force=related, warm=12)
+        child_answers = rest[0] if rest else []
         assert deleted.status_code == 200, deleted.text
         assert deleted.json()["id"] == t["id"] and deleted.json()["deleted"] is True
         assert ws.api.get(f"/tables/{t['id']}").status_code == 404
@@ -185,25 +195,9 @@ def test_deleting_one_of_two_mutually_related_tables_under_writes_is_no_deadlock
         for i in range(1, 7):  # ids 1..6 on both sides
             assert ws.api.post(a_rec, json={"fields": {"N": i}}).status_code == 201
             assert ws.api.post(b_rec, json={"fields": {"M": i, "ToA": i}}).status_code == 201
-        stop = threading.Event()
-        answers: list[tuple[int, str]] = []
-        b_answers: list[tuple[int, str]] = []
-        writers = [threading.Thread(target=_post_until, args=(
-            ws.client(ws.builder_token), a_rec, lambda i: {"N": i, "ToB": 1 + i % 6}, stop, answers))
-            for _ in range(4)]
-        writers += [threading.Thread(target=_post_until, args=(
-            ws.client(ws.builder_token), b_rec, lambda i: {"M": i, "ToA": 1 + i % 6}, stop, b_answers))
-            for _ in range(4)]
-        for w in writers:
-            w.start()
-        deadline = time.monotonic() + 20
-        while len(answers) + len(b_answers) < 24 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        deleted = ws.client(ws.builder_token).delete(f"/tables/{a['id']}", params={"force": "true"})
-        time.sleep(0.3)
-        stop.set()
-        for w in writers:
-            w.join(60)
+        deleted, (answers, b_answers) = _delete_while_writing(ws, a["id"], [
+            (a_rec, lambda n, i: {"N": i, "ToB": 1 + i % 6}, 4),
+            (b_rec, lambda n, i: {"M": i, "ToA": 1 + i % 6}, 4)], force=True, warm=24)
         assert deleted.status_code == 200, deleted.text
         assert ws.api.get(f"/tables/{a['id']}").status_code == 404
         for status, text in answers:

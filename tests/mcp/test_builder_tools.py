@@ -202,6 +202,11 @@ async def test_batch_record_tools(ws, mcp):
         assert {r["fields"]["Twice"] for r in rows} == {20}
         assert error_code(await c.call_tool("batch_update_records", {"table_id": "Items", "filters": {"Qty": "gte.1"},
                                                                      "fields": {"Twice": 1}})) == "READ_ONLY_COLUMN"
+        # the list form, as every door takes it (one parser: storage.query.parse_filters)
+        upd = data(await c.call_tool("batch_update_records", {
+            "table_id": "Items", "filters": [{"column": "Qty", "op": "gte", "value": 10}, {"or": "(Name.eq.a,Name.eq.c)"}],
+            "fields": {"Qty": 10}}))
+        assert upd["updated"] == 2, upd
         run = data(await c.call_tool("run_actions", {"table_id": "Items", "columns": ["Twice"]}))
         assert run["status"] == "running" and run["total"] == 2
         assert error_code(await c.call_tool("run_actions", {"table_id": "Items", "columns": ["Nope"]})) == "NOT_FOUND"

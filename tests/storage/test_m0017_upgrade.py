@@ -12,7 +12,7 @@ import pytest
 from psycopg import sql
 
 from storage.migrations import m0017_text_prefix_indexes as m0017
-from tests.utils.migrations import run_upgrade
+from tests.utils.migrations import indexes_and_rows, run_upgrade
 
 DSN = os.environ.get("WDS_TEST_SCRATCH_DSN", "")
 pytestmark = pytest.mark.skipif(not DSN, reason="WDS_TEST_SCRATCH_DSN is not set")
@@ -23,13 +23,7 @@ def _upgrade() -> None:
 
 
 def _state(ws_id: int, table_id: int) -> tuple[dict[str, str], list[tuple]]:
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        indexes = dict(conn.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = %s",
-            (f"ws_{ws_id}", f"t_{table_id}")).fetchall())
-        rows = conn.execute(sql.SQL("SELECT * FROM {}.{} ORDER BY id").format(
-            sql.Identifier(f"ws_{ws_id}"), sql.Identifier(f"t_{table_id}"))).fetchall()
-    return indexes, rows
+    return indexes_and_rows(DSN, ws_id, table_id)
 
 
 def test_old_text_indexes_get_the_prefix_form(ws):
