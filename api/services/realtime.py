@@ -87,6 +87,11 @@ EVENT_COLUMNS = (f"SELECT seq, table_id, event, sz.big AS truncated, {_brief('re
                  f" {_brief('old_record')} AS old_record"
                  f" FROM wds.events CROSS JOIN LATERAL (SELECT {EVENT_BYTES} > %s AS big) sz")
 BRIEF_BYTES = 256  # what a cut event counts for in a replay's budget
+# Live delivery reads a workspace's notified events a statement at a time, sized from its
+# recent events to about DELIVER_BYTES of messages (Hub._deliver): 16 seqs at first (at
+# most 16 x 256 KiB, the largest event), up to 1,024 for small events.
+DELIVER_BYTES = 4 * 1024 * 1024
+DELIVER_FIRST, DELIVER_MAX = 16, 1024
 MEASURE_FACTOR = 8  # a replay measures at most this many times its budget (cut events whole)
 
 
@@ -152,6 +157,29 @@ def decode_change(table: TableMeta, row: dict[str, Any]) -> Change:
     data = jsontext.dumps(message)
     sides = (new_raw is not None) + (old_raw is not None)
     return Change(row["seq"], table.id, row["event"], data.decode(), len(data), sides)
+
+
+def _first_seqs(ranges: list[tuple[int, int]], seqs: int, most: int) -> tuple[list[tuple[int, int]],
+                                                                            list[tuple[int, int]]]:
+    """The first ``seqs`` seqs of ``ranges`` (inclusive ``(lo, hi)`` pairs, in order), in at
+    most ``most`` ranges, and the ranges left.
+
+    >>> _first_seqs([(1, 10), (20, 20), (30, 40)], 12, 50)
+    ([(1, 10), (20, 20), (30, 30)], [(31, 40)])
+    >>> _first_seqs([(1, 3), (5, 6)], 100, 1)
+    ([(1, 3)], [(5, 6)])
+    """
+    take: list[tuple[int, int]] = []
+    for i, (lo, hi) in enumerate(ranges):
+        if seqs <= 0 or len(take) >= most:
+            return take, ranges[i:]
+        if hi - lo + 1 <= seqs:
+            take.append((lo, hi))
+            seqs -= hi - lo + 1
+        else:
+            take.append((lo, lo + seqs - 1))
+            return take, [(lo + seqs, hi), *ranges[i + 1:]]
+    return take, []
 
 
 def _stale(schema: Any, rows: list[dict[str, Any]]) -> bool:
@@ -318,6 +346,7 @@ class Hub:
         self.high: dict[int, int] = {}  # highest seq delivered per workspace
         self.wake = asyncio.Event()
         self.queued: dict[int, int] = {}  # events' bytes queued per workspace (Hub.charge)
+        self.chunks: dict[int, int] = {}  # seqs per delivery statement, per workspace (Hub._deliver)
         self.tasks: list[asyncio.Task[None]] = []
         self.listening = asyncio.Event()
 
@@ -443,40 +472,59 @@ class Hub:
         self.wake.set()
 
     async def _fetch_loop(self) -> None:
+        """Deliver the pending events, one statement's worth per workspace in turn: a
+        workspace whose statements wrote thousands of large events does not hold back the
+        others' (each round serves every workspace with events waiting one chunk)."""
         while True:
             await self.wake.wait()
             self.wake.clear()
             pending, self.pending = self.pending, {}
             for ws, ranges in pending.items():
                 try:
-                    await self._deliver(ws, ranges)
+                    rest = await self._deliver(ws, ranges)
                 except asyncio.CancelledError:
                     raise
                 except Exception:
                     log.exception("realtime delivery failed for workspace %s", ws)
+                    continue
+                if rest:  # before what was notified meanwhile: delivered in seq order
+                    self.pending[ws] = rest + self.pending.get(ws, [])
+                    self.wake.set()
 
-    async def _deliver(self, ws: int, ranges: list[tuple[int, int]]) -> None:
-        for start in range(0, len(ranges), 50):
-            chunk = ranges[start : start + 50]
-            cond = " OR ".join(["seq BETWEEN %s AND %s"] * len(chunk))
-            params: list[Any] = [ws] + [v for r in chunk for v in r]
-            async with self.state.db.connection() as conn:
-                cur = await conn.execute(
-                    EVENT_COLUMNS + f" WHERE workspace_id = %s AND ({cond}) ORDER BY seq",  # cond: fixed text only
-                    [self.state.settings.realtime_event_max_bytes, *params],
-                )
-                rows = await cur.fetchall()
-            seen = self.seen.setdefault(ws, _Seen())
-            fresh = [r for r in rows if seen.add(r["seq"])]
-            if not fresh:
-                continue
-            self.high[ws] = max(self.high.get(ws, 0), fresh[-1]["seq"])
-            changes = await self.decode(ws, fresh)
-            subs = [sub for client in self.clients.get(ws, ()) for sub in client.subs.values()]
-            await self.judge(ws, changes, subs)
-            for client in list(self.clients.get(ws, ())):
-                for change in changes:
-                    client.offer(change)
+    async def _deliver(self, ws: int, ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Read and offer the first events of ``ranges`` (seq ranges, as notified), at most
+        :meth:`_chunk` seqs in one statement; returns the ranges left. The chunk follows
+        the workspace's recent event sizes so that one statement reads about
+        :data:`DELIVER_BYTES` (a 500-row write of 200 KB records was read, decoded and
+        offered at once: 100 MB in this process, the event loop held ~0.75 s)."""
+        take, rest = _first_seqs(ranges, self._chunk(ws), 50)
+        cond = " OR ".join(["seq BETWEEN %s AND %s"] * len(take))
+        params: list[Any] = [ws] + [v for r in take for v in r]
+        async with self.state.db.connection() as conn:
+            cur = await conn.execute(
+                EVENT_COLUMNS + f" WHERE workspace_id = %s AND ({cond}) ORDER BY seq",  # cond: fixed text only
+                [self.state.settings.realtime_event_max_bytes, *params],
+            )
+            rows = await cur.fetchall()
+        seen = self.seen.setdefault(ws, _Seen())
+        fresh = [r for r in rows if seen.add(r["seq"])]
+        if not fresh:
+            return rest
+        self.high[ws] = max(self.high.get(ws, 0), fresh[-1]["seq"])
+        changes = await self.decode(ws, fresh)
+        if changes:
+            mean = sum(c.size for c in changes) / len(changes)
+            self.chunks[ws] = max(DELIVER_FIRST, min(DELIVER_MAX, int(DELIVER_BYTES // max(mean, 1.0))))
+        subs = [sub for client in self.clients.get(ws, ()) for sub in client.subs.values()]
+        await self.judge(ws, changes, subs)
+        for client in list(self.clients.get(ws, ())):
+            for change in changes:
+                client.offer(change)
+        return rest
+
+    def _chunk(self, ws: int) -> int:
+        """How many seqs the workspace's next delivery statement reads (:meth:`_deliver`)."""
+        return self.chunks.get(ws, DELIVER_FIRST)
 
     async def judge(self, ws: int, changes: list[Change], subs: Iterable[Subscription]) -> None:
         """Decide, in PostgreSQL, which filtered subscriptions each change matches

@@ -258,3 +258,28 @@ def test_a_workspace_past_its_bytes_loses_the_socket_holding_most_and_keeps_the_
         # the light socket still works afterwards
         ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": "small", "Tag": "one"}})
         assert changes(light, 1)[0]["record"]["fields"]["Name"] == "small"
+
+
+def test_one_statement_of_large_events_reaches_a_reading_socket_in_chunks(ws):
+    """A 90-row create whose formula makes ~200 KB a record: 18 MB of events from one
+    statement, past a socket's 16 MiB. They were read, decoded and queued at once (one
+    statement of all of them), so a socket reading as fast as it could was closed as a slow
+    consumer, and the event loop was held (tenant B's GET waited up to 0.8 s on `wds dev`).
+    The hub now reads a workspace's events ~4 MiB a statement, in turn with the other
+    workspaces', and the reading socket gets every event."""
+    import threading
+
+    t = ws.create_table("Heavy", [{"name": "Name", "type": "text"},
+                                  {"name": "F", "type": "formula", "formula": 'REPT("x", 200000) & {Name}'}])
+    with open_ws(ws.base_url, ws.builder_token, max_queue=1000) as conn:
+        subscribe(conn, t["id"])
+        answer: list[int] = []
+        writer = threading.Thread(target=lambda: answer.append(ws.api.post(
+            f"/tables/{t['id']}/records/batch", json={"rows": [{"fields": {"Name": f"n{i}"}} for i in range(90)]},
+            timeout=120).status_code))
+        writer.start()
+        got = changes(conn, 90, timeout=60)
+        writer.join(120)
+    assert answer == [200]
+    assert sorted(m["record"]["fields"]["Name"] for m in got) == sorted(f"n{i}" for i in range(90))
+    assert all(len(m["record"]["fields"]["F"]) > 200_000 and not m.get("truncated") for m in got)
