@@ -428,6 +428,7 @@ class Hub:
             group.discard(client)
             if not group:
                 del self.clients[client.workspace_id]
+                self.chunks.pop(client.workspace_id, None)
 
     async def decode(self, workspace_id: int, rows: Iterable[dict[str, Any]]) -> list[Change]:
         rows = list(rows)
