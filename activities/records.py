@@ -7,7 +7,6 @@ step writes get their own pipelines, run by the workflow as child workflows.
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from temporalio import activity
@@ -27,66 +26,54 @@ from storage.db import Database
 from storage.errors import ServiceError
 from storage.pipelines import FETCH_MAX, plan_steps
 from storage.query import Query, list_records, parse_filters, plan_query
-from storage.query.parse import GROUP_PARAMS, Group, group_text, parse_group
-from storage.refs import map_group_values
+from storage.query.parse import Group, group_text, parse_group
+from storage.refs import each_group, map_group_values
 from storage.schema import TableMeta, WorkspaceSchema
 
 _TEMPLATED = ("table_id", "record_id", "fields", "filters")  # the config keys holding templates
-_LEAVES = "\x1egroup-values"  # the rendered part's key of the groups' values (see _split_groups)
-# a group's place in the filters while its values render apart: this process's own mark,
-# which no stored filter text can be mistaken for
-_GROUP = f"\x1egroup-{secrets.token_hex(8)}:"
 
 
-def _split_groups(filters: Any) -> tuple[Any, list[Group], list[list[str]]]:
+def _split_groups(filters: Any) -> tuple[Any, list[Group | None]]:
     """A fetch_records step's filters with each ``or``/``and`` group holding a template
-    replaced by a placeholder, the parsed groups, and each group's values (in
-    :func:`storage.refs.map_group_values` order). The values render one by one and the
-    group is then written again with each value quoted as the grammar needs
-    (:func:`_join_groups`): rendered inside the group's text, a record's ``a",Other.eq."b``
-    ended its quoted value and added a condition, and a ``"`` or ``,`` broke the group. A
-    group that does not parse stays text (rendered whole)."""
-    groups: list[Group] = []
-    leaves: list[list[str]] = []
+    replaced by the list of its values (in :func:`storage.refs.map_group_values` order),
+    and the parsed groups in :func:`storage.refs.each_group` order (None: left as text).
+    The values render one by one and the group is then written again with each value
+    quoted as the grammar needs (:func:`_join_groups`): rendered inside the group's text,
+    a record's ``a",Other.eq."b`` ended its quoted value and added a condition, and a
+    ``"`` or ``,`` broke the group. A group that does not parse stays text (rendered whole)."""
+    groups: list[Group | None] = []
 
     def split(key: str, text: Any) -> Any:
-        if not isinstance(text, str) or "{" not in text:
-            return text
-        try:
-            group = parse_group(key, text)
-        except ServiceError:
+        group = None
+        if isinstance(text, str) and "{" in text:
+            try:
+                group = parse_group(key, text)
+            except ServiceError:
+                pass
+        groups.append(group)
+        if group is None:
             return text
         values: list[str] = []
         map_group_values(group, lambda v: values.append(v) or v)
-        groups.append(group)
-        leaves.append(values)
-        return f"{_GROUP}{len(groups) - 1}"
+        return values
 
-    return _each_group(filters, split), groups, leaves
+    return each_group(filters, split), groups
 
 
-def _each_group(filters: Any, fn: Any) -> Any:
-    """``filters`` with ``fn(key, text)`` in place of each group (object or list form)."""
-    if isinstance(filters, dict):
-        return {k: fn(k, v) if k in GROUP_PARAMS else v for k, v in filters.items()}
-    if isinstance(filters, list):
-        return [{k: fn(k, v) for k, v in item.items()}
-                if isinstance(item, dict) and len(item) == 1 and next(iter(item)) in GROUP_PARAMS else item
-                for item in filters]
-    return filters
+def _join_groups(filters: Any, groups: list[Group | None]) -> Any:
+    """:func:`_split_groups`'s rendered filters with each split group written again from
+    its rendered values (rendering keeps the filters' shape, so the groups come in the
+    same order)."""
+    visits = iter(groups)
 
-
-def _join_groups(filters: Any, groups: list[Group], leaves: list[list[str]]) -> Any:
-    """:func:`_split_groups`'s placeholders replaced by their groups' text, with the
-    rendered values quoted as the grammar needs."""
     def join(_key: str, value: Any) -> Any:
-        if isinstance(value, str) and value.startswith(_GROUP) and value[len(_GROUP):].isdigit():
-            i = int(value[len(_GROUP):])
-            rendered = iter(leaves[i])
-            return group_text(map_group_values(groups[i], lambda _v: next(rendered)))
-        return value
+        group = next(visits)
+        if group is None:
+            return value
+        rendered = iter(value)
+        return group_text(map_group_values(group, lambda _v: next(rendered)))
 
-    return _each_group(filters, join)
+    return each_group(filters, join)
 
 
 class StepFailure(Exception):
@@ -130,19 +117,17 @@ class RecordSteps:
                   for rid in rids}
         # every record's templates in one go, off the event loop unless simple (activities/templates.py)
         part = {k: col.config[k] for k in _TEMPLATED if k in col.config}
-        groups: list[Group] = []
+        groups: list[Group | None] = []
         if "filters" in part:
-            skeleton, groups, leaves = _split_groups(part["filters"])
-            if groups:
-                part["filters"], part[_LEAVES] = skeleton, leaves
+            part["filters"], groups = _split_groups(part["filters"])
         rendered = await render_many([(part, inp.records[rid], extras[rid]) for rid in rids], sandbox(),
                                      workspace=inp.table.workspace_id)
         for rid, (ok, config) in zip(rids, rendered, strict=True):
             if not ok:
                 result.errors[rid] = config
                 continue
-            if groups:
-                config["filters"] = _join_groups(config["filters"], groups, config.pop(_LEAVES))
+            if any(groups):
+                config["filters"] = _join_groups(config["filters"], groups)
             try:
                 value, children = await self._one(col.type, {**col.config, **config}, schema, inp, extras[rid])
             except StepFailure as exc:

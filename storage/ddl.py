@@ -381,9 +381,8 @@ def computed_value_expr(column: sql.Composable, value_type: str) -> sql.Composab
         # read as NULL, as a value of another type does (storage.schema.value_fits says
         # they do not fit "number")
         return sql.SQL(
-            "(CASE WHEN jsonb_typeof({c}) <> 'number' THEN NULL"
-            " WHEN abs(({c})::numeric) BETWEEN " + FLOAT8_TINIEST + " AND " + FLOAT8_LARGEST +
-            " THEN ({c})::float8 WHEN ({c})::numeric = 0 THEN 0::float8 END)").format(c=column)
+            "(CASE WHEN jsonb_typeof({c}) <> 'number' THEN NULL WHEN {r} THEN ({c})::float8"
+            " WHEN ({c})::numeric = 0 THEN 0::float8 END)").format(c=column, r=in_double_range(column))
     if value_type == "boolean":
         return sql.SQL("(CASE WHEN jsonb_typeof({c}) = 'boolean' THEN ({c})::boolean END)").format(c=column)
     if value_type == "text":
@@ -391,6 +390,12 @@ def computed_value_expr(column: sql.Composable, value_type: str) -> sql.Composab
     if value_type == "date":
         return sql.SQL(INSTANT_FUNCTION + "({})").format(column)
     raise ValueError(f"not a scalar value type: {value_type!r}")
+
+
+def in_double_range(column: sql.Composable) -> sql.Composable:
+    """Whether the jsonb number ``column`` has a magnitude a double holds (zero aside):
+    :data:`FLOAT8_TINIEST` to :data:`FLOAT8_LARGEST`, where the cast to float8 cannot raise."""
+    return sql.SQL("abs(({c})::numeric) BETWEEN " + FLOAT8_TINIEST + " AND " + FLOAT8_LARGEST).format(c=column)
 
 
 def computed_key_expr(column: sql.Composable, value_type: str) -> sql.Composable:

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection, sql
+from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from storage import convert, ddl, refs, values, valuetype
@@ -224,7 +225,8 @@ async def lock_table_for_delete(conn: Conn, *, workspace_id: int, table_id: int)
     # DELETE_LOCK_STEP_MS, and an attempt that did not get them all gives back what it
     # took (its savepoint) and tries again a little later: no write waits on the delete
     # while the delete waits, so PostgreSQL never has a deadlock to break.
-    (previous,) = (await (await conn.execute("SELECT current_setting('lock_timeout') AS v")).fetchone()).values()
+    cur = await conn.cursor(row_factory=tuple_row).execute("SELECT current_setting('lock_timeout')")
+    previous = (await cur.fetchone())[0]
     deadline = time.monotonic() + DELETE_LOCK_WITHIN_S
     while True:
         try:

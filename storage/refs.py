@@ -425,6 +425,20 @@ def _rewrite_template(text: str, name_swap: Any, key_swap: Any) -> str:
     return "".join(out)
 
 
+def each_group(filters: Any, on_group: Any, other: Any = None) -> Any:
+    """``filters`` in either form (an object, or a list of items) with the value of each
+    ``or``/``and`` group (an object's group key, or a list item ``{"or": ...}``) replaced by
+    ``on_group(key, value)``, and each other value or item by ``other(it)`` when given."""
+    keep = other if other is not None else (lambda v: v)
+    if isinstance(filters, dict):
+        return {k: on_group(k, v) if k in GROUP_PARAMS else keep(v) for k, v in filters.items()}
+    if isinstance(filters, list):
+        return [{k: on_group(k, v) for k, v in f.items()}
+                if isinstance(f, dict) and len(f) == 1 and next(iter(f)) in GROUP_PARAMS else keep(f)
+                for f in filters]
+    return keep(filters)
+
+
 def map_templates(key: str, value: Any, fn: Any) -> Any:
     """``fn`` applied to every template text of a config key's value: every string, except
     that an ``or``/``and`` group of filters (``{"or": "(A.eq.{{ x }},B.gt.1)"}``, in the
@@ -435,15 +449,11 @@ def map_templates(key: str, value: Any, fn: Any) -> Any:
     workspace's schema then failed to load. A group that does not parse is one text."""
     if key != "filters":
         return _map_config_strings(value, fn)
-    if isinstance(value, dict):
-        return {k: _map_group_templates(k, v, fn) if k in GROUP_PARAMS and isinstance(v, str)
-                else _map_config_strings(v, fn) for k, v in value.items()}
-    if isinstance(value, list):
-        return [{k: _map_group_templates(k, v, fn) for k, v in item.items()}
-                if isinstance(item, dict) and len(item) == 1 and next(iter(item)) in GROUP_PARAMS
-                and isinstance(next(iter(item.values())), str) else _map_config_strings(item, fn)
-                for item in value]
-    return _map_config_strings(value, fn)
+
+    def other(v: Any) -> Any:
+        return _map_config_strings(v, fn)
+
+    return each_group(value, lambda k, v: _map_group_templates(k, v, fn) if isinstance(v, str) else other(v), other)
 
 
 def template_strings(key: str, value: Any) -> list[str]:

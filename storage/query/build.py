@@ -304,7 +304,7 @@ def _after(order: Sequence[PlannedOrder], values: Sequence[Any], table: sql.Comp
     for term, v in zip(order, values, strict=True):
         expr: sql.Composable = key_expr(term.target)
         eparams: list[Any] = []
-        kind: sql.Composable = _param(term.target)
+        kind: sql.Composable = _typed_param(term.target.kind)
         cut = truncated_text(v) if term.target.kind is Kind.TEXT else None
         if cut is not None:
             head, digest = cut
@@ -432,12 +432,6 @@ def _typed_param(kind: Kind, array: bool = False) -> sql.Composable:
     return sql.SQL("%s::" + _PG_TYPE[kind] + ("[]" if array else ""))
 
 
-def _param(target: Target, array: bool = False) -> sql.Composable:
-    """A bound value typed for ``target`` (a typed computed number is a float8, as its
-    index and a data number column are)."""
-    return _typed_param(target.kind, array)
-
-
 def value_expr(target: Target, alias: str = TABLE_ALIAS) -> sql.Composable:
     """The SQL a filter compares: the column, or a typed computed column's value read as
     its type — the very expression its indexes are built on (storage/ddl.py)."""
@@ -503,8 +497,8 @@ def _condition(f: PlannedFilter, c: sql.Composable) -> Fragment:
         return (sql.SQL("({} " + bound + " {} AND {} " + _COMPARE[op] + " %s::text)").format(
             prefix, text_key_expr(sql.SQL("%s::text")), c), [value, value])
     if op is Op.IN:
-        return sql.SQL("{} = ANY({})").format(c, _param(target, array=True)), [list(value)]
-    return sql.SQL("{} " + _COMPARE[op] + " {}").format(c, _param(target)), [value]
+        return sql.SQL("{} = ANY({})").format(c, _typed_param(target.kind, array=True)), [list(value)]
+    return sql.SQL("{} " + _COMPARE[op] + " {}").format(c, _typed_param(target.kind)), [value]
 
 
 def _like(op: Op, c: sql.Composable, value: Any) -> tuple[sql.Composable, list[Any]]:

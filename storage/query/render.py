@@ -21,7 +21,7 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from storage.db import bound_once
-from storage.ddl import FLOAT8_LARGEST, FLOAT8_TINIEST
+from storage.ddl import in_double_range
 from storage.query.build import (
     TABLE_ALIAS,
     _order_by,
@@ -97,8 +97,7 @@ def _double(c: sql.Composable) -> sql.Composable:
     ``computed_value_expr``); one that is not (1e400, written by no step of ours but
     storable in jsonb) is written as jsonb's text of it, as :func:`storage.values.decode_value`
     writes it, rather than failing the page on the cast."""
-    return sql.SQL("jsonb_typeof({c}) = 'number' AND (abs(({c})::numeric) BETWEEN "
-                   + FLOAT8_TINIEST + " AND " + FLOAT8_LARGEST + " OR ({c})::numeric = 0)").format(c=c)
+    return sql.SQL("jsonb_typeof({c}) = 'number' AND ({r} OR ({c})::numeric = 0)").format(c=c, r=in_double_range(c))
 
 
 def _number(c: sql.Composable, integral: str, other: str) -> sql.Composable:
