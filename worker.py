@@ -17,6 +17,7 @@ from temporalio.client import Client
 from activities.metrics import start_worker_exporter
 from service import tracing
 from service.config import Settings, get_settings
+from service.converter import DATA_CONVERTER
 from service.relay import run_relay
 from service.worker import build_worker
 from storage.db import Database
@@ -31,6 +32,7 @@ async def connect_temporal(settings: Settings) -> Client:
     while True:
         try:
             return await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace,
+                                        data_converter=DATA_CONVERTER,
                                         interceptors=tracing.temporal_interceptors())  # OpenTelemetry if on
         except Exception as exc:
             log.warning("temporal not reachable at %s: %s", settings.temporal_address, exc)

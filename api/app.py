@@ -46,6 +46,7 @@ from api.services import limits
 from api.state import AppState
 from service import tracing
 from service.config import Settings, get_settings
+from service.converter import DATA_CONVERTER
 from service.relay import run_relay
 from service.worker import build_worker
 from storage import access
@@ -69,6 +70,7 @@ async def _connect_temporal(state: AppState) -> None:
         try:
             client = await Client.connect(
                 state.settings.temporal_address, namespace=state.settings.temporal_namespace,
+                data_converter=DATA_CONVERTER,  # Temporal's JSON without its copies (service/converter.py)
                 interceptors=tracing.temporal_interceptors(),  # OpenTelemetry when WDS_OTEL is on
             )
         except Exception as exc:

@@ -8,8 +8,8 @@ does), then one single-process API (uvicorn, no ``--workers``) per source tree g
 For every round, tree and operation it sends ``N`` warm-up requests, then ``N`` measured
 requests at ``--clients`` concurrent clients, and reports the API process's CPU time
 (``utime + stime`` from ``/proc/<pid>/stat``) divided by the requests: microseconds of API
-CPU per request (beside it, PostgreSQL's CPU per request, all its processes, and this
-load generator's). The load generator runs in this process; its CPU is not counted, and the
+CPU per request (beside it, PostgreSQL's CPU per request, all its processes, the Temporal
+dev server's and this load generator's). The load generator runs in this process; its CPU is not counted, and the
 other tenants of the machine only change the wall time, not the API's own CPU. Trees
 alternate within each round, so a slow period hits every tree alike.
 
@@ -17,7 +17,10 @@ Operations (the ``records.*`` scenarios' requests):
 
 * ``create``: ``POST {rest}/tables/{id}/records?run_pipeline=false`` with ``{"fields": {...}}``;
 * ``list``: the filtered list of ``records.list`` (``Score>500 AND Status=a``, page 100);
-* ``get``: ``GET {rest}/tables/{id}/records/{record_id}`` of a random seeded row.
+* ``get``: ``GET {rest}/tables/{id}/records/{record_id}`` of a random seeded row;
+* ``batch`` / ``batch3``: ``POST {rest}/tables/{id}/records/batch`` of 500 rows into the
+  ``pipelines.batch`` scenario's table (``A`` and three chained formulas), with
+  ``run_pipeline`` false / true: that scenario's two calls.
 
 ``--psycopg`` also runs each operation's psycopg baseline (the ``records.*`` scenarios'
 SQL, same tables, same concurrency) and reports PostgreSQL's and the client's CPU per
@@ -60,6 +63,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from bench.context import BENCH_COLUMNS, BenchTable, batch_payload, make_rows
+from bench.scenarios.pipelines import FORMULAS
 from bench.scenarios.records import LIST_QUERY, PAGE, _list_sql
 from bench.stack import EmbeddedStack
 from wds.runtime import create_workspace, free_port, stop_process, wait_healthy
@@ -67,6 +71,8 @@ from wds.server import uvicorn_args_for
 
 HERE = Path(__file__).resolve().parents[1]
 OPS = ("create", "list", "get")
+BATCH_OPS = {"batch": False, "batch3": True}  # run_pipeline of each batch op
+BATCH = 500
 
 
 @dataclass
@@ -107,6 +113,11 @@ def postgres_cpu(data_dir: Path) -> float:
         if int(entry.name) == master or int(fields[1]) == master:
             total += (int(fields[11]) + int(fields[12])) / tick
     return total
+
+
+def process_cpu(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` (0 when there is none)."""
+    return sum(cpu_times(pid)) if pid is not None else 0.0
 
 
 def start_api(stack: EmbeddedStack, name: str, tree: Path, env: dict[str, str], cprofile: str | None = None) -> Api:
@@ -158,10 +169,24 @@ async def _seed(session: aiohttp.ClientSession, rest: str, headers: dict[str, st
     return tables[0], tables[1], ids
 
 
+async def _formula_table(session: aiohttp.ClientSession, rest: str, headers: dict[str, str]) -> int:
+    """The ``pipelines.batch`` scenario's table: ``A`` and three chained formulas."""
+    body = json.dumps({"name": f"cpu-formulas-{random.randrange(1 << 30)}",
+                       "columns": [{"name": "A", "type": "number"}, *FORMULAS]}).encode()
+    return int(json.loads(await _send(session, "POST", f"{rest}/tables", headers, body, (200, 201)))["id"])
+
+
 def _operation(op: str, session: aiohttp.ClientSession, rest: str, headers: Iterator[dict[str, str]],
-               read_id: int, create_id: int, ids: list[int]) -> Callable[[], Awaitable[None]]:
+               read_id: int, create_id: int, ids: list[int], formula_id: int = 0) -> Callable[[], Awaitable[None]]:
     """``op``'s request; each takes the next of ``headers`` (a cycle over the tokens)."""
     rnd = random.Random(1)
+    if op in BATCH_OPS:
+        url = f"{rest}/tables/{formula_id}/records/batch"
+        scores = [r["Score"] for r in make_rows(BATCH * 4)]
+        bodies = itertools.cycle([json.dumps({"rows": [{"fields": {"A": a}} for a in scores[i:i + BATCH]],
+                                              "run_pipeline": BATCH_OPS[op]}).encode()
+                                  for i in range(0, len(scores), BATCH)])
+        return lambda: _send(session, "POST", url, next(headers), next(bodies), 200)  # type: ignore[return-value]
     if op == "create":
         url = f"{rest}/tables/{create_id}/records?run_pipeline=false"
         bodies = itertools.cycle([json.dumps({"fields": r}).encode() for r in make_rows(1000)])
@@ -194,9 +219,12 @@ async def _bench_table(pool: AsyncConnectionPool, made: dict[str, Any]) -> Bench
 
 
 def _pg_operation(op: str, pool: AsyncConnectionPool, read: BenchTable, create: BenchTable,
-                  ids: list[int]) -> Callable[[], Awaitable[None]]:
-    """The ``records.*`` scenarios' psycopg baseline of ``op`` (same SQL, same tables)."""
+                  ids: list[int]) -> Callable[[], Awaitable[None]] | None:
+    """The ``records.*`` scenarios' psycopg baseline of ``op`` (same SQL, same tables);
+    ``None`` for the batch ops (their baseline is ``batch``, the call without pipeline)."""
     rnd = random.Random(1)
+    if op in BATCH_OPS:
+        return None
     if op == "create":
         query = sql.SQL("INSERT INTO {} ({}, {}, {}) VALUES (%s, %s, %s) RETURNING *").format(
             create.qualified, create.col("Name"), create.col("Score"), create.col("Status"))
@@ -271,6 +299,9 @@ async def measure(args: argparse.Namespace) -> int:
             made: list[dict[str, Any]] = []
             read_id, create_id, ids = await _seed(
                 session, f"{apis[0].base_url}/functions/v1/rest-api", headers, args.rows, made)
+            formula_id = (await _formula_table(session, f"{apis[0].base_url}/functions/v1/rest-api", headers)
+                          if any(op in BATCH_OPS for op in ops) else 0)
+            temporal = stack.temporal.proc.pid if stack.temporal.proc is not None else None
             async with await psycopg.AsyncConnection.connect(stack.pg.dsn, autocommit=True) as conn:
                 await conn.execute("ANALYZE")  # fresh statistics, as records.* has them (BenchContext.seeded_table)
             if args.psycopg:  # the scenarios' baseline beside the APIs: PostgreSQL's own share
@@ -285,8 +316,9 @@ async def measure(args: argparse.Namespace) -> int:
                   f" load {os.getloadavg()[0]:.2f}", flush=True)
             for rnd in range(args.rounds):
                 for op in ops:
-                    if args.psycopg:
-                        operation = _pg_operation(op, baseline[0], baseline[1], baseline[2], ids)
+                    pg_op = _pg_operation(op, *baseline, ids) if args.psycopg else None
+                    if pg_op is not None:
+                        operation = pg_op
                         await _drive(operation, args.requests, args.clients)  # warm-up
                         pg0, me0, wall0 = postgres_cpu(stack.pg.data_dir / "data"), time.process_time(), time.perf_counter()
                         await _drive(operation, args.requests, args.clients)
@@ -297,7 +329,8 @@ async def measure(args: argparse.Namespace) -> int:
                               f"client {client_us:4.0f} us  load {os.getloadavg()[0]:.2f}", flush=True)
                     for api in apis:
                         rest = f"{api.base_url}/functions/v1/rest-api"
-                        operation = _operation(op, session, rest, itertools.cycle(spread), read_id, create_id, ids)
+                        operation = _operation(op, session, rest, itertools.cycle(spread), read_id, create_id, ids,
+                                               formula_id)
                         await _drive(operation, args.requests, args.clients)  # warm-up
                         spy = None
                         if args.profile:
@@ -307,11 +340,13 @@ async def measure(args: argparse.Namespace) -> int:
                         if args.cprofile:
                             api.proc.send_signal(signal.SIGUSR1)
                         pg0, me0 = postgres_cpu(stack.pg.data_dir / "data"), time.process_time()
+                        tp0 = process_cpu(temporal)
                         cpu0, wall0 = cpu_times(api.proc.pid), time.perf_counter()
                         await _drive(operation, args.requests, args.clients)
                         cpu1, wall1 = cpu_times(api.proc.pid), time.perf_counter()
                         pg_us = (postgres_cpu(stack.pg.data_dir / "data") - pg0) / args.requests * 1e6
                         client_us = (time.process_time() - me0) / args.requests * 1e6
+                        temporal_us = (process_cpu(temporal) - tp0) / args.requests * 1e6
                         if args.cprofile:
                             api.proc.send_signal(signal.SIGUSR2)
                             print(f"# cProfile: {args.cprofile}/{api.name}-<n>.prof, phase {op} round {rnd}")
@@ -324,8 +359,8 @@ async def measure(args: argparse.Namespace) -> int:
                         print(f"round {rnd} {api.name} {op:6s} {us:7.0f} us CPU/request "
                               f"(user {user:4.0f}, sys {system:4.0f})  "
                               f"{args.requests / (wall1 - wall0):7.0f} req/s  PostgreSQL {pg_us:4.0f} us  "
-                              f"client {client_us:4.0f} us  load {os.getloadavg()[0]:.2f}",
-                              flush=True)
+                              f"Temporal {temporal_us:4.0f} us  client {client_us:4.0f} us  "
+                              f"load {os.getloadavg()[0]:.2f}", flush=True)
             if args.psycopg:
                 await baseline[0].close()
         print("# median us of API CPU per request (rounds):")

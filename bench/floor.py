@@ -21,6 +21,8 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from service.converter import DATA_CONVERTER
+
 LOCAL_TIMEOUT = timedelta(seconds=10)
 
 
@@ -71,7 +73,7 @@ async def running_floor(address: str, namespace: str = "default") -> AsyncIterat
 
     The worker's limits match the API's in-process worker (``worker.build_worker``).
     """
-    client = await Client.connect(address, namespace=namespace)
+    client = await Client.connect(address, namespace=namespace, data_converter=DATA_CONVERTER)  # as the API's
     queue = f"bench-floor-{uuid.uuid4().hex[:8]}"
     worker = Worker(client, task_queue=queue, workflows=[FloorWorkflow], activities=[floor_step],
                     max_concurrent_activities=200, max_concurrent_local_activities=200,

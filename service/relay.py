@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
+import orjson
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import (
     SearchAttributeKey,
@@ -29,6 +30,7 @@ from temporalio.converter import value_to_type
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from activities.types import PipelineInput, PipelineResult
+from service.converter import TYPE_CONVERTERS
 from storage import outbox
 from storage.db import Database
 from storage.errors import Unavailable
@@ -44,14 +46,19 @@ SA_RECORDS = SearchAttributeKey.for_keyword_list("WdsRecords")
 
 
 def encode_input(inp: PipelineInput) -> dict[str, Any]:
-    """``asdict(inp)``, without ``asdict``'s deep copy of every record id (a batch's 500)."""
-    out = asdict(replace(inp, record_ids=[]))
-    out["record_ids"] = list(inp.record_ids)
-    return out
+    """``inp`` as the JSON object Temporal and the outbox row hold: orjson writes the
+    dataclass and reads it back (~0.02 ms for a 500-record create's run, where ``asdict``'s
+    deep copy took ~0.34 ms). The same dict as ``asdict`` but for tuples, which come back as
+    the lists both consumers write anyway; ``asdict`` when orjson refuses a value (an
+    integer past 64 bits)."""
+    try:
+        return orjson.loads(orjson.dumps(inp))  # type: ignore[no-any-return]
+    except TypeError:
+        return asdict(inp)
 
 
 def decode_input(data: dict[str, Any]) -> PipelineInput:
-    return value_to_type(PipelineInput, data)  # type: ignore[no-any-return]
+    return value_to_type(PipelineInput, data, TYPE_CONVERTERS)  # type: ignore[no-any-return]
 
 
 async def start_pipeline(

@@ -215,6 +215,22 @@ async def _forget(state: AppState, outbox_ids: list[int]) -> None:
             await outbox.remove(conn, outbox_ids=outbox_ids)
 
 
+def _forget_soon(state: AppState, outbox_id: int) -> None:
+    """Delete a recorded run's outbox row with the others recorded within
+    :data:`FORGET_EVERY_S`: one statement for them all instead of one each. A row not yet
+    deleted when the process stops is started again by the relay, which finds the run
+    recorded (``REJECT_DUPLICATE``) and deletes it."""
+    pending: list[int] = state.extras.setdefault("forget", [])
+    pending.append(outbox_id)
+    if len(pending) == 1:
+        _in_background(state, "background", _forget_pending(state))
+
+
+async def _forget_pending(state: AppState) -> None:
+    await asyncio.sleep(FORGET_EVERY_S)
+    await _forget(state, state.extras.pop("forget", []))
+
+
 @dataclass
 class _Committed:
     """A run whose write committed in this process (:mod:`activities.written`) while its
@@ -469,6 +485,7 @@ class Computed:
 
 NOT_STORED = "the write did not store this record"
 RECORDING_IN_FLIGHT = 64  # runs being recorded in Temporal after their answers, per process
+FORGET_EVERY_S = 0.2  # recorded runs' outbox rows are deleted together, at most this late
 
 
 async def create_computed(
@@ -702,7 +719,7 @@ async def _record_run(state: AppState, wid: str, inp: PipelineInput, encoded: di
             log.warning("pipeline %s not recorded yet: %s", wid, type(exc).__name__)
             return
         assert inp.outbox_id is not None
-        await _forget(state, [inp.outbox_id])
+        _forget_soon(state, inp.outbox_id)
 
     if len(state.extras.get("recording", ())) >= RECORDING_IN_FLIGHT:
         await record()
