@@ -22,6 +22,8 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+import orjson
+
 from activities.types import ColumnSnap
 from storage.errors import InvalidFormula
 from storage.formula import CompiledFormula, FormulaError, compile_formula
@@ -32,6 +34,10 @@ VALUE_CPU_S = 0.1  # CPU per value (JavaScript also keeps V8's own 50 ms / 32 MB
 ROW_CPU_S = 1.0  # per record over every formula value of one run (capped by the plan's budget)
 BATCH_WALL_S = 5.0  # wall clock per batch (capped by half the plan's time budget per row)
 STRIKES = 3  # values over budget in one column of a batch before the rest are failed unrun
+# the computed values one run may hold, every column together (text counted by characters):
+# REPT({Name}, 500000) over a 500-row batch made 500 MB, held in the sandbox, the API, the
+# INSERT and the answer at once (docs/decisions.md, "A run's values are bounded in bytes")
+RUN_VALUE_BYTES = 64 * 1024 * 1024
 INLINE_SLICE_S = 0.05  # how long cheap formulas may run on the event loop per column and batch
 CHEAP_NODES = 64  # a formula with more syntax nodes than this is not "cheap"
 # Where formulas run (an operator knob, read once; bench/scenarios/sandbox.py compares them):
@@ -58,6 +64,7 @@ class Budget:
     deadline: float = 0.0
     used: dict[str, float] = field(default_factory=dict)
     strikes: int = STRIKES
+    value_bytes: int = RUN_VALUE_BYTES  # left for the run's values (:func:`value_size`)
 
     @classmethod
     def for_run(cls, time_budget_s: float, *, started: float | None = None) -> Budget:
@@ -72,6 +79,29 @@ class Budget:
 def over(detail: str) -> str:
     """A budget failure as it shows in ``pipeline.errors``."""
     return f"{BUDGET_EXCEEDED} {detail}"
+
+
+def value_size(value: Any) -> int:
+    """What a computed value counts against :attr:`Budget.value_bytes`: a text's
+    characters, a list's or object's JSON bytes, 8 for anything else."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, (list, dict)):
+        try:
+            return len(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
+        except TypeError:  # not JSON (the write refuses it later); its text stands in
+            return len(repr(value))
+    return 8
+
+
+def spend_bytes(budget: Budget, values: dict[str, Any]) -> None:
+    """Charge ``values`` (computed elsewhere, e.g. in a sandbox child, under a copy of
+    ``budget``) to ``budget``."""
+    budget.value_bytes = max(0, budget.value_bytes - sum(value_size(v) for v in values.values()))
+
+
+TOO_MANY_BYTES = over(f"the run's computed values passed {RUN_VALUE_BYTES // (1024 * 1024)} MiB, so this"
+                      " value was not kept: run the column again for this record (run-actions)")
 
 
 def _walk(node: Any) -> Any:
@@ -166,6 +196,13 @@ def run_budgeted(
                 strikes += 1
             else:
                 errors[rid] = f"{exc.code} {exc.message}".strip()
+        if rid in values:
+            size = value_size(values[rid])
+            if size > budget.value_bytes:
+                del values[rid]  # the run keeps at most RUN_VALUE_BYTES of values
+                errors[rid] = TOO_MANY_BYTES
+            else:
+                budget.value_bytes -= size
         spent = clock() - started
         used_by[rid] = used + spent
         if is_js and meter is not None:

@@ -34,7 +34,7 @@ from datetime import datetime
 from multiprocessing.connection import Connection
 from typing import Any
 
-from activities.formula import Budget, over
+from activities.formula import Budget, over, spend_bytes
 from activities.ledger import Ledger
 from activities.types import PipelineInput
 from storage.childpool import ChildPool, PoolClosed
@@ -216,6 +216,7 @@ class Sandbox:
             message = lost_message(exc)
             return {}, {rid: message for rid in records}
         budget.used.update(used)
+        spend_bytes(budget, values)  # the child kept to the run's bytes with a copy of the budget
         return values, errors
 
     async def json_parser(self, col: Any, records: dict[str, dict[str, Any]], budget: Budget, *,
@@ -255,6 +256,7 @@ class Sandbox:
         for rid, values in ledger.values.items():
             for cid, value in values.items():
                 fields[rid][ledger.names[cid]] = value
+            spend_bytes(budget, values)  # type: ignore[arg-type]
         budget.used.update(used)
         return ledger, timings
 

@@ -1,0 +1,124 @@
+"""A run keeps at most ``RUN_VALUE_BYTES`` (64 MiB) of computed values, every column together.
+
+The hostile-tenant probe (docs/decisions.md, "A run's values are bounded in bytes"): a
+formula such as ``REPT({Name}, 500000)`` turns a 2-character field into 1,000,000
+characters, so a 500-row batch made 500 MB of values from a body of a few KB. They were
+held in the sandbox child, in the API (the values, the INSERT's JSON, the records PostgreSQL
+rendered back, the answer) at once: the API's RSS went from 200 MB to 3 GB and another
+workspace's reads stalled up to 0.7 s. Past the budget a value is not kept: its record gets
+``BUDGET_EXCEEDED`` for the column (its dependants are skipped), the run's status says
+``error``, and running the column again for that record computes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from activities import formula
+from activities.ledger import SKIPPED
+from activities.records_io import evaluate_pure
+from activities.sandbox import sandbox
+from activities.types import Caller, ColumnSnap, FusedInput, PipelineInput, TableSnap
+
+NOW = datetime.now(UTC)
+
+
+def _records(n: int) -> dict[str, dict[str, Any]]:
+    return {str(i): {"id": i, "Name": "ab"} for i in range(n)}
+
+
+def _budget(value_bytes: int) -> formula.Budget:
+    return formula.Budget(deadline=time.monotonic() + 30, value_bytes=value_bytes)
+
+
+@pytest.mark.parametrize("where", ["inline", "sandbox"])
+def test_a_column_keeps_values_while_the_run_has_bytes_for_them(where: str) -> None:
+    budget = _budget(2_500)
+    records = _records(5)
+    source = "REPT({Name}, 500)"  # 1,000 characters a value
+    if where == "inline":
+        values, errors, rest = formula.run_budgeted(source, "excel", records, NOW, budget)
+        assert rest == {}
+    else:
+        values, errors = asyncio.run(sandbox().formula(source, "excel", records, NOW, budget))
+    assert values == {"0": "ab" * 500, "1": "ab" * 500}
+    assert errors == {r: formula.TOO_MANY_BYTES for r in ("2", "3", "4")}
+    assert budget.value_bytes == 500  # charged what was kept, in the child's case too
+    assert "64 MiB" in formula.TOO_MANY_BYTES and formula.TOO_MANY_BYTES.startswith("BUDGET_EXCEEDED")
+
+
+def test_a_small_value_still_fits_after_a_large_one_did_not() -> None:
+    budget = _budget(1_500)
+    values, errors, _ = formula.run_budgeted('IF({id} = 1, REPT("x", 2000), "small")', "excel", _records(3), NOW, budget)
+    assert values == {"0": "small", "2": "small"} and errors == {"1": formula.TOO_MANY_BYTES}
+    assert budget.value_bytes == 1_500 - 10
+
+
+def test_lists_count_by_their_json() -> None:
+    assert formula.value_size([1, "ab", None]) == len(b'[1,"ab",null]')
+    assert formula.value_size({"a": [1]}) == len(b'{"a":[1]}')
+    assert formula.value_size("é" * 10) == 10 and formula.value_size(12.5) == 8
+
+
+B, C = 2, 3
+
+
+def test_a_whole_run_shares_the_bytes_and_what_reads_a_dropped_value_is_skipped(monkeypatch) -> None:
+    """``evaluate_pure`` (a create's precompute, the fused activity): the heavy column goes to
+    the sandbox with the run's budget, the cheap one that reads it runs inline."""
+    real = formula.Budget.for_run
+    monkeypatch.setattr(formula.Budget, "for_run", classmethod(
+        lambda cls, s, **kw: _replace_bytes(real(s, **kw), 3_500)))
+    cols = [ColumnSnap(id=1, name="Name", type="text"),
+            ColumnSnap(id=B, name="B", type="formula", formula="REPT({Name}, 500)"),  # heavy: the sandbox
+            ColumnSnap(id=C, name="C", type="formula", formula="LEN({B})")]  # cheap: inline
+    inp = PipelineInput(
+        table=TableSnap(id=1, workspace_id=1, name="T", columns=cols), record_ids=[0, 1, 2, 3, 4], mode="create",
+        levels=[[B], [C]], caller=Caller(token_id=1, token_type="vibe_mcp", plan="free"), time_budget_s=10.0,
+        step_budget=10, dependants={"1": [B, C], str(B): [C], str(C): []})
+    fields = {str(i): {"id": i, "Name": "ab", "B": None, "C": None} for i in range(5)}
+    ledger = asyncio.run(evaluate_pure(FusedInput(pipeline=inp, run_id="run-1", now=NOW.isoformat()), fields))
+    for r in ("0", "1", "2"):
+        assert ledger.values[r] == {B: "ab" * 500, C: 1000} and ledger.errors[r] == {}
+    for r in ("3", "4"):
+        assert ledger.values[r] == {B: None, C: None}
+        assert ledger.errors[r] == {"B": formula.TOO_MANY_BYTES, "C": SKIPPED}
+
+
+def _replace_bytes(budget: formula.Budget, n: int) -> formula.Budget:
+    budget.value_bytes = n
+    return budget
+
+
+def test_a_batch_past_the_budget_stores_every_record_and_says_which_values_were_not_kept(ws) -> None:
+    """The API: 70 values of 1,000,000 characters pass 64 MiB (67 fit). Every record is
+    written; the last three carry the error, the run's status is ``error``, the answer is
+    bounded by the budget, and running the column again for one of them computes it."""
+    t = ws.create_table("Big", [{"name": "Name", "type": "text"},
+                                {"name": "F", "type": "formula", "formula": "REPT({Name}, 500000)"}])
+    r = ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"fields": {"Name": "ab"}}] * 70})
+    assert r.status_code == 200, r.text[:500]
+    assert len(r.content) < formula.RUN_VALUE_BYTES + 1_000_000
+    body = r.json()
+    assert body["pipeline"]["status"] == "error"
+    kept = formula.RUN_VALUE_BYTES // 1_000_000
+    assert kept == 67
+    records = [x["record"] for x in body["results"]]
+    assert len(records) == 70 and all(rec["id"] for rec in records)
+    ids = [rec["id"] for rec in records]
+    for rec in records[:kept]:
+        assert len(rec["fields"]["F"]) == 1_000_000
+    for i in ids[kept:]:
+        got = ws.api.get(f"/tables/{t['id']}/records/{i}").json()
+        assert got["fields"].get("F") is None
+        assert got["pipeline"]["status"] == "error"
+        assert got["pipeline"]["errors"]["F"] == formula.TOO_MANY_BYTES
+    # run again for one record, the column computes it
+    again = ws.api.patch(f"/tables/{t['id']}/records/{ids[-1]}", json={"fields": {"Name": "cd"}})
+    assert again.status_code == 200, again.text[:300]
+    assert again.json()["fields"]["F"] == "cd" * 500_000
