@@ -17,6 +17,7 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
+from service.converter import DATA_CONVERTER
 from workflows.bulk import BulkRunWorkflow
 from workflows.pipeline import PipelineWorkflow
 from workflows.scheduled import ScheduledRunWorkflow
@@ -52,15 +53,21 @@ def test_recorded_histories_replay_under_the_default_sandbox(ws, services):
             # children (record steps' own pipelines, bulk chunks) too
             async for wf in client.list_workflows(f'WorkflowId STARTS_WITH "{wid}/"'):
                 histories.append(await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history())
-        replayer = Replayer(workflows=[PipelineWorkflow, BulkRunWorkflow, ScheduledRunWorkflow])  # default sandbox
-        for history in histories:
-            await replayer.replay_workflow(history)
+        for replayer in _replayers(PipelineWorkflow, BulkRunWorkflow, ScheduledRunWorkflow):  # default sandbox
+            for history in histories:
+                await replayer.replay_workflow(history)
         return len(histories)
 
     assert asyncio.run(replay()) >= 5
 
 
 HISTORIES = Path(__file__).parent / "histories"
+
+
+def _replayers(*workflows: type) -> list[Replayer]:
+    """Replayers under the default sandbox: with Temporal's default converter, and with
+    the service's (service/converter.py), which must read every history the same."""
+    return [Replayer(workflows=list(workflows)), Replayer(workflows=list(workflows), data_converter=DATA_CONVERTER)]
 
 
 def test_a_loop_over_the_limit_recorded_before_it_failed_replays_as_it_ran():
@@ -73,7 +80,8 @@ def test_a_loop_over_the_limit_recorded_before_it_failed_replays_as_it_ran():
     assert len(loops) == 1004  # load_records, json_parser, 1,000 loop iterations, the formula, write_results
 
     async def replay() -> None:
-        await Replayer(workflows=[PipelineWorkflow]).replay_workflow(history)
+        for replayer in _replayers(PipelineWorkflow):
+            await replayer.replay_workflow(history)
 
     asyncio.run(replay())
 
@@ -94,7 +102,8 @@ def test_a_run_whose_step_inputs_were_split_to_fit_replays_as_it_ran():
     assert kinds.count(("EVENT_TYPE_MARKER_RECORDED", "core_local_activity")) == 4
 
     async def replay() -> None:
-        await Replayer(workflows=[PipelineWorkflow]).replay_workflow(history)
+        for replayer in _replayers(PipelineWorkflow):
+            await replayer.replay_workflow(history)
 
     asyncio.run(replay())
 
@@ -121,7 +130,8 @@ def test_a_run_bounded_by_its_history_budget_replays_as_it_ran():
     assert sorted(errors) == [f"Call{i}" for i in range(33, 40)]
 
     async def replay() -> None:
-        await Replayer(workflows=[PipelineWorkflow]).replay_workflow(history)
+        for replayer in _replayers(PipelineWorkflow):
+            await replayer.replay_workflow(history)
 
     asyncio.run(replay())
 
@@ -142,6 +152,7 @@ def test_a_bulk_run_chunked_by_bytes_replays_as_it_ran():
     assert ids == [5, 5, 2]
 
     async def replay() -> None:
-        await Replayer(workflows=[BulkRunWorkflow, PipelineWorkflow]).replay_workflow(history)
+        for replayer in _replayers(BulkRunWorkflow, PipelineWorkflow):
+            await replayer.replay_workflow(history)
 
     asyncio.run(replay())
