@@ -24,8 +24,11 @@ from storage.db import Database
 from storage.schema import TableMeta
 
 GUARDS_KEY = "_guards"  # load_records' result: the write-back guard beside the records
-_PAYLOADS = PayloadConverter.default  # the worker's converter (no custom one is configured)
+_PAYLOADS = PayloadConverter.default  # the bytes the worker's converter writes (service/converter.py: the same)
 RETRIES = 2  # records a write-back left values of out, evaluated again (see pure_pipeline)
+# the stored bytes a fused run reads out at once (activities.formula.RUN_VALUE_BYTES bounds
+# what it computes): a chunk of larger records is loaded, evaluated and written in parts
+PURE_LOAD_BYTES = 32 * 1024 * 1024
 
 
 class RecordIO:
@@ -110,12 +113,48 @@ class RecordIO:
         used a previous definition, and a backfill must leave every row computed by the
         current one)."""
         p = inp.pipeline
-        record_ids = p.record_ids
+        pending = list(p.record_ids)
         result: PipelineResult | None = None
+        while True:
+            # the records a part holds at most PURE_LOAD_BYTES between them (the first
+            # whatever its size): 200 rows of 5 MB would otherwise be read out at once
+            part, pending = await self._load_part(p.table, pending, inp.run_id)
+            p, done = await self._pure_part(inp, p, part)
+            result = done if result is None else _merged(result, done)
+            if not pending:
+                return result
+
+    async def _load_part(self, snap: TableSnap, record_ids: list[int], run_id: str,
+                         ) -> tuple[tuple[dict[str, dict[str, Any]], dict[int, dict[str, Any]]], list[int]]:
+        """:meth:`_load` of the first records of ``record_ids`` that fit in
+        :data:`PURE_LOAD_BYTES`, and the ids after them. A run a write of this process
+        waits for loads all at once, as before: its rows are in memory already when the
+        write handed them over, and the waiter takes the rows of one write-back."""
+        if run_id and (written.given_rows(run_id) is not None or written.waiting(run_id)):
+            return await self._load(LoadInput(table=snap, record_ids=record_ids), run_id), []
+        table = table_meta(snap)
+        try:
+            async with self.db.connection() as conn:
+                rows, rest = await rec.get_record_rows_within(conn, table=table, record_ids=record_ids,
+                                                              max_bytes=PURE_LOAD_BYTES)
+        except psycopg.errors.UndefinedColumn:  # a column was deleted since the run began
+            table = table_meta(await self._still_there(snap))
+            async with self.db.connection() as conn:
+                rows, rest = await rec.get_record_rows_within(conn, table=table, record_ids=record_ids,
+                                                              max_bytes=PURE_LOAD_BYTES)
+        return (decode_rows(table, rows), {row["id"]: row for row in rows}), rest
+
+    async def _pure_part(self, inp: FusedInput, p: Any, part: tuple[dict[str, dict[str, Any]], dict[int, dict[str, Any]]],
+                         ) -> tuple[Any, PipelineResult]:
+        """:meth:`pure_pipeline` over one loaded part: the run's input as it ends (the
+        table's definitions after a schema change) and the part's result."""
+        result: PipelineResult | None = None
+        fields, loaded = part
+        record_ids: list[int] = []
         for attempt in range(1 + RETRIES):
             guard = guards.plan(table_meta(p.table), [cid for level in p.levels for cid in level])
-            fields, loaded = await self._load(LoadInput(table=p.table, record_ids=record_ids),
-                                              inp.run_id if attempt == 0 else "")
+            if attempt:
+                fields, loaded = await self._load(LoadInput(table=p.table, record_ids=record_ids))
             ledger = await evaluate_pure(dataclasses.replace(inp, pipeline=p), fields)
             again, updates = ledger.result(inp.run_id, json_keys=False)
             result = again if result is None else _merged(result, again)
@@ -132,7 +171,7 @@ class RecordIO:
                 p = dataclasses.replace(p, table=await self._current(p.table))
             record_ids = sorted(redo)
         assert result is not None
-        return result
+        return p, result
 
     @activity.defn(name="write_results")
     async def write_results(self, inp: WriteInput) -> int:

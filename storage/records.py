@@ -752,6 +752,46 @@ async def get_record_rows(conn: Conn, *, table: TableMeta, record_ids: Sequence[
     return [by_id[i] for i in record_ids if i in by_id]
 
 
+def _value_bytes(col: ColumnMeta) -> sql.Composable:
+    """A stored value's size in bytes as it is read out: a text's from its header (a
+    TOASTed or compressed value is not fetched or expanded), any other value's text."""
+    name = sql.Identifier("t", col.physical)
+    if ddl.pg_type(col.type) == "text":
+        return sql.SQL("coalesce(octet_length({}), 0)").format(name)
+    return sql.SQL("coalesce(octet_length({}::text), 0)").format(name)
+
+
+async def get_record_rows_within(
+    conn: Conn, *, table: TableMeta, record_ids: Sequence[int], max_bytes: int,
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """Rows by id, ascending, while their values hold at most ``max_bytes`` together (the
+    first row whatever its size), and the ids of ``record_ids`` after them, ascending (a
+    missing id is left out of both). One statement: the running sum is PostgreSQL's, and
+    the rows past the budget come back as their ids alone."""
+    ids = sorted(set(record_ids))
+    if not ids:
+        return [], []
+    size = sql.SQL(" + ").join([sql.SQL("0"), *(_value_bytes(c) for c in table.columns)])
+    t = sql.Identifier("t")
+    cols = [sql.SQL("{}.{}").format(t, sql.Identifier(name)) for name in _SYSTEM]
+    cols += [sql.SQL("CASE WHEN t._read THEN {}::{} END AS {}").format(
+        sql.Identifier("t", c.physical), sql.SQL(ddl.pg_type(c.type)), sql.Identifier(c.physical))
+        for c in table.columns]
+    cur = await conn.execute(sql.SQL(
+        "SELECT {cols}, t._read FROM (SELECT t.*, t._upto <= %s OR t._upto = t._size AS _read FROM ("
+        "SELECT t.*, ({size})::bigint AS _size, sum(({size})::bigint) OVER (ORDER BY t.id) AS _upto"
+        " FROM {target} AS t WHERE t.id = ANY(%s)) AS t) AS t ORDER BY t.id"
+    ).format(cols=sql.SQL(", ").join(cols), size=size, target=_target(table)), (max_bytes, ids))
+    rows: list[dict[str, Any]] = []
+    rest: list[int] = []
+    for row in await cur.fetchall():
+        if row.pop("_read") and not rest:
+            rows.append(row)
+        else:
+            rest.append(row["id"])
+    return rows, rest
+
+
 async def page_ids(
     conn: Conn, *, table: TableMeta, filters: Sequence[Any], after_id: int, limit: int
 ) -> list[int]:

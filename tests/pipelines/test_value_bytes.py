@@ -122,3 +122,92 @@ def test_a_batch_past_the_budget_stores_every_record_and_says_which_values_were_
     again = ws.api.patch(f"/tables/{t['id']}/records/{ids[-1]}", json={"fields": {"Name": "cd"}})
     assert again.status_code == 200, again.text[:300]
     assert again.json()["fields"]["F"] == "cd" * 500_000
+
+
+# ---------------------------------------------------------------- stored bytes read at once
+
+def _db_and_snap(services, ws, table_id: int):
+    from activities.snap import table_snap
+    from storage import meta
+    from storage.db import Database
+
+    async def go():
+        db = Database(services.pg.dsn, min_size=1, max_size=2)
+        await db.open()
+        async with db.connection() as conn:
+            return db, (await meta.load_schema(conn, workspace_id=ws.id)).tables[table_id]
+    return go
+
+
+def test_rows_are_read_while_their_stored_bytes_fit(ws, services) -> None:
+    """``get_record_rows_within``: rows in id order while their values' bytes (a text's
+    uncompressed length, read from its header) sum to the budget, the first whatever its
+    size; the others come back as ids only. A text that compresses to almost nothing counts
+    as the bytes it expands to."""
+    from storage import records as rec
+
+    t = ws.create_table("Sizes", [{"name": "Body", "type": "text"}, {"name": "N", "type": "number"}])
+    bodies = ["ab" * 50_000, "x" * 10, "y" * 30_000, "z" * 5]  # 100,000 (compresses to little), 10, 30,000, 5
+    ids = [ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Body": b, "N": i}}).json()["id"]
+           for i, b in enumerate(bodies)]
+
+    async def go(record_ids, budget):
+        db, table = await _db_and_snap(services, ws, t["id"])()
+        try:
+            async with db.connection() as conn:
+                return await rec.get_record_rows_within(conn, table=table, record_ids=record_ids, max_bytes=budget)
+        finally:
+            await db.close()
+
+    number = len("0")  # each N is one digit as text
+    rows, rest = asyncio.run(go(list(reversed(ids)), 100_000 + 10 + 2 * number))
+    assert [r["id"] for r in rows] == ids[:2] and rest == ids[2:]
+    assert rows[0]["c_%d" % t["columns"][0]["id"]] == bodies[0]
+    rows, rest = asyncio.run(go(ids, 10))  # the first row alone passes the budget: read alone
+    assert [r["id"] for r in rows] == ids[:1] and rest == ids[1:]
+    rows, rest = asyncio.run(go([*ids, 10 ** 12], 10 ** 9))  # a missing id is left out
+    assert [r["id"] for r in rows] == ids and rest == []
+    assert asyncio.run(go([], 10)) == ([], [])
+
+
+def test_a_bulk_run_over_large_records_computes_every_one_in_parts(ws, services, monkeypatch) -> None:
+    """``pure_pipeline`` over records that do not fit in ``PURE_LOAD_BYTES`` together:
+    loaded, evaluated and written part by part, every record computed, one result."""
+    from activities import records_io
+    from activities.records_io import RecordIO
+    from activities.snap import table_snap
+    from activities.types import FusedInput
+
+    t = ws.create_table("Large", [{"name": "Body", "type": "text"},
+                                  {"name": "Len", "type": "formula", "formula": "LEN({Body})"}])
+    sizes = [40_000, 25_000, 70_000, 5_000, 30_000]
+    ids = [ws.api.post(f"/tables/{t['id']}/records?run_pipeline=false",
+                       json={"fields": {"Body": "q" * n}}).json()["id"] for n in sizes]
+    monkeypatch.setattr(records_io, "PURE_LOAD_BYTES", 60_000)  # parts: [40k], [25k], [70k], [5k, 30k]
+    reads: list[list[int]] = []
+    real = records_io.rec.get_record_rows_within
+
+    async def counted(conn, **kw):
+        rows, rest = await real(conn, **kw)
+        reads.append([r["id"] for r in rows])
+        return rows, rest
+    monkeypatch.setattr(records_io.rec, "get_record_rows_within", counted)
+    len_id = next(c["id"] for c in t["columns"] if c["name"] == "Len")
+
+    async def go():
+        db, table = await _db_and_snap(services, ws, t["id"])()
+        try:
+            snap = table_snap(table)
+            inp = PipelineInput(table=snap, record_ids=ids, mode="edit", levels=[[len_id]],
+                                caller=Caller(token_id=1, token_type="vibe_mcp", plan="enterprise"),
+                                time_budget_s=30.0, step_budget=10)
+            return await RecordIO(db).pure_pipeline(FusedInput(pipeline=inp, run_id="run-parts", now=NOW.isoformat()))
+        finally:
+            await db.close()
+
+    result = asyncio.run(go())
+    assert reads == [[ids[0]], [ids[1]], [ids[2]], ids[3:]]
+    assert result.status == "ok" and sorted(result.ok) == sorted(str(i) for i in ids) and not result.records
+    for rid, n in zip(ids, sizes, strict=True):
+        got = ws.api.get(f"/tables/{t['id']}/records/{rid}").json()
+        assert got["fields"]["Len"] == n and got["pipeline"]["run_id"] == "run-parts", got["pipeline"]
