@@ -1,6 +1,6 @@
 """API CPU per request: the noise-resistant measure of the hot path on a shared machine.
 
-``python -m bench.cpu [--tree DIR ...] [--ops create,list,get] [--requests N] [--rounds R]``
+``python -m bench.cpu [--tree DIR ...] [--ops create,list,get,batch,batch3] [--requests N] [--rounds R]``
 
 Starts the embedded stack (PostgreSQL + the Temporal dev server, as ``python -m bench``
 does), then one single-process API (uvicorn, no ``--workers``) per source tree given with
@@ -377,7 +377,7 @@ async def measure(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.cpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--tree", action="append", help="source tree to serve (repeatable; default: this checkout)")
-    p.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of {', '.join(OPS)}")
+    p.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of {', '.join((*OPS, *BATCH_OPS))}")
     p.add_argument("--requests", type=int, default=6000, help="measured requests per phase (as many warm-up)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--clients", type=int, default=16)
