@@ -75,6 +75,12 @@ class Budget:
     def subset(self, rids: list[str]) -> Budget:
         return dataclasses.replace(self, used={r: self.used.get(r, 0.0) for r in rids})
 
+    def absorb(self, spent: Budget) -> None:
+        """Take what a :meth:`subset` spent elsewhere (a sandbox child): its records' time
+        and the run's bytes left."""
+        self.used.update(spent.used)
+        self.value_bytes = spent.value_bytes
+
 
 def over(detail: str) -> str:
     """A budget failure as it shows in ``pipeline.errors``."""
@@ -92,12 +98,6 @@ def value_size(value: Any) -> int:
         except TypeError:  # not JSON (the write refuses it later); its text stands in
             return len(repr(value))
     return 8
-
-
-def spend_bytes(budget: Budget, values: dict[str, Any]) -> None:
-    """Charge ``values`` (computed elsewhere, e.g. in a sandbox child, under a copy of
-    ``budget``) to ``budget``."""
-    budget.value_bytes = max(0, budget.value_bytes - sum(value_size(v) for v in values.values()))
 
 
 TOO_MANY_BYTES = over(f"the run's computed values passed {RUN_VALUE_BYTES // (1024 * 1024)} MiB, so this"

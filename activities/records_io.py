@@ -17,7 +17,7 @@ from activities.ledger import MORE_KEY, UNLOADED_KEY, Ledger
 from activities.metrics import STALE_VALUES, observe_step
 from activities.sandbox import SandboxLost, lost_message, sandbox
 from activities.snap import step_decoder, table_meta, table_snap
-from activities.types import FusedInput, LoadInput, PipelineResult, TableSnap, WriteInput
+from activities.types import FusedInput, LoadInput, PipelineInput, PipelineResult, TableSnap, WriteInput
 from storage import guards, meta
 from storage import records as rec
 from storage.db import Database
@@ -133,19 +133,21 @@ class RecordIO:
         if run_id and (written.given_rows(run_id) is not None or written.waiting(run_id)):
             return await self._load(LoadInput(table=snap, record_ids=record_ids), run_id), []
         table = table_meta(snap)
-        try:
+
+        async def read() -> tuple[list[dict[str, Any]], list[int]]:
             async with self.db.connection() as conn:
-                rows, rest = await rec.get_record_rows_within(conn, table=table, record_ids=record_ids,
-                                                              max_bytes=PURE_LOAD_BYTES)
+                return await rec.get_record_rows_within(conn, table=table, record_ids=record_ids,
+                                                        max_bytes=PURE_LOAD_BYTES)
+        try:
+            rows, rest = await read()
         except psycopg.errors.UndefinedColumn:  # a column was deleted since the run began
             table = table_meta(await self._still_there(snap))
-            async with self.db.connection() as conn:
-                rows, rest = await rec.get_record_rows_within(conn, table=table, record_ids=record_ids,
-                                                              max_bytes=PURE_LOAD_BYTES)
+            rows, rest = await read()
         return (decode_rows(table, rows), {row["id"]: row for row in rows}), rest
 
-    async def _pure_part(self, inp: FusedInput, p: Any, part: tuple[dict[str, dict[str, Any]], dict[int, dict[str, Any]]],
-                         ) -> tuple[Any, PipelineResult]:
+    async def _pure_part(self, inp: FusedInput, p: PipelineInput,
+                         part: tuple[dict[str, dict[str, Any]], dict[int, dict[str, Any]]],
+                         ) -> tuple[PipelineInput, PipelineResult]:
         """:meth:`pure_pipeline` over one loaded part: the run's input as it ends (the
         table's definitions after a schema change) and the part's result."""
         result: PipelineResult | None = None

@@ -34,7 +34,7 @@ from datetime import datetime
 from multiprocessing.connection import Connection
 from typing import Any
 
-from activities.formula import Budget, over, spend_bytes
+from activities.formula import Budget, over
 from activities.ledger import Ledger
 from activities.types import PipelineInput
 from storage.childpool import ChildPool, PoolClosed
@@ -202,21 +202,20 @@ class Sandbox:
 
     async def formula(self, source: str, language: str, records: dict[str, dict[str, Any]], now: datetime,
                       budget: Budget, *, workspace: int | None = None) -> tuple[dict[str, Any], dict[str, str]]:
-        """One formula column over ``records`` in a child: (values, errors); ``budget.used``
-        is updated. A lost child fails every record of the call with ``BUDGET_EXCEEDED``."""
+        """One formula column over ``records`` in a child: (values, errors); ``budget`` is
+        charged (its records' time, the run's bytes). A lost child fails every record of the call with ``BUDGET_EXCEEDED``."""
         if not records:
             return {}, {}
         if time.monotonic() >= budget.deadline:
             return {}, {rid: over("the batch ran out of its wall-clock budget") for rid in records}
         sub = budget.subset(list(records))
         try:
-            values, errors, used = await self._run("formula", (source, language, records, now.isoformat(), sub),
-                                                   budget.deadline, workspace)
+            values, errors, spent = await self._run("formula", (source, language, records, now.isoformat(), sub),
+                                                    budget.deadline, workspace)
         except SandboxLost as exc:
             message = lost_message(exc)
             return {}, {rid: message for rid in records}
-        budget.used.update(used)
-        spend_bytes(budget, values)  # the child kept to the run's bytes with a copy of the budget
+        budget.absorb(spent)  # the records' time, and the run's bytes the child left
         return values, errors
 
     async def json_parser(self, col: Any, records: dict[str, dict[str, Any]], budget: Budget, *,
@@ -239,7 +238,7 @@ class Sandbox:
         """Every level of a pure pipeline over a batch in a child, in one round trip
         (:func:`activities.sandbox_jobs.pipeline_job`): its :class:`Ledger` and (kind,
         status, seconds, records) per column evaluated; ``fields`` gets the computed values
-        and ``budget.used`` is updated, as when the columns run one by one.
+        and ``budget`` is charged (time and bytes), as when the columns run one by one.
 
         Raises:
             SandboxLost: the batch ran out of its wall-clock budget, or the child died or
@@ -249,15 +248,14 @@ class Sandbox:
             raise SandboxLost("the batch ran out of its wall-clock budget")
         # the child needs the columns, levels and budgets, not the run's record ids
         slim = dataclasses.replace(p, record_ids=[])
-        state, used, timings = await self._run("pipeline", (slim, fields, now.isoformat(), budget.subset(list(fields))),
-                                               budget.deadline, workspace)
+        state, spent, timings = await self._run("pipeline", (slim, fields, now.isoformat(), budget.subset(list(fields))),
+                                                budget.deadline, workspace)
         ledger = Ledger(p, list(fields))
         ledger.values, ledger.errors, ledger.steps, ledger.blocked = state
         for rid, values in ledger.values.items():
             for cid, value in values.items():
                 fields[rid][ledger.names[cid]] = value
-            spend_bytes(budget, values)  # type: ignore[arg-type]
-        budget.used.update(used)
+        budget.absorb(spent)
         return ledger, timings
 
     async def render(self, items: list[tuple[Any, dict[str, Any], dict[str, Any]]], value_s: float,

@@ -198,31 +198,31 @@ class Meter:
 
 
 def formula_job(meter: Meter, source: str, language: str, records: dict[str, dict[str, Any]], now: str,
-                budget: formula.Budget) -> tuple[dict[str, Any], dict[str, str], dict[str, float]]:
-    """One formula column over a batch: (values, errors, seconds used per record)."""
+                budget: formula.Budget) -> tuple[dict[str, Any], dict[str, str], formula.Budget]:
+    """One formula column over a batch: (values, errors, the budget as spent)."""
     # JavaScript runs in V8 worker processes started from here: they must not inherit the cap
     with meter.job(len(records), idle=meter.start_idle), meter.capped(language != "javascript"):
         values, errors, _ = formula.run_budgeted(source, language, records, datetime.fromisoformat(now), budget,
                                                  meter=meter, over_budget=OverBudget)
-    return values, errors, budget.used
+    return values, errors, budget
 
 
 def pipeline_job(meter: Meter, p: PipelineInput, fields: dict[str, dict[str, Any]], now: str,
-                 budget: formula.Budget) -> tuple[tuple[Any, ...], dict[str, float], list[tuple[str, str, float, int]]]:
+                 budget: formula.Budget) -> tuple[tuple[Any, ...], formula.Budget, list[tuple[str, str, float, int]]]:
     """Every level of a pure pipeline (formula and json_parser columns) over a batch, in
     order, as the fused pipeline activity runs it (``activities.records_io._evaluate``): one
     round trip for the whole run instead of one per formula column. Each formula column
     runs as :func:`formula_job` runs it (CPU budget per value, memory cap per column's
     batch, the row and batch budgets in ``budget``).
 
-    Returns ((values, errors, steps, blocked) of the run's :class:`Ledger`, seconds used
-    per record, (kind, status, seconds, records) per column evaluated)."""
+    Returns ((values, errors, steps, blocked) of the run's :class:`Ledger`, the budget as
+    spent, (kind, status, seconds, records) per column evaluated)."""
     ledger = Ledger(p, list(fields))
     when = datetime.fromisoformat(now)
     timings: list[tuple[str, str, float, int]] = []
     with meter.job(len(fields), idle=meter.start_idle):
         _pipeline_levels(meter, ledger, fields, when, budget, timings)
-    return (ledger.values, ledger.errors, ledger.steps, ledger.blocked), budget.used, timings
+    return (ledger.values, ledger.errors, ledger.steps, ledger.blocked), budget, timings
 
 
 def _pipeline_levels(meter: Meter, ledger: Ledger, fields: dict[str, dict[str, Any]], when: datetime,

@@ -778,9 +778,10 @@ async def get_record_rows_within(
         sql.Identifier("t", c.physical), sql.SQL(ddl.pg_type(c.type)), sql.Identifier(c.physical))
         for c in table.columns]
     cur = await conn.execute(sql.SQL(
-        "SELECT {cols}, t._read FROM (SELECT t.*, t._upto <= %s OR t._upto = t._size AS _read FROM ("
-        "SELECT t.*, ({size})::bigint AS _size, sum(({size})::bigint) OVER (ORDER BY t.id) AS _upto"
-        " FROM {target} AS t WHERE t.id = ANY(%s)) AS t) AS t ORDER BY t.id"
+        "SELECT {cols}, t._read FROM ("
+        "SELECT t.*, sum(t._size) OVER w <= %s OR sum(t._size) OVER w = t._size AS _read FROM ("
+        "SELECT t.*, ({size})::bigint AS _size FROM {target} AS t WHERE t.id = ANY(%s)) AS t"
+        " WINDOW w AS (ORDER BY t.id)) AS t ORDER BY t.id"
     ).format(cols=sql.SQL(", ").join(cols), size=size, target=_target(table)), (max_bytes, ids))
     rows: list[dict[str, Any]] = []
     rest: list[int] = []

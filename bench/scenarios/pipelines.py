@@ -36,6 +36,7 @@ import time
 from typing import Any
 
 from psycopg import sql
+from temporalio.client import Client
 
 from bench.context import BenchContext, BenchError, latency_figure, not_measured
 from bench.floor import running_floor
@@ -178,8 +179,6 @@ async def _sustained(ctx: BenchContext, table_id: int, rows: list[dict[str, Any]
     figure leaves the recording out of the computed side and adds part of it to the plain
     side. Here each side carries all of its own work. No target: the issue's is the
     call-by-call figure's; this one says what sustained computed writes cost."""
-    from temporalio.client import Client  # the bench's own client: only visibility queries
-
     client = await Client.connect(ctx.deployment.temporal_address)
     running = f'WdsTable = {table_id} AND ExecutionStatus = "Running"'
     completed = f'WdsTable = {table_id} AND ExecutionStatus = "Completed"'
