@@ -176,9 +176,9 @@ class Settings(BaseSettings):
     pipeline_sql_arithmetic: bool = True
     # rate limiting on/off (bench compares both); quotas are always on
     rate_limits: bool = True
-    # with WDS_REDIS_URL: quota leasing, a process takes up to 32 hits of a window from Redis
-    # in one round trip when it has headroom and serves them from memory for at most 1 s;
-    # off = exact mode, one round trip per request and window (docs/operations.md)
+    # quota leasing (memory or Redis store): a process takes up to 32 hits of a window in one
+    # call to the store when it has headroom and serves them for at most 1 s;
+    # off = exact mode, one call per request and window (docs/operations.md)
     rate_limit_leases: bool = True
     log_level: str = "info"
     # tests only, honoured in dev mode: pretend today is this ISO date (quota months)

@@ -106,24 +106,12 @@ def route_template(scope: Scope) -> str:
     return "<unmatched>"
 
 
-_NAMES: dict[str, bytes] = {}
-
-
-def _header_name(name: str) -> bytes:
-    """A header name as ASGI sends it (lower case, bytes); the few names are encoded once."""
-    raw = _NAMES.get(name)
-    if raw is None:
-        raw = _NAMES[name] = name.lower().encode()
-    return raw
-
-
 def add_limit_headers(st: dict[str, Any], message: Message) -> None:
-    """Append the ``X-RateLimit-*`` headers ``enforce_limits`` stashed (if any) to a
-    response's ``http.response.start`` message."""
-    extra = st.get(limits.HEADERS_KEY)
-    if extra:
-        message["headers"] = [*message.get("headers", ()),
-                              *((_header_name(k), v.encode()) for k, v in extra.items())]
+    """Append the ``X-RateLimit-*`` headers of the values ``enforce_limits`` stashed (if
+    any) to a response's ``http.response.start`` message."""
+    window = st.get(limits.HEADERS_KEY)
+    if window is not None:
+        message["headers"] = [*message.get("headers", ()), *limits.header_pairs(window)]
 
 
 async def admit(scope: Scope, st: dict[str, Any], door: str, authorization: bytes | None) -> Response | None:

@@ -2,7 +2,7 @@
 
 One entry point for every door — REST, SQL, MCP and chat::
 
-    headers = await enforce_limits(state, principal, door, scope=request.scope)
+    await enforce_limits(state, principal, door, scope=request.scope)
 
 It runs after the caller's token is resolved, and in this order:
 
@@ -13,24 +13,23 @@ It runs after the caller's token is resolved, and in this order:
    ``TOKEN_RATE_LIMIT``. Both answer ``Retry-After``: the seconds until the oldest request
    of the full window leaves it, i.e. until a request would be accepted. With
    ``WDS_REDIS_URL`` the windows live in Redis and every API process shares them; without
-   it they are in this process's memory (correct for a single API process only). With
-   Redis, a busy key is served by *quota leasing* (``WDS_RATE_LIMIT_LEASES``, on by
-   default): one round trip takes up to 32 hits of the shared window, which this process
-   then hands out from memory for at most a second; near the limit every request is one
-   exact round trip (:class:`RateLimiter`). ``WDS_RATE_LIMITS=false`` turns rate limits off
-   (quotas stay on). If Redis fails, requests are let through (logged): the data stays
-   available.
+   it they are in this process's memory (correct for a single API process only). In either
+   store a busy key is served by *quota leasing* (``WDS_RATE_LIMIT_LEASES``, on by
+   default): one call to the store takes up to 32 hits of the window, which this process
+   then hands out for at most a second; near the limit every request is one exact hit
+   (:class:`RateLimiter`). ``WDS_RATE_LIMITS=false`` turns rate limits off (quotas stay
+   on). If Redis fails, requests are let through (logged): the data stays available.
 2. **The monthly API-request quota** (:mod:`storage.quotas`) → 402
    ``PLAN_LIMIT_API_REQUESTS`` with ``upgrade: true``; counted in memory, written once a
    second, no database round trip per request.
 
-It returns the ``X-RateLimit-Limit/-Remaining/-Reset`` headers (``Reset``: seconds until a
-slot frees). The limit reported is the one that binds a single token first (the plan's,
-or the token ceiling when that is lower or the plan is unlimited). When ``scope`` is
-given, the principal and the headers are also stashed in it so the usage middleware
-(:mod:`api.middleware.usage`) adds the headers to the response and logs the call under the
-workspace and token; a second call for the same request is a no-op, so a door may call
-it even where the middleware already did.
+The call's ``X-RateLimit-Limit/-Remaining/-Reset`` headers (``Reset``: seconds until a
+slot frees) report the limit that binds a single token first (the plan's, or the token
+ceiling when that is lower or the plan is unlimited). With ``scope``, the principal and
+the headers' values are stashed in it so the front layer (:mod:`api.middleware.usage`)
+adds the headers to the response and logs the call under the workspace and token; a
+second call for the same request is a no-op, so a door may call it even where the
+middleware already did.
 
 REST, SQL and bearer-token storage calls are covered by the middleware (it resolves the
 token with :func:`api.deps.resolve_principal`, or an app-user session, before routing);
@@ -180,10 +179,8 @@ def _storage_uri(redis_url: str | None) -> str:
     return "async+" + redis_url
 
 
-STATS_TTL_S = 1.0  # how long window stats for the headers are reused (memory store)
-
-# Quota leasing (Redis store, docs/decisions.md): a process takes up to LEASE_MAX hits of a
-# window at once and serves them from memory for at most LEASE_S seconds.
+# Quota leasing (docs/decisions.md): a round trip to the window's store takes up to LEASE_MAX
+# hits of a window at once, which this process serves for at most LEASE_S seconds.
 LEASE_S = 1.0  # a lease's lifetime: its hits are served at most this long after Redis recorded them
 LEASE_MAX = 32  # hits per lease at most
 LEASE_HEADROOM = 64  # a lease takes at most 1/64 of the window's remaining headroom
@@ -191,21 +188,22 @@ LEASE_TARGET_S = 1.0  # a lease is sized for this many seconds of the key's rece
 RATE_HALF_LIFE_S = 1.0  # a key's rate estimate halves every second it is idle
 RATE_MIN_S = 0.25  # the shortest interval a rate is measured over
 
-Answer = tuple[int, float]  # (X-RateLimit-Remaining, reset as epoch seconds) from the shared store
+Answer = tuple[int, float]  # (remaining, reset as epoch seconds) from the window's store or the lease
+Window = tuple[int, int, int]  # the X-RateLimit-Limit, -Remaining and -Reset of a request
 
 
 class _Lease:
-    """This process's lease on one window key in Redis: hits already recorded there (they
-    count against the limit for every process), served to this process's requests from
-    memory until they run out or ``until`` passes (then the rest is wasted)."""
+    """This process's lease on one window key: hits already recorded in the window's store
+    (Redis: they count against the limit for every process), served to this process's
+    requests until they run out or ``until`` passes (then the rest is wasted)."""
 
     __slots__ = ("demand", "fetched", "fetching", "left", "rate", "remaining", "reset", "rkey", "until", "waiting")
 
     def __init__(self, rkey: str) -> None:
-        self.rkey = rkey  # the key in Redis (limits' key with the storage's prefix)
+        self.rkey = rkey  # the key in the store (in Redis, limits' key with the storage's prefix)
         self.left = 0  # leased hits not yet served
         self.until = 0.0  # monotonic time the lease expires
-        self.remaining = 0  # the window's remaining in Redis after the last round trip
+        self.remaining = 0  # the window's remaining in the store after the last round trip
         self.reset = 0.0  # the window's reset (epoch) from the last round trip
         self.fetched: float | None = None  # monotonic time of the last lease fetch
         self.demand = 0  # requests for the key since the last fetch
@@ -218,13 +216,16 @@ class _Lease:
 class RateLimiter:
     """Moving-window per-minute limits per workspace (by plan) and per token.
 
-    In process memory every request is one exact ``acquire_entry`` (a few µs). With Redis
-    (``shared``) every round trip sends limits' moving-window acquire script and its
-    window-stats script together in one pipeline, so the answer carries the exact
-    remaining; with ``leases`` on, a key with headroom and steady demand takes several hits
-    in that one call (:meth:`_lease_size`) and the next requests are served from the lease
-    without a round trip. The sum across processes never exceeds the limit (leased hits
-    are real entries of the shared window); near the limit every request is one exact hit.
+    A window lives in limits' moving-window store: process memory, or Redis (``shared``)
+    when every API process must share it. A round trip to the store records hits with
+    ``acquire_entry`` and reads the window's remaining and reset with it (in Redis: limits'
+    acquire script and window-stats script, pipelined into one call). With ``leases`` on,
+    a key with headroom and steady demand takes several hits in that one call
+    (:meth:`_lease_size`) and the next requests are served from the lease without a round
+    trip. Leased hits are real entries of the window, so the sum never exceeds the limit
+    (across processes too); near the limit every request is one exact hit. In process
+    memory a round trip is a few µs and the lease saves that per request; in Redis it is
+    a network call.
     """
 
     def __init__(self, *, redis_url: str | None, enabled: bool = True, leases: bool = True) -> None:
@@ -254,8 +255,7 @@ class RateLimiter:
         self._bridge = bridge if hasattr(bridge, "lua_acquire_moving_window") else None
         self._items: dict[int, RateLimitItem] = {}
         self._keys: dict[tuple[int, str, int], str] = {}  # (amount, kind, id) → the library's key
-        self._stats: dict[tuple[Any, ...], list[Any]] = {}  # key → [read at, remaining, reset, hits since]
-        self._leases: dict[str, _Lease] = {}  # the library's key → this process's lease (shared store)
+        self._leases: dict[str, _Lease] = {}  # the library's key → this process's lease
         self._warned = 0.0
 
     def _item(self, amount: int) -> RateLimitItem:
@@ -275,21 +275,22 @@ class RateLimiter:
             key = self._keys[cache] = item.key_for(kind, str(ident))
         return key
 
-    async def _count(self, item: RateLimitItem, kind: str, ident: int) -> tuple[bool, Answer | None]:
-        """Count one request against ``item`` for ``(kind, ident)``: (accepted, the shared
-        store's answer for the headers, or None in process memory)."""
+    async def _count(self, item: RateLimitItem, kind: str, ident: int) -> tuple[bool, Answer]:
+        """Count one request against ``item`` for ``(kind, ident)``: (accepted, the
+        window's remaining and reset for the headers)."""
         key = self._key(item, kind, ident)
-        if not self.shared:
-            # exactly MovingWindowRateLimiter.hit, given the key
-            assert self.local is not None
-            return self.local.storage.acquire_entry(key, item.amount, item.get_expiry()), None  # type: ignore[attr-defined]
+        st = self._leases.get(key)
+        if st is not None and st.left > 0 and time.monotonic() < st.until:  # the lease's next hit (most requests)
+            st.demand += 1
+            st.left -= 1
+            return True, (st.remaining + st.left, st.reset)
         ok, remaining, reset = await self._take(item, key)
         return ok, (remaining, reset)
 
-    # ----------------------------------------------------------------- shared store (Redis)
+    # ----------------------------------------------------------------- leases
 
     async def _take(self, item: RateLimitItem, key: str) -> tuple[bool, int, float]:
-        """One request from the key's lease, or from Redis when it has none left.
+        """One request from the key's lease, or from the store when it has none left.
 
         One coroutine at a time makes a key's round trip; a request arriving meanwhile
         waits for it, then takes from the new lease, or is refused with it if it found the
@@ -379,10 +380,16 @@ class RateLimiter:
     async def _acquire(self, item: RateLimitItem, rkey: str, amount: int, *,
                        retry: bool = True) -> tuple[bool, int, float]:
         """Record ``amount`` hits in the shared window if they all fit, and read the window:
-        (acquired, remaining, reset). One round trip: limits' own moving-window acquire
-        script (``acquire_entry(key, limit, expiry, amount)``) and window-stats script
-        (``get_moving_window``) with the library's arguments, pipelined."""
+        (acquired, remaining, reset). limits' own ``acquire_entry(key, limit, expiry,
+        amount)`` and ``get_moving_window`` with the library's arguments: in process memory
+        two calls that never wait; in Redis one round trip, the acquire script and the
+        window-stats script pipelined."""
         limit, expiry = item.amount, item.get_expiry()
+        if self.local is not None:  # process memory
+            store: Any = self.local.storage
+            acquired = store.acquire_entry(rkey, limit, expiry, amount)
+            start, count = store.get_moving_window(rkey, limit, expiry)
+            return bool(acquired), limit - count, start + expiry
         bridge = self._bridge
         if bridge is None:  # not limits' redis-py bridge: the library's two calls
             storage: Any = self.strategy.storage
@@ -417,38 +424,18 @@ class RateLimiter:
     # ----------------------------------------------------------------- headers
 
     @staticmethod
-    def _format(item: RateLimitItem, remaining: int, reset: float) -> dict[str, str]:
+    def _window(item: RateLimitItem, answer: Answer) -> Window:
+        """The X-RateLimit-* values from the answer of the request's own round trip or
+        lease: the store's remaining after it plus this process's unused leased hits (which
+        are the window's, already counted in the store), and the seconds until its oldest
+        hit leaves the window."""
+        remaining, reset = answer
         wait = math.ceil(reset - time.time())
-        return {"X-RateLimit-Limit": str(item.amount), "X-RateLimit-Remaining": str(remaining) if remaining > 0 else "0",
-                "X-RateLimit-Reset": str(wait) if wait > 0 else "0"}
+        return item.amount, remaining if remaining > 0 else 0, wait if wait > 0 else 0
 
-    async def _headers(self, item: RateLimitItem, kind: str, ident: int, answer: Answer | None,
-                       fresh: bool = False) -> dict[str, str]:
-        """The X-RateLimit-* headers. With Redis, from the answer of the request's own round
-        trip or lease (Redis's remaining after it, plus this process's unused leased hits).
-        In process memory the window's stats cost a scan of every request in the window, so
-        they are read at most once a second per key and this process's hits are counted
-        down in between, which is exact since no other process shares that store.
-        Enforcement itself is always exact."""
-        if answer is not None:
-            return self._format(item, *answer)
-        key = (item.amount, kind, ident)
-        now = time.monotonic()
-        cached = self._stats.get(key)
-        if fresh or cached is None or now - cached[0] >= STATS_TTL_S:
-            assert self.local is not None  # only the in-process store has no answer of its own
-            stats = self.local.get_window_stats(item, kind, str(ident))
-            cached = [now, max(0, stats.remaining), stats.reset_time, 0]
-            if len(self._stats) > 100_000:
-                self._stats.clear()
-            self._stats[key] = cached
-        else:
-            cached[3] += 1
-        return self._format(item, cached[1] - cached[3], cached[2])
-
-    async def _refuse(self, item: RateLimitItem, ident: tuple[str, int], message: str, code: str, *,
-                      answer: Answer | None, upgrade: bool) -> RateLimited:
-        headers = await self._headers(item, *ident, answer, fresh=True)
+    def _refuse(self, item: RateLimitItem, message: str, code: str, *, answer: Answer,
+                upgrade: bool) -> RateLimited:
+        headers = limit_headers(self._window(item, answer))
         headers["Retry-After"] = str(max(1, int(headers["X-RateLimit-Reset"])))
         headers["X-RateLimit-Remaining"] = "0"
         return RateLimited(message, code=code, headers=headers, extra={"upgrade": True} if upgrade else None)
@@ -459,41 +446,63 @@ class RateLimiter:
         Raises:
             RateLimited: 429 ``PLAN_RATE_LIMIT_API`` or ``TOKEN_RATE_LIMIT``.
         """
+        return limit_headers(await self.count(principal))
+
+    async def count(self, principal: Principal) -> Window | None:
+        """Count one request of ``principal``; returns the values of its rate-limit headers
+        (``None``: rate limits are off, or the shared store is down).
+
+        Raises:
+            RateLimited: 429 ``PLAN_RATE_LIMIT_API`` or ``TOKEN_RATE_LIMIT``.
+        """
         if not self.enabled:
-            return {}
+            return None
         per_ws = plan_of(principal.plan).requests_per_minute
         ws_item = self._item(per_ws) if per_ws is not None else None
         tok_item = self._item(TOKEN_REQUESTS_PER_MINUTE)
-        ws_id = ("ws", principal.workspace_id)
-        tok_id = ("tok", principal.token_id)
         try:
             # the workspace first: a request it refuses does not use the token's budget
             ws_answer: Answer | None = None
             if ws_item is not None:
-                ok, ws_answer = await self._count(ws_item, *ws_id)
+                ok, ws_answer = await self._count(ws_item, "ws", principal.workspace_id)
                 if not ok:
-                    raise await self._refuse(
-                        ws_item, ws_id, f"the {principal.plan} plan allows {per_ws:,} requests per minute "
+                    raise self._refuse(
+                        ws_item, f"the {principal.plan} plan allows {per_ws:,} requests per minute "
                         "for the workspace; retry after the Retry-After seconds or upgrade the plan",
                         "PLAN_RATE_LIMIT_API", answer=ws_answer, upgrade=True,
                     )
-            ok, tok_answer = await self._count(tok_item, *tok_id)
+            ok, tok_answer = await self._count(tok_item, "tok", principal.token_id)
             if not ok:
-                raise await self._refuse(
-                    tok_item, tok_id, f"a token may make at most {TOKEN_REQUESTS_PER_MINUTE:,} requests "
+                raise self._refuse(
+                    tok_item, f"a token may make at most {TOKEN_REQUESTS_PER_MINUTE:,} requests "
                     "per minute; retry after the Retry-After seconds", "TOKEN_RATE_LIMIT", answer=tok_answer,
                     upgrade=False,
                 )
-            if ws_item is not None and ws_item.amount <= tok_item.amount:
-                return await self._headers(ws_item, *ws_id, ws_answer)
-            return await self._headers(tok_item, *tok_id, tok_answer)
+            if ws_answer is not None and ws_item is not None and ws_item.amount <= tok_item.amount:
+                return self._window(ws_item, ws_answer)
+            return self._window(tok_item, tok_answer)
         except RateLimited:
             raise
         except Exception as exc:  # the shared store is down: keep serving, say so in the log
             if time.monotonic() - self._warned > 30:
                 self._warned = time.monotonic()
                 log.warning("rate limiter unavailable, requests pass unlimited: %s", exc)
-            return {}
+            return None
+
+
+def limit_headers(window: Window | None) -> dict[str, str]:
+    """The ``X-RateLimit-*`` headers of :meth:`RateLimiter.count`'s answer."""
+    if window is None:
+        return {}
+    limit, remaining, reset = window
+    return {"X-RateLimit-Limit": str(limit), "X-RateLimit-Remaining": str(remaining), "X-RateLimit-Reset": str(reset)}
+
+
+def header_pairs(window: Window) -> tuple[tuple[bytes, bytes], ...]:
+    """:meth:`RateLimiter.count`'s answer as the ASGI response headers (names lower case)."""
+    limit, remaining, reset = window
+    return ((b"x-ratelimit-limit", b"%d" % limit), (b"x-ratelimit-remaining", b"%d" % remaining),
+            (b"x-ratelimit-reset", b"%d" % reset))
 
 
 # --------------------------------------------------------------------------- runtime
@@ -632,10 +641,11 @@ async def stop(state: AppState) -> None:
 
 async def enforce_limits(
     state: AppState, principal: Principal, door: str, *, scope: MutableMapping[str, Any] | None = None
-) -> dict[str, str]:
+) -> None:
     """Apply rate limits and the monthly API-request quota to one call through ``door``.
 
-    Returns the ``X-RateLimit-*`` headers (empty when rate limits are off).
+    With ``scope``, the values of the ``X-RateLimit-*`` headers (:data:`Window`) are
+    stashed for the front layer to add to the response (none when rate limits are off).
 
     Raises:
         RateLimited: 429 ``PLAN_RATE_LIMIT_API`` / ``TOKEN_RATE_LIMIT`` with ``Retry-After``.
@@ -645,20 +655,19 @@ async def enforce_limits(
     if scope is not None:
         st = scope.setdefault("state", {})
         if st.get(DONE_KEY):
-            return st.get(HEADERS_KEY) or {}
+            return
         st[DONE_KEY] = True
         st[PRINCIPAL_KEY] = principal
         st["wds_door"] = door
     rt = runtime(state)
-    headers = await rt.limiter.check(principal)
+    window = await rt.limiter.count(principal)
     try:
         await rt.quotas.charge(principal.workspace_id, principal.plan, q.API_REQUESTS)
     except PlanLimit as exc:
-        exc.headers.update(headers)
+        exc.headers.update(limit_headers(window))
         raise
-    if st is not None and headers:
-        st[HEADERS_KEY] = headers
-    return headers
+    if st is not None and window is not None:
+        st[HEADERS_KEY] = window
 
 
 async def charge_automation_runs(state: AppState, principal: Principal, runs: int) -> int:
