@@ -48,7 +48,7 @@ DOCS = ROOT / "docs"
 SCANNED = ("api", "storage", "activities", "workflows")
 CODE_RE = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$|^[A-Z]{4,}$")
 # functions taking the code as a positional argument: name → index
-POSITIONAL_CODE = {"error_response": (2, None), "_refuse": (3, "RateLimited")}
+POSITIONAL_CODE = {"error_response": (2, None), "_refuse": (2, "RateLimited")}
 # classes whose code is computed at run time (rendered from their own source below)
 DYNAMIC_CODE_CLASSES = {"PlanLimit"}
 PLACEHOLDER = "**undocumented**"
