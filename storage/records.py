@@ -554,6 +554,39 @@ async def update_record(
     return await cur.fetchone()
 
 
+async def matching_sizes(
+    conn: Conn, *, table: TableMeta, filters: Sequence[Any], limit: int
+) -> list[tuple[int, int]]:
+    """``(id, bytes its values hold as stored)`` of the records matching ``filters``,
+    ascending by id, at most ``limit`` (a text's size from its header: nothing is fetched
+    or expanded to measure it)."""
+    where, params = build_where(filters, alias="t")
+    size = sql.SQL(" + ").join([sql.SQL("0"), *(_value_bytes(c) for c in table.columns)])
+    cur = await conn.execute(sql.SQL(
+        "SELECT t.id, ({})::bigint AS n FROM {} AS t WHERE {} ORDER BY t.id LIMIT %s"
+    ).format(size, _target(table), where), [*params, limit])
+    return [(r["id"], r["n"]) for r in await cur.fetchall()]
+
+
+async def update_records(
+    conn: Conn, *, table: TableMeta, record_ids: Sequence[int], filters: Sequence[Any], row: PreparedRow,
+    full: bool = True,
+) -> list[dict[str, Any]]:
+    """Apply the same partial update to the records of ``record_ids`` that still match
+    ``filters``, in one statement; ``updated_at`` always advances. Their rows ascending by
+    id: whole (``full``), or their ids alone (``{"id": ...}``)."""
+    where, params = build_where(filters, alias="t")
+    sets = [sql.SQL("{} = %s").format(sql.Identifier(f"c_{cid}")) for cid in row.values]
+    sets.append(sql.SQL("updated_at = clock_timestamp()"))
+    query = sql.SQL("UPDATE {} AS t SET {} WHERE t.id = ANY(%s) AND {} RETURNING {}").format(
+        _target(table), sql.SQL(", ").join(sets), where, row_list(table, "t") if full else sql.SQL("t.id"))
+    try:
+        cur = await conn.execute(query, [*row.values.values(), list(record_ids), *params])
+    except psycopg.errors.ForeignKeyViolation as exc:
+        raise _fk_error(table, exc) from None
+    return sorted(await cur.fetchall(), key=lambda r: r["id"])
+
+
 _UNPREDICTABLE = object()
 
 

@@ -30,7 +30,6 @@ from api.services.pipelines import (
     fair_turn,
     queue_pipeline,
     refresh_embeddings,
-    run_after_write,
     will_run,
 )
 from api.state import AppState
@@ -60,6 +59,10 @@ from storage.reads import Embedding, Step, joined_record, joined_steps
 from storage.schema import TableMeta
 
 MAX_BATCH = BATCH_MAX
+# what an update by filter may read back at once for its pipeline or embeddings: a body's
+# rows are bounded by the body limit, stored rows by nothing but their columns (a text
+# cell holds up to a million characters)
+MATCHING_READ_BYTES = 64 * 2**20
 
 
 @dataclasses.dataclass(slots=True)  # not frozen: a frozen __init__ cost ~1.5 µs a record of a batch
@@ -484,11 +487,17 @@ async def create_records(state: AppState, principal: Principal, table_ref: int |
 async def update_matching(state: AppState, principal: Principal, table_ref: int | str, filters: Any,
                           fields: dict[str, Any], *, run_pipeline: bool = True) -> dict[str, Any]:
     """Set the same fields on every record matching ``filters`` (``{column: "op.value"}``
-    or ``[{column, op, value}]``; at most :data:`MAX_BATCH` records), in one transaction,
-    then run the edit pipeline over them together: ``{updated, ids, pipeline?}``.
+    or ``[{column, op, value}]``; at most :data:`MAX_BATCH` records) in one statement, then
+    run the edit pipeline over them together: ``{updated, ids, pipeline?}``.
+
+    The write goes the way a single record's update goes (:func:`_write`): file references
+    resolved and checked first, the rows and the outbox rows of their runs committed
+    together, embeddings refreshed after. The rows are read back only when a pipeline or
+    the embeddings need them, and then at most :data:`MATCHING_READ_BYTES` of them.
 
     Raises:
-        ServiceError: ``BATCH_TOO_LARGE`` when more match; ValidationError: no field.
+        ServiceError: ``BATCH_TOO_LARGE`` when more match, or when the matches hold more
+        than that to read back; ValidationError: no field.
     """
     require_writable(principal)
     table = await table_for(state, principal, table_ref, Action.UPDATE)
@@ -502,14 +511,29 @@ async def update_matching(state: AppState, principal: Principal, table_ref: int 
     prepared = rec.prepare_fields(table, fields, creating=False)
     if not prepared.values:
         raise ValidationError("fields is empty: nothing to change")
-    async with state.db.transaction() as conn:
-        ids = await rec.page_ids(conn, table=table, filters=planned, after_id=0, limit=MAX_BATCH + 1)
-        if len(ids) > MAX_BATCH:
+    await _files(state, principal, table, prepared)
+    changed = list(fields)
+    full = table.semantic or bool(will_run(table, mode="edit", changed=changed, enabled=run_pipeline))
+
+    async def write(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
+        if full:
+            matches = await rec.matching_sizes(conn, table=table, filters=planned, limit=MAX_BATCH + 1)
+        else:  # nothing reads them back: their ids are enough
+            matches = [(i, 0) for i in await rec.page_ids(conn, table=table, filters=planned, after_id=0,
+                                                          limit=MAX_BATCH + 1)]
+        if len(matches) > MAX_BATCH:
             raise ServiceError(f"more than {MAX_BATCH} records match; narrow the filters", code="BATCH_TOO_LARGE")
-        rows = [r for r in [await rec.update_record(conn, table=table, record_id=i, row=prepared) for i in ids]
-                if r is not None]
-    final, outcome = await run_after_write(state, principal, table, rows, mode="edit", changed=list(fields),
-                                           enabled=run_pipeline)
+        if full and sum(n for _, n in matches) > MATCHING_READ_BYTES:
+            raise ServiceError(
+                f"the {len(matches)} matching records hold more than {MATCHING_READ_BYTES // 2**20} MiB, which their"
+                " computed columns or embeddings would read back at once; narrow the filters", code="BATCH_TOO_LARGE")
+        if not matches:
+            return []
+        return await rec.update_records(conn, table=table, record_ids=[i for i, _ in matches], filters=planned,
+                                        row=prepared, full=full)
+
+    final, outcome = await _write(state, principal, table, write, mode="edit", changed=changed,
+                                  enabled=run_pipeline)
     out: dict[str, Any] = {"updated": len(final), "ids": [r["id"] for r in final]}
     if outcome is not None:
         out["pipeline"] = {k: v for k, v in outcome.items() if k != "per_record"}

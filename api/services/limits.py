@@ -181,7 +181,7 @@ def _storage_uri(redis_url: str | None) -> str:
 
 # Quota leasing (docs/decisions.md): a round trip to the window's store takes up to LEASE_MAX
 # hits of a window at once, which this process serves for at most LEASE_S seconds.
-LEASE_S = 1.0  # a lease's lifetime: its hits are served at most this long after Redis recorded them
+LEASE_S = 1.0  # a lease's lifetime: its hits are served at most this long after the store recorded them
 LEASE_MAX = 32  # hits per lease at most
 LEASE_HEADROOM = 64  # a lease takes at most 1/64 of the window's remaining headroom
 LEASE_TARGET_S = 1.0  # a lease is sized for this many seconds of the key's recent rate

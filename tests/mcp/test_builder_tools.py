@@ -217,6 +217,34 @@ async def test_batch_record_tools(ws, mcp):
             == "NOT_FOUND"
 
 
+async def test_batch_update_resolves_file_references_as_a_single_update_does(ws, mcp, base_url):
+    """batch_update_records goes the way of a record's update: a file reference must name
+    an object of this workspace, and a stored one reads back as the same signed URL."""
+    storage = ws.client(ws.builder_token)
+    storage.base_url = f"{base_url}/storage/v1"
+    assert storage.post("/bucket", json={"name": "vault", "public": False}).status_code in (200, 201)
+    assert storage.post("/object/vault/q.pdf", content=b"%PDF-1.4 q",
+                        headers={"Content-Type": "application/pdf"}).status_code in (200, 201)
+    t = ws.create_table("Papers", [{"name": "Name", "type": "text"}, {"name": "Doc", "type": "file"}])
+    ids = [ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Name": n}}).json()["id"] for n in "ab"]
+    async with mcp(ws.builder_token) as c:
+        missing = await c.call_tool("batch_update_records", {"table_id": "Papers", "filters": {"Name": "in.(a,b)"},
+                                                             "fields": {"Doc": [{"bucket": "vault", "path": "nope.pdf"}]}})
+        assert error_code(missing) == "INVALID_VALUE"
+        assert all(r["fields"]["Doc"] == [] for r in data(await c.call_tool("list_records", {"table_id": "Papers"}))["records"])
+        upd = data(await c.call_tool("batch_update_records", {"table_id": "Papers", "filters": {"Name": "in.(a,b)"},
+                                                              "fields": {"Doc": [{"bucket": "vault", "path": "q.pdf"}]}}))
+        assert upd == {"updated": 2, "ids": ids}
+        rows = data(await c.call_tool("list_records", {"table_id": "Papers"}))["records"]
+    one = ws.api.patch(f"/tables/{t['id']}/records/{ids[0]}", json={"fields": {"Doc": [{"bucket": "vault", "path": "q.pdf"}]}})
+    assert one.status_code == 200, one.text
+    urls = [r["fields"]["Doc"][0] for r in rows]
+    for url in [*urls, one.json()["fields"]["Doc"][0]]:
+        assert "/storage/v1/object/sign/" in url, url  # resolved to the bucket's id and signed
+        got = httpx.get(url)  # a signed URL needs no token
+        assert got.status_code == 200 and got.content == b"%PDF-1.4 q"
+
+
 async def test_column_tools_backfill_existing_rows_and_get_run_shows_it(ws, mcp):
     t = ws.create_table("Stock", [{"name": "Qty", "type": "number"}])
     ws.api.post(f"/tables/{t['id']}/records/batch", json={"rows": [{"Qty": i} for i in range(30)], "run_pipeline": False})

@@ -123,3 +123,27 @@ async def test_update_by_filter_sets_the_fields_of_every_match(make_workspace, s
     assert err.value.code == "VALIDATION_ERROR"
     with pytest.raises(Forbidden):
         await ops.update_matching(state, principal(ws.id, read_only=True), table["id"], {}, {"Title": "x"})
+
+
+async def test_update_by_filter_reads_back_only_a_bounded_size(make_workspace, state, monkeypatch):
+    """A pipeline (or embeddings) reads the updated rows back at once, and a stored row is
+    bounded by nothing but its columns: past MATCHING_READ_BYTES of matching rows the
+    update is refused and nothing changes; with nothing to read back, only ids are."""
+    ws = make_workspace()
+    table = ws.create_table("Big", [{"name": "Body", "type": "text"}, {"name": "Tag", "type": "text"},
+                                    {"name": "Size", "type": "formula", "formula": "LEN({Body})"}])
+    me = principal(ws.id)
+    ids = [(await ops.create_record(state, me, table["id"], {"Body": c * 30_000, "Tag": "t"}, run_pipeline=False))["id"]
+           for c in "abc"]
+    monkeypatch.setattr(ops, "MATCHING_READ_BYTES", 50_000)
+    with pytest.raises(ServiceError) as err:  # Size reads Body: three rows of 30 KB to read back
+        await ops.update_matching(state, me, table["id"], {"Tag": "eq.t"}, {"Body": "short"})
+    assert err.value.code == "BATCH_TOO_LARGE" and "narrow the filters" in err.value.message
+    page = await ops.list_records(state, me, table["id"], listing(filters={"Body": "eq.short"}), count=CountMode.EXACT)
+    assert page.total == 0  # nothing changed
+    # Tag feeds no computed column and the table has no embeddings: nothing is read back
+    out = await ops.update_matching(state, me, table["id"], {"Tag": "eq.t"}, {"Tag": "u"})
+    assert out == {"updated": 3, "ids": ids}
+    # one 30 KB row fits: it is updated and its pipeline queued (no Temporal here)
+    out = await ops.update_matching(state, me, table["id"], {"Body": "like.a*"}, {"Body": "short"})
+    assert out["updated"] == 1 and out["ids"] == ids[:1] and out["pipeline"]["status"] == "queued"

@@ -101,6 +101,24 @@ def test_a_write_refreshes_only_when_embedded_columns_change(cws: Workspace, fak
     assert "Glaciers" not in _titles(_search(cws, table["id"], "glaciers ice", limit=10))
 
 
+def test_an_update_by_filter_refreshes_embeddings_as_a_single_update_does(cws: Workspace, ai_api: ApiProcess,
+                                                                             fake: FakeServices) -> None:
+    """MCP batch_update_records on a table without computed columns: the changed records
+    are embedded again, as REST's update of one record does."""
+    table = _docs_table(cws)
+    calls = len(fake.embeddings)
+
+    async def go() -> Any:
+        async with connect(ai_api.base_url, cws.builder_token) as client:
+            return await client.call_tool("batch_update_records", {
+                "table_id": "Docs", "filters": {"Category": "eq.money"}, "fields": {"Body": "volcano lava eruption"}})
+
+    out = asyncio.run(go())
+    assert not out.is_error and out.structured_content["updated"] == 1
+    assert len(fake.embeddings) > calls
+    assert _titles(_search(cws, table["id"], "lava from a volcano", limit=1)) == ["Filing taxes"]
+
+
 def test_enabling_on_a_table_with_records_backfills_as_a_run(cws: Workspace) -> None:
     table = _docs_table(cws, semantic=False)
     r = cws.api.patch(f"/tables/{table['id']}", json={"semantic_search": {"columns": ["Body"]}})
