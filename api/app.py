@@ -42,7 +42,7 @@ from api.doors.rest import (
 from api.doors.rest import storage as storage_routes
 from api.middleware import metrics
 from api.middleware.front import Front
-from api.services import limits
+from api.services import embeddings, limits
 from api.state import AppState
 from service import tracing
 from service.config import Settings, get_settings
@@ -148,6 +148,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tasks: list[asyncio.Task[Any]] = [
             asyncio.create_task(_connect_temporal(state), name="wds-temporal-connect"),
             asyncio.create_task(_flush_token_use(state), name="wds-token-use"),
+            # every writer's records embedded (record steps, run-actions, ...): api/services/embeddings.py
+            asyncio.create_task(embeddings.run_keeper(state), name="wds-embeddings-keeper"),
         ]
         if settings.inprocess_worker:  # the outbox relay runs beside every worker
             tasks.append(asyncio.create_task(run_relay(

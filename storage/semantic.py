@@ -86,6 +86,48 @@ async def rows_after(conn: Conn, *, table: TableMeta, after_id: int, limit: int)
     return await cur.fetchall()
 
 
+# ----------------------------------------------------------------- the keeper's change log
+
+
+async def semantic_workspaces(conn: Conn) -> list[int]:
+    """Workspaces with a table that has semantic search."""
+    cur = await conn.execute("SELECT DISTINCT workspace_id AS w FROM wds.tables WHERE semantic IS NOT NULL ORDER BY 1")
+    return [int(r["w"]) for r in await cur.fetchall()]
+
+
+async def start_mark(conn: Conn, *, workspace_id: int, embedder: str) -> int:
+    """The workspace's seq in the change log up to which the embeddings of its tables made
+    by ``embedder`` (``provider/model``) are current; a workspace met for the first time
+    starts at the log's end."""
+    await conn.execute(
+        "INSERT INTO wds.embedding_marks (workspace_id, embedder, seq)"
+        " SELECT %s, %s, coalesce(max(seq), 0) FROM wds.events WHERE workspace_id = %s ON CONFLICT DO NOTHING",
+        (workspace_id, embedder, workspace_id))
+    cur = await conn.execute("SELECT seq FROM wds.embedding_marks WHERE workspace_id = %s AND embedder = %s",
+                             (workspace_id, embedder))
+    row = await cur.fetchone()
+    return int(row["seq"]) if row else 0
+
+
+async def set_mark(conn: Conn, *, workspace_id: int, embedder: str, seq: int) -> None:
+    await conn.execute("UPDATE wds.embedding_marks SET seq = greatest(seq, %s) WHERE workspace_id = %s"
+                       " AND embedder = %s", (seq, workspace_id, embedder))
+
+
+async def written_after(conn: Conn, *, workspace_id: int, after: int, table_ids: Sequence[int],
+                        limit: int) -> list[tuple[int, int, int | None]]:
+    """The next ``limit`` events of the workspace's change log after seq ``after``:
+    ``(seq, table id, record id)``, the record id only for an insert or update of one of
+    ``table_ids`` (the record's JSON is read for nothing else)."""
+    cur = await conn.execute(
+        "SELECT seq, table_id, CASE WHEN table_id = ANY(%s) AND event <> 'DELETE'"
+        " THEN (record->>'id')::bigint END AS rid"
+        " FROM wds.events WHERE workspace_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+        (list(table_ids), workspace_id, after, limit))
+    return [(int(r["seq"]), int(r["table_id"]), None if r["rid"] is None else int(r["rid"]))
+            for r in await cur.fetchall()]
+
+
 async def count_rows(conn: Conn, *, workspace_id: int, table_id: int) -> int:
     cur = await conn.execute(sql.SQL("SELECT count(*) AS n FROM {}").format(qualified(workspace_id, table_id)))
     row = await cur.fetchone()

@@ -10,7 +10,13 @@ embeddings of written records, and the backfill of a table's existing records.
 * Writes: :func:`refresh_after_write` (called by :func:`api.services.pipelines.run_after_write`
   after the computed columns ran) embeds the written records whose embedded text changed.
   A provider failure never fails the write: it shows as ``pipeline.errors._embedding``
-  when a pipeline outcome is reported, and the backfill repairs it later.
+  when a pipeline outcome is reported, and the keeper repairs it.
+* Every other writer (a pipeline's record steps, run-actions and backfills of embedded
+  computed columns, type changes, app-user sign-ups, a write whose refresh failed):
+  :func:`run_keeper` follows each workspace's change log (``wds.events``, which every
+  writer's statements feed) and refreshes the records written there, from
+  ``wds.embedding_marks`` on. Records already current cost a hash comparison, no
+  provider call.
 
 Decision (documented): the embedding calls of writes and the backfill run in the API
 process (the backfill as a tracked task), not in a Temporal activity: a write waits for
@@ -22,15 +28,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from typing import Any
 
 import psycopg
 
-from activities.embeddings import backfill, refresh_rows
+from activities.embeddings import BACKFILL_PAGE, backfill, refresh_rows
 from api.services.aiclient import http_client
 from api.state import AppState
 from storage import ddl, runs
+from storage import records as rec
 from storage import semantic as sem
 from storage.embeddings import (
     LOCAL_DIM,
@@ -40,7 +48,7 @@ from storage.embeddings import (
     choose_provider,
     embedded_columns,
 )
-from storage.errors import ServiceError
+from storage.errors import ServiceError, Unavailable
 from storage.schema import TableMeta
 
 log = logging.getLogger("wds.search")
@@ -98,6 +106,8 @@ async def apply_semantic(conn: psycopg.AsyncConnection[Any], workspace_id: int, 
         await ddl.drop_embedding_table(conn, workspace_id, table_id)
     else:
         await ddl.create_embedding_table(conn, workspace_id, table_id, int(semantic["dim"]))
+        # the keeper follows the workspace's writes from here on (the backfill does those before)
+        await sem.start_mark(conn, workspace_id=workspace_id, embedder=f"{semantic['provider']}/{semantic['model']}")
 
 
 def same_model(table: TableMeta, emb: Embedder) -> bool:
@@ -134,6 +144,125 @@ async def refresh_after_write(state: AppState, table: TableMeta, rows: list[dict
     except psycopg.errors.UndefinedTable:
         return "the embeddings index is missing; send semantic_search again to rebuild it"
     return None
+
+
+# --------------------------------------------------------------------------- the keeper
+
+KEEP_EVERY_S = 1.0  # how often each API process reads the change logs
+KEEP_EVENTS = 2_000  # events of one workspace read at a time
+KEEP_ROUNDS = 50  # reads of one workspace's log per pass at most (then the next workspace's turn)
+KEEP_SLICE_S = 1.0  # no further read of one workspace's log in a pass after this long on it
+KEEP_ROWS = BACKFILL_PAGE  # records loaded and refreshed at a time
+KEEP_BACKOFF_MAX_S = 60.0  # a workspace whose provider failed is retried after at most this
+_LOCK_CLASS = 0x57454D42  # "WEMB": pg_try_advisory_lock(class, workspace and model), one process each
+
+
+async def run_keeper(state: AppState, *, interval_s: float = KEEP_EVERY_S) -> None:
+    """Keep every writer's records embedded, forever (until cancelled); survives database
+    and provider outages (a workspace whose provider fails waits, doubling up to a minute)."""
+    backoff: dict[int, tuple[float, float]] = {}
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await keep_once(state, backoff)
+        except Unavailable:
+            pass  # the database is down; try again next round
+        except Exception:
+            log.exception("embeddings keeper pass failed")
+
+
+async def keep_once(state: AppState, backoff: dict[int, tuple[float, float]] | None = None) -> int:
+    """One pass over every workspace with semantic search; the events read."""
+    try:
+        emb = embedder(state)
+    except ServiceError:
+        return 0  # no provider here: no table can have embeddings of this process's making
+    async with state.db.connection() as conn:
+        workspaces = await sem.semantic_workspaces(conn)
+    read = 0
+    for ws in workspaces:
+        now = time.monotonic()
+        if backoff is not None and backoff.get(ws, (0.0, 0.0))[0] > now:
+            continue
+        try:
+            read += await keep_workspace(state, ws, emb)
+        except Unavailable:
+            raise  # the database is down: the whole pass waits
+        except Exception as exc:  # the provider failed: the mark stays, the events are read again later
+            if backoff is not None:
+                delay = min(KEEP_BACKOFF_MAX_S, 2 * backoff.get(ws, (0.0, 0.5))[1])
+                backoff[ws] = (now + delay, delay)
+            if isinstance(exc, ServiceError):
+                log.warning("embeddings of workspace %s not kept current yet: %s", ws, exc.message)
+            else:
+                log.exception("embeddings of workspace %s not kept current yet", ws)
+        else:
+            if backoff is not None:
+                backoff.pop(ws, None)
+    return read
+
+
+async def keep_workspace(state: AppState, workspace_id: int, emb: Embedder) -> int:
+    """Refresh the embeddings ``emb`` made of the records the workspace's change log wrote
+    after its mark for ``emb``'s model (another model's tables are the processes'
+    configured for it), :data:`KEEP_EVENTS` events at a time (at most :data:`KEEP_ROUNDS`
+    times, and no new read after :data:`KEEP_SLICE_S` on it: the other workspaces' turn),
+    moving the mark past each lot once its records are current; the events read (0:
+    nothing new, or another process holds the workspace).
+
+    Raises:
+        ServiceError: the provider failed or is not configured (nothing moves).
+    """
+    schema = await state.schema(workspace_id)
+    tables = {t.id: t for t in schema.tables.values() if t.semantic and embedded_columns(t) and same_model(t, emb)}
+    if not tables:
+        return 0
+    model = f"{emb.name}/{emb.model}"
+    lock_key = f"{workspace_id}/{model}"
+    async with state.db.connection() as lock:
+        got = await (await lock.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s)) AS got",
+                                        (_LOCK_CLASS, lock_key))).fetchone()
+        if not got or not got["got"]:
+            return 0
+        try:
+            read = 0
+            began = time.monotonic()
+            for _ in range(KEEP_ROUNDS):  # a busy log is read on in the same pass, for a while
+                async with state.db.connection() as conn:
+                    mark = await sem.start_mark(conn, workspace_id=workspace_id, embedder=model)
+                    events = await sem.written_after(conn, workspace_id=workspace_id, after=mark,
+                                                     table_ids=list(tables), limit=KEEP_EVENTS)
+                if not events:
+                    break
+                written: dict[int, set[int]] = {}
+                for _, table_id, record_id in events:
+                    if record_id is not None:
+                        written.setdefault(table_id, set()).add(record_id)
+                if written:
+                    for table_id, ids in written.items():
+                        await _keep_table(state, emb, tables[table_id], sorted(ids))
+                async with state.db.connection() as conn:
+                    await sem.set_mark(conn, workspace_id=workspace_id, embedder=model, seq=events[-1][0])
+                read += len(events)
+                if len(events) < KEEP_EVENTS or time.monotonic() - began > KEEP_SLICE_S:
+                    break
+            return read
+        finally:
+            try:
+                await lock.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_CLASS, lock_key))
+            except BaseException:
+                await lock.close()  # its session ends, and the lock with it: never back in the pool held
+                raise
+
+
+async def _keep_table(state: AppState, emb: Embedder, table: TableMeta, ids: list[int]) -> None:
+    for i in range(0, len(ids), KEEP_ROWS):
+        async with state.db.connection() as conn:
+            rows = await rec.get_record_rows(conn, table=table, record_ids=ids[i:i + KEEP_ROWS])
+        try:
+            await refresh_rows(state.db, emb, table, rows)
+        except psycopg.errors.UndefinedTable:
+            return  # search was turned off meanwhile
 
 
 async def start_backfill(state: AppState, table: TableMeta) -> dict[str, Any] | None:

@@ -47,6 +47,8 @@ class FakeServices:
     streams_finished: int = 0
     streams_aborted: int = 0
     first_chunk_s: list[float] = field(default_factory=list)  # provider's own time to first token
+    embeddings_down: int = 0  # the next this many /embeddings calls answer 503, as a provider outage does
+    embeddings_refused: int = 0  # how many were answered 503
 
     def __post_init__(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -125,6 +127,10 @@ class FakeServices:
     # ------------------------------------------------------------------ embeddings
     async def _embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()
+        if self.embeddings_down > 0:
+            self.embeddings_down -= 1
+            self.embeddings_refused += 1
+            return web.json_response({"error": {"message": "overloaded", "type": "server_error"}}, status=503)
         self.embeddings.append(body)
         return embeddings_response(body)
 

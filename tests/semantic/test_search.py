@@ -119,6 +119,79 @@ def test_an_update_by_filter_refreshes_embeddings_as_a_single_update_does(cws: W
     assert _titles(_search(cws, table["id"], "lava from a volcano", limit=1)) == ["Filing taxes"]
 
 
+def _found(ws: Workspace, table_id: int, query: str, title: str, timeout: float = 20.0) -> bool:
+    """Whether ``title`` becomes the best hit for ``query`` within ``timeout`` (the keeper
+    reads the change log once a second)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _titles(_search(ws, table_id, query, limit=1)) == [title]:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_records_written_by_a_pipeline_step_are_embedded(cws: Workspace) -> None:
+    """A create_record step writes into a table with semantic search: the record is found
+    by what it says (the write of the step refreshes nothing itself; the keeper follows
+    the change log), and so is an update_record step's change."""
+    notes = cws.create_table("Notes", [{"name": "Title", "type": "text"}], semantic_search={"columns": ["Title"]})
+    assert cws.api.post(f"/tables/{notes['id']}/records", json={"fields": {"Title": "tomato soup basil"}}).status_code == 201
+    src = cws.create_table("Src", [
+        {"name": "Name", "type": "text"},
+        {"name": "Logged", "type": "create_record", "config": {"table_id": notes["id"], "fields": {"Title": "{{ Name }}"}}},
+    ])
+    r = cws.api.post(f"/tables/{src['id']}/records", json={"fields": {"Name": "volcano lava eruption"}})
+    assert r.status_code == 201 and r.json()["pipeline"]["status"] == "ok", r.text
+    assert _found(cws, notes["id"], "lava from a volcano", "volcano lava eruption")
+    first = cws.api.get(f"/tables/{notes['id']}/records", params={"Title": "eq.tomato soup basil"}).json()["records"][0]
+    upd = cws.create_table("Upd", [
+        {"name": "Text", "type": "text"},
+        {"name": "Edit", "type": "update_record", "config": {"table_id": notes["id"], "record_id": str(first["id"]),
+                                                               "fields": {"Title": "{{ Text }}"}}},
+    ])
+    r = cws.api.post(f"/tables/{upd['id']}/records", json={"fields": {"Text": "glacier ice frozen"}})
+    assert r.status_code == 201 and r.json()["pipeline"]["status"] == "ok", r.text
+    assert _found(cws, notes["id"], "frozen glacier", "glacier ice frozen")
+
+
+def test_a_provider_outage_delays_the_keeper_but_loses_nothing(cws: Workspace, fake: FakeServices) -> None:
+    """The provider refuses the keeper's first calls: the change log's mark stays where it
+    was, and the record is embedded once the provider answers again."""
+    notes = cws.create_table("Outage", [{"name": "Title", "type": "text"}], semantic_search={"columns": ["Title"]})
+    src = cws.create_table("Feed", [
+        {"name": "Name", "type": "text"},
+        {"name": "Logged", "type": "create_record", "config": {"table_id": notes["id"], "fields": {"Title": "{{ Name }}"}}},
+    ])
+    refused = fake.embeddings_refused
+    fake.embeddings_down = 2
+    try:
+        r = cws.api.post(f"/tables/{src['id']}/records", json={"fields": {"Name": "desert sand dunes"}})
+        assert r.status_code == 201 and r.json()["pipeline"]["status"] == "ok", r.text
+        deadline = time.monotonic() + 20  # nothing else calls the provider meanwhile: the keeper's tries
+        while fake.embeddings_refused - refused < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert fake.embeddings_refused - refused == 2
+    finally:
+        fake.embeddings_down = 0
+    assert _found(cws, notes["id"], "sand dunes in the desert", "desert sand dunes", timeout=30)
+
+
+def test_an_embedded_formula_recomputed_by_its_backfill_is_embedded_again(cws: Workspace) -> None:
+    """The embedded column is a formula; editing it recomputes every record in a backfill
+    run (a workflow, not a write of the API): the records are found by the new values."""
+    table = cws.create_table("Labels", [{"name": "Title", "type": "text"},
+                                        {"name": "Label", "type": "formula", "formula": "{Title}"}],
+                             semantic_search={"columns": ["Label"]})
+    rows = [{"fields": {"Title": t}} for t in ("cats kittens", "dogs puppies", "bread yeast")]
+    assert cws.api.post(f"/tables/{table['id']}/records/batch", json={"rows": rows}).status_code == 200
+    assert _found(cws, table["id"], "kittens", "cats kittens")
+    label = next(c for c in cws.api.get(f"/tables/{table['id']}").json()["columns"] if c["name"] == "Label")
+    r = cws.api.patch(f"/tables/{table['id']}/columns/{label['id']}",
+                      json={"formula": 'IF({Title} = "bread yeast", "volcano lava", {Title})'})
+    assert r.status_code == 200, r.text
+    assert _found(cws, table["id"], "lava volcano", "bread yeast")
+
+
 def test_enabling_on_a_table_with_records_backfills_as_a_run(cws: Workspace) -> None:
     table = _docs_table(cws, semantic=False)
     r = cws.api.patch(f"/tables/{table['id']}", json={"semantic_search": {"columns": ["Body"]}})
