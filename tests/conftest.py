@@ -57,6 +57,12 @@ def running_api(services: Services, *, name: str, **env: str) -> Iterator[ApiPro
 _SESSION: dict[str, Any] = {}
 
 
+# The AI-enabled API process and its stand-in provider (tests.chat.support), one per session
+# for every directory that uses them: registered per directory (chat, semantic), they were
+# two API processes with two stand-ins, each running its own background work on one database.
+pytest_plugins = ["tests.chat.support"]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Start PostgreSQL before collection: storage tests read WDS_TEST_SCRATCH_DSN at import."""
     if os.environ.get("WDS_TEST_SCRATCH_DSN") and not os.environ.get("WDS_TEST_OWN_PG"):

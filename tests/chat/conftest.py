@@ -1,3 +1,2 @@
-"""Chat tests: the AI-enabled API process and the fake provider (see tests.chat.support)."""
-
-from tests.chat.support import ai_admin, ai_api, cws, db, fake  # noqa: F401  (fixtures)
+"""Chat tests: the AI-enabled API process and the fake provider come from tests.chat.support,
+registered once for the session by the root conftest (``pytest_plugins``)."""
