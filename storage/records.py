@@ -537,15 +537,23 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} as JSON")
 
 
+def _sets(row: PreparedRow) -> sql.Composed:
+    """An update's ``SET`` list: each given column, and ``updated_at``, which always advances."""
+    return sql.SQL(", ").join([*(sql.SQL("{} = %s").format(sql.Identifier(f"c_{cid}")) for cid in row.values),
+                               sql.SQL("updated_at = clock_timestamp()")])
+
+
+def _row_bytes(table: TableMeta) -> sql.Composed:
+    """The bytes a row of ``table`` (alias ``t``) holds as stored: the sum of :func:`_value_bytes`."""
+    return sql.SQL(" + ").join([sql.SQL("0"), *(_value_bytes(c) for c in table.columns)])
+
+
 async def update_record(
     conn: Conn, *, table: TableMeta, record_id: int, row: PreparedRow
 ) -> dict[str, Any] | None:
     """Apply a partial update; ``updated_at`` always advances. ``None`` if no such record."""
-    sets = [
-        sql.SQL("{} = %s").format(sql.Identifier(f"c_{cid}")) for cid in row.values
-    ] + [sql.SQL("updated_at = clock_timestamp()")]
     query = sql.SQL("UPDATE {} SET {} WHERE id = %s RETURNING {}").format(
-        _target(table), sql.SQL(", ").join(sets), row_list(table)
+        _target(table), _sets(row), row_list(table)
     )
     try:
         cur = await conn.execute(query, [*row.values.values(), record_id])
@@ -561,10 +569,9 @@ async def matching_sizes(
     ascending by id, at most ``limit`` (a text's size from its header: nothing is fetched
     or expanded to measure it)."""
     where, params = build_where(filters, alias="t")
-    size = sql.SQL(" + ").join([sql.SQL("0"), *(_value_bytes(c) for c in table.columns)])
     cur = await conn.execute(sql.SQL(
         "SELECT t.id, ({})::bigint AS n FROM {} AS t WHERE {} ORDER BY t.id LIMIT %s"
-    ).format(size, _target(table), where), [*params, limit])
+    ).format(_row_bytes(table), _target(table), where), [*params, limit])
     return [(r["id"], r["n"]) for r in await cur.fetchall()]
 
 
@@ -576,10 +583,8 @@ async def update_records(
     ``filters``, in one statement; ``updated_at`` always advances. Their rows ascending by
     id: whole (``full``), or their ids alone (``{"id": ...}``)."""
     where, params = build_where(filters, alias="t")
-    sets = [sql.SQL("{} = %s").format(sql.Identifier(f"c_{cid}")) for cid in row.values]
-    sets.append(sql.SQL("updated_at = clock_timestamp()"))
     query = sql.SQL("UPDATE {} AS t SET {} WHERE t.id = ANY(%s) AND {} RETURNING {}").format(
-        _target(table), sql.SQL(", ").join(sets), where, row_list(table, "t") if full else sql.SQL("t.id"))
+        _target(table), _sets(row), where, row_list(table, "t") if full else sql.SQL("t.id"))
     try:
         cur = await conn.execute(query, [*row.values.values(), list(record_ids), *params])
     except psycopg.errors.ForeignKeyViolation as exc:
@@ -804,7 +809,7 @@ async def get_record_rows_within(
     ids = sorted(set(record_ids))
     if not ids:
         return [], []
-    size = sql.SQL(" + ").join([sql.SQL("0"), *(_value_bytes(c) for c in table.columns)])
+    size = _row_bytes(table)
     t = sql.Identifier("t")
     cols = [sql.SQL("{}.{}").format(t, sql.Identifier(name)) for name in _SYSTEM]
     cols += [sql.SQL("CASE WHEN t._read THEN {}::{} END AS {}").format(

@@ -89,9 +89,17 @@ async def rows_after(conn: Conn, *, table: TableMeta, after_id: int, limit: int)
 # ----------------------------------------------------------------- the keeper's change log
 
 
-async def semantic_workspaces(conn: Conn) -> list[int]:
-    """Workspaces with a table that has semantic search."""
-    cur = await conn.execute("SELECT DISTINCT workspace_id AS w FROM wds.tables WHERE semantic IS NOT NULL ORDER BY 1")
+async def workspaces_behind(conn: Conn, *, embedder: str) -> list[int]:
+    """Workspaces with a table embedded by ``embedder`` (``provider/model``) whose change
+    log has events past their mark for it, or that have no mark yet: one statement, an
+    index probe per workspace (``wds.events`` is keyed by workspace and seq)."""
+    cur = await conn.execute(
+        "SELECT w.workspace_id AS w FROM (SELECT DISTINCT workspace_id FROM wds.tables"
+        " WHERE (semantic->>'provider') || '/' || (semantic->>'model') = %s) AS w"
+        " LEFT JOIN wds.embedding_marks AS m ON m.workspace_id = w.workspace_id AND m.embedder = %s"
+        " WHERE m.seq IS NULL OR EXISTS (SELECT 1 FROM wds.events AS e"
+        " WHERE e.workspace_id = w.workspace_id AND e.seq > m.seq) ORDER BY 1",
+        (embedder, embedder))
     return [int(r["w"]) for r in await cur.fetchall()]
 
 

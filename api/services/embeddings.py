@@ -177,8 +177,8 @@ async def keep_once(state: AppState, backoff: dict[int, tuple[float, float]] | N
         emb = embedder(state)
     except ServiceError:
         return 0  # no provider here: no table can have embeddings of this process's making
-    async with state.db.connection() as conn:
-        workspaces = await sem.semantic_workspaces(conn)
+    async with state.db.connection() as conn:  # an idle pass is this one statement
+        workspaces = await sem.workspaces_behind(conn, embedder=f"{emb.name}/{emb.model}")
     read = 0
     for ws in workspaces:
         now = time.monotonic()
@@ -227,9 +227,10 @@ async def keep_workspace(state: AppState, workspace_id: int, emb: Embedder) -> i
         try:
             read = 0
             began = time.monotonic()
+            async with state.db.connection() as conn:
+                mark = await sem.start_mark(conn, workspace_id=workspace_id, embedder=model)
             for _ in range(KEEP_ROUNDS):  # a busy log is read on in the same pass, for a while
                 async with state.db.connection() as conn:
-                    mark = await sem.start_mark(conn, workspace_id=workspace_id, embedder=model)
                     events = await sem.written_after(conn, workspace_id=workspace_id, after=mark,
                                                      table_ids=list(tables), limit=KEEP_EVENTS)
                 if not events:
@@ -241,8 +242,9 @@ async def keep_workspace(state: AppState, workspace_id: int, emb: Embedder) -> i
                 if written:
                     for table_id, ids in written.items():
                         await _keep_table(state, emb, tables[table_id], sorted(ids))
+                mark = events[-1][0]
                 async with state.db.connection() as conn:
-                    await sem.set_mark(conn, workspace_id=workspace_id, embedder=model, seq=events[-1][0])
+                    await sem.set_mark(conn, workspace_id=workspace_id, embedder=model, seq=mark)
                 read += len(events)
                 if len(events) < KEEP_EVENTS or time.monotonic() - began > KEEP_SLICE_S:
                     break

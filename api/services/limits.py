@@ -280,14 +280,27 @@ class RateLimiter:
         window's remaining and reset for the headers)."""
         key = self._key(item, kind, ident)
         st = self._leases.get(key)
-        if st is not None and st.left > 0 and time.monotonic() < st.until:  # the lease's next hit (most requests)
+        hit = self._hit(st) if st is not None else None  # most requests: no coroutine, no store call
+        if hit is not None:
+            assert st is not None
             st.demand += 1
-            st.left -= 1
-            return True, (st.remaining + st.left, st.reset)
-        ok, remaining, reset = await self._take(item, key)
+        else:
+            hit = await self._take(item, key)
+        ok, remaining, reset = hit
         return ok, (remaining, reset)
 
     # ----------------------------------------------------------------- leases
+
+    @staticmethod
+    def _hit(st: _Lease) -> tuple[bool, int, float] | None:
+        """The lease's next hit, while it has one and has not expired (``None`` otherwise;
+        an expired lease's rest is wasted)."""
+        if st.left > 0:
+            if time.monotonic() < st.until:
+                st.left -= 1
+                return True, st.remaining + st.left, st.reset
+            st.left = 0
+        return None
 
     async def _take(self, item: RateLimitItem, key: str) -> tuple[bool, int, float]:
         """One request from the key's lease, or from the store when it has none left.
@@ -307,11 +320,9 @@ class RateLimiter:
             return await self._acquire(item, st.rkey, 1)
         st.demand += 1
         while True:
-            if st.left > 0:
-                if time.monotonic() < st.until:
-                    st.left -= 1
-                    return True, st.remaining + st.left, st.reset
-                st.left = 0  # expired: the rest of the lease is wasted
+            hit = self._hit(st)
+            if hit is not None:
+                return hit
             fetch = st.fetching
             if fetch is None:
                 return await self._fetch(item, st)
