@@ -1,8 +1,12 @@
 """Record steps: create_record, update_record, delete_record, fetch_records.
 
-They act inside the writing token's workspace with its grants (a step cannot reach
-another workspace: table ids resolve only within ``inp.table.workspace_id``). Records a
-step writes get their own pipelines, run by the workflow as child workflows.
+They act inside the writing token's workspace with the writer's rights, as its direct
+write would have them (a step cannot reach another workspace: table ids resolve only
+within ``inp.table.workspace_id``): its table grants; for an app user the Users-table
+rules (its own row only, never its e-mail, no profile row created or deleted); file
+references resolved as a REST write resolves them (this workspace's bucket, an existing
+object, one the writer may read). Records a step writes get their own pipelines, run by
+the workflow as child workflows.
 """
 
 from __future__ import annotations
@@ -15,13 +19,13 @@ from activities.bulkplan import dependants_map
 from activities.metrics import timed_step
 from activities.results import fit_result
 from activities.sandbox import sandbox
-from activities.snap import caller_can, table_snap
+from activities.snap import principal_of, table_snap
 from activities.steps import column_for_step
 from activities.templates import render_many
 from activities.types import StepInput, StepResult
-from storage import meta
+from storage import appusers, meta, objects
 from storage import records as rec
-from storage.access import Action
+from storage.access import Action, Principal
 from storage.db import Database
 from storage.errors import ServiceError
 from storage.pipelines import FETCH_MAX, plan_steps
@@ -99,8 +103,9 @@ def _children(*children: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 class RecordSteps:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, base_url: str = "") -> None:
         self.db = db
+        self.base_url = base_url  # the public base URL: object URLs written back resolve to references
 
     async def _schema(self, workspace_id: int) -> WorkspaceSchema:
         async with self.db.connection() as conn:
@@ -111,6 +116,7 @@ class RecordSteps:
     async def record_step(self, inp: StepInput) -> StepResult:
         col = column_for_step(inp)
         schema = await self._schema(inp.table.workspace_id)
+        who = principal_of(inp.caller, inp.table.workspace_id)
         result = StepResult()
         rids = list(inp.records)
         extras = {rid: {"record_id": int(rid), **({"item": inp.items.get(rid)} if inp.items is not None else {})}
@@ -129,7 +135,7 @@ class RecordSteps:
             if any(groups):
                 config["filters"] = _join_groups(config["filters"], groups)
             try:
-                value, children = await self._one(col.type, {**col.config, **config}, schema, inp, extras[rid])
+                value, children = await self._one(col.type, {**col.config, **config}, schema, inp, who, extras[rid])
             except StepFailure as exc:
                 result.errors[rid] = str(exc)
                 continue
@@ -140,14 +146,26 @@ class RecordSteps:
             result.children.extend(children)
         return fit_result(result, "result")  # e.g. fetch_records of long fields, within one payload
 
-    def _target(self, schema: WorkspaceSchema, config: dict[str, Any], inp: StepInput, action: Action) -> TableMeta:
+    def _target(self, schema: WorkspaceSchema, config: dict[str, Any], who: Principal, action: Action) -> TableMeta:
         ref = config.get("table_id")
         table = schema.table(ref) if ref is not None else None
         if table is None:
             raise StepFailure(f"table {ref!r} not found in this workspace")
-        if not caller_can(inp.caller, table.id, action):
+        if who.own_row_only(table.id) and action in (Action.CREATE, Action.DELETE):
+            # as a direct write: an account makes and removes its profile row, never a write
+            raise StepFailure(f"an app user never {action.value}s a row of the {table.name!r} table")
+        if not who.can(table.id, action):
             raise StepFailure(f"the writing token has no {action.value} permission on table {table.name!r}")
         return table
+
+    async def _prepare(self, conn: Any, table: TableMeta, values: Any, who: Principal, *,
+                       creating: bool) -> rec.PreparedRow:
+        """``values`` checked and encoded as a REST write's, file references resolved."""
+        prepared = rec.prepare_fields(table, values, creating=creating)
+        if objects.has_object_refs(table, prepared.values, self.base_url):
+            await objects.resolve_file_refs(conn, table=table, values=prepared.values, base_url=self.base_url,
+                                            may_read=who.may_read_object)
+        return prepared
 
     def _record_id(self, config: dict[str, Any]) -> int:
         text = config.get("record_id")
@@ -160,24 +178,27 @@ class RecordSteps:
         return rid
 
     async def _one(
-        self, kind: str, config: dict[str, Any], schema: WorkspaceSchema, inp: StepInput, extra: dict[str, Any],
+        self, kind: str, config: dict[str, Any], schema: WorkspaceSchema, inp: StepInput, who: Principal,
+        extra: dict[str, Any],
     ) -> tuple[Any, list[dict[str, Any]]]:
-        """One record's step; ``config`` has its templates rendered already. Returns its
-        value and the pipelines of the records it wrote (:func:`_child`), to run as child
-        workflows."""
+        """One record's step as ``who`` (the writer); ``config`` has its templates rendered
+        already. Returns its value and the pipelines of the records it wrote
+        (:func:`_child`), to run as child workflows."""
         if kind == "create_record":
-            table = self._target(schema, config, inp, Action.CREATE)
+            table = self._target(schema, config, who, Action.CREATE)
             values = config.get("fields") or {}
-            prepared = rec.prepare_fields(table, values, creating=True)
             async with self.db.transaction() as conn:
+                prepared = await self._prepare(conn, table, values, who, creating=True)
                 row = await rec.insert_record(conn, table=table, row=prepared)
             return row["id"], _children(_child(table, [row["id"]], "create", []))
         if kind == "update_record":
-            table = self._target(schema, config, inp, Action.UPDATE)
+            table = self._target(schema, config, who, Action.UPDATE)
             record_id = self._record_id(config)
             values = config.get("fields") or {}
-            prepared = rec.prepare_fields(table, values, creating=False)
+            if who.own_row_only(table.id):
+                appusers.check_own_profile_row(who, record_id, values if isinstance(values, dict) else {})
             async with self.db.transaction() as conn:
+                prepared = await self._prepare(conn, table, values, who, creating=False)
                 row = await rec.update_record(conn, table=table, record_id=record_id, row=prepared)
             if row is None:
                 raise StepFailure(f"record {record_id} not found in table {table.name!r}")
@@ -185,7 +206,7 @@ class RecordSteps:
             same = table.id == inp.table.id and record_id == extra["record_id"]
             return row["id"], [] if same else _children(_child(table, [row["id"]], "edit", list(values)))
         if kind == "delete_record":
-            table = self._target(schema, config, inp, Action.DELETE)
+            table = self._target(schema, config, who, Action.DELETE)
             record_id = self._record_id(config)
             # relation cells pointing at it are cleared (ON DELETE SET NULL): those records
             # run what reads them, as an update of the relation would
@@ -201,7 +222,7 @@ class RecordSteps:
             return row["id"], _children(*(_child(u.table, u.record_ids, "edit", list(u.columns))
                                           for u in unlinked))
         if kind == "fetch_records":
-            table = self._target(schema, config, inp, Action.READ)
+            table = self._target(schema, config, who, Action.READ)
             parsed = parse_filters(config.get("filters") or {})  # either form (checked when the column is written)
             limit = config.get("limit", 10)
             # checked when the column is written too (storage.pipelines.check_config)
@@ -210,7 +231,7 @@ class RecordSteps:
             query = Query(filters=parsed, limit=limit)
             plan = plan_query(
                 query, table,
-                can_read=lambda t: caller_can(inp.caller, t, Action.READ),
+                can_read=who.can_read,
                 get_table=schema.tables.get,
             )
             async with self.db.connection() as conn:

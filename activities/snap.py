@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from activities.types import Caller, ColumnSnap, TableSnap
-from storage.access import Action, Perms, Principal
+from storage.access import BucketPerms, Perms, Principal, TokenType
 from storage.refs import fields_read
 from storage.schema import ColumnMeta, ColumnType, Option, TableMeta
 from storage.values import decode_value, value_decoder
@@ -67,16 +67,23 @@ def caller_of(principal: Principal) -> Caller:
         token_type=principal.type.value,
         plan=principal.plan,
         grants={str(t): [p.read, p.create, p.update, p.delete] for t, p in principal.grants.items()},
+        buckets={str(b): [g.read, g.write, g.all_paths] for b, g in principal.bucket_grants.items()},
+        app_user_id=principal.app_user_id,
+        users_table_id=principal.users_table_id,
     )
 
 
-def caller_can(caller: Caller, table_id: int, action: Action) -> bool:
-    if caller.token_type == "vibe_mcp":
-        return True
-    g = caller.grants.get(str(table_id))
-    if g is None:
-        return False
-    return Perms(*g).allows(action)
+def principal_of(caller: Caller, workspace_id: int) -> Principal:
+    """The writer a record step acts as: its grants, bucket grants and, for an app user,
+    the Users-table rules (``Principal.perms`` / ``own_row_only``), as its direct writes
+    have them."""
+    return Principal(
+        token_id=caller.token_id, workspace_id=workspace_id, type=TokenType(caller.token_type),
+        profile_id=None, plan=caller.plan, read_only=False, expires_at=None,
+        grants={int(t): Perms(*g) for t, g in caller.grants.items()},
+        app_user_id=caller.app_user_id, users_table_id=caller.users_table_id,
+        bucket_grants={int(b): BucketPerms(*g) for b, g in caller.buckets.items()},
+    )
 
 
 def step_value(col: ColumnMeta, raw: Any) -> Any:

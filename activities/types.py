@@ -48,12 +48,17 @@ class TableSnap:
 
 @dataclass
 class Caller:
-    """Whose rights record steps use: the writing token's grants."""
+    """Whose rights record steps use: the writer's, as a direct write would have them
+    (``activities.snap.principal_of``). The fields after ``grants`` came later (session
+    24): an input recorded before them decodes with their defaults, which grant less."""
 
     token_id: int
     token_type: str
     plan: str
     grants: dict[str, list[bool]] = field(default_factory=dict)  # table id → [r, c, u, d]
+    buckets: dict[str, list[bool]] = field(default_factory=dict)  # bucket id → [read, write, all_paths]
+    app_user_id: int | None = None  # an app user's row in the Users table (its own-row rules)
+    users_table_id: int | None = None
 
 
 @dataclass

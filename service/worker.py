@@ -28,7 +28,7 @@ from workflows.scheduled import ScheduledRunWorkflow
 def build_worker(client: Client, settings: Settings, db: Database) -> Worker:
     """A worker with every workflow and activity of the service."""
     io = RecordIO(db)
-    steps = RecordSteps(db)
+    steps = RecordSteps(db, base_url=settings.public_base_url)
     bulk = BulkSteps(db)
     activities = [io.load_records, io.write_results, io.pure_pipeline, pure_step, steps.record_step, bulk.page_ids, bulk.record_costs, bulk.run_progress]
     # steps that reach outside: user HTTP goes through the SSRF-guarded proxy client; the

@@ -17,15 +17,16 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from psycopg import AsyncConnection
 
 from storage import meta
-from storage.access import BUCKET_GRANTS_SQL
+from storage.access import BUCKET_GRANTS_SQL, Principal
 from storage.columnspec import ColumnSpec
-from storage.errors import Conflict, ServiceError, ValidationError
+from storage.errors import Conflict, Forbidden, ServiceError, ValidationError
 from storage.schema import ColumnType, TableMeta
 
 Conn = AsyncConnection[Any]
@@ -47,6 +48,21 @@ COMMON_PASSWORDS = frozenset(
     starwars master123 michael1 jennifer shadow12 football1 iloveyou1 secret123 test1234
     """.split()
 )
+
+
+def check_own_profile_row(principal: Principal, rid: int, fields: Iterable[str]) -> None:
+    """An app user writes only its own row of the Users table, and not its e-mail (the
+    one it signed up with, which signs it in): its direct writes and the record steps
+    its writes run (activities/records.py) alike.
+
+    Raises:
+        Forbidden: another user's row, or the e-mail column.
+    """
+    if rid != principal.app_user_id:
+        raise Forbidden("an app user may change only its own row of the Users table")
+    if EMAIL_COLUMN in fields:
+        raise Forbidden(f"{EMAIL_COLUMN} is the e-mail the account signs in with: it is not changed by a"
+                        " record write")
 
 
 def normalize_email(value: Any) -> str:

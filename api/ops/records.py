@@ -327,7 +327,7 @@ async def update_record(state: AppState, principal: Principal, table_ref: int | 
     fields = _fields(fields, row_data)
     rid = record_id(ref)
     if principal.own_row_only(table.id):
-        _own_profile_row(principal, rid, fields)
+        appusers.check_own_profile_row(principal, rid, fields)
     prepared = rec.prepare_fields(table, fields, creating=False)
     await _files(state, principal, table, prepared)
 
@@ -340,20 +340,6 @@ async def update_record(state: AppState, principal: Principal, table_ref: int | 
     if not rows:
         raise NotFound(f"record {ref} not found")
     return _with_pipeline(rec.row_to_record(table, rows[0]), outcome)
-
-
-def _own_profile_row(principal: Principal, rid: int, fields: dict[str, Any]) -> None:
-    """An app user writes only its own row of the Users table, and not its e-mail (the
-    one it signed up with, which signs it in).
-
-    Raises:
-        Forbidden: another user's row, or the e-mail column.
-    """
-    if rid != principal.app_user_id:
-        raise Forbidden("an app user may change only its own row of the Users table")
-    if appusers.EMAIL_COLUMN in fields:
-        raise Forbidden(f"{appusers.EMAIL_COLUMN} is the e-mail the account signs in with: it is not changed by a"
-                        " record write")
 
 
 async def delete_record(state: AppState, principal: Principal, table_ref: int | str,

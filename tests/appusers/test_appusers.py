@@ -260,3 +260,69 @@ def test_unknown_auth_body_keys_are_refused_and_create_nothing(ws, admin):
         r = auth.post("/logout", json={"workspace_id": ws.id, "refresh_token": refresh, "everywhere": True})
         assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
         assert _refresh(ws.base_url, ws.id, refresh).status_code == 200  # the refused sign-out ended nothing
+
+
+def test_record_steps_run_by_an_app_users_write_keep_its_profile_row_rules(ws, admin):
+    """A record step acts with the writer's rights (docs/decisions.md); for an app user
+    those include the Users-table rules a direct write has: its own row only, never its
+    e-mail, never a created or deleted profile row, whatever the relay profile grants.
+    Before, the step was checked against the relay grants alone, so a note pointing a
+    builder's update_record step at another user's row changed that row."""
+    app = _app(ws, admin)
+    ada = _signup(ws, "ada@example.com").json()
+    bob = _signup(ws, "bob@example.com").json()
+    me, other = ada["user"]["id"], bob["user"]["id"]
+    users_id = next(t["id"] for t in ws.api.get("/tables").json() if t["name"] == "Users")
+    assert ws.api.post(f"/tables/{users_id}/columns", json={"name": "Bio", "type": "text"}).status_code == 201
+    steps = ws.create_table("Steps", [
+        {"name": "Target", "type": "number"},
+        {"name": "Bio", "type": "update_record",
+         "config": {"table_id": users_id, "record_id": "{{ Target }}", "fields": {"Bio": "set by a step"}}},
+    ])
+    mail = ws.create_table("Mail", [
+        {"name": "Target", "type": "number"},
+        {"name": "Mail", "type": "update_record",
+         "config": {"table_id": users_id, "record_id": "{{ Target }}", "fields": {"Email": "bob@example.com"}}},
+    ])
+    spawn = ws.create_table("Spawn", [
+        {"name": "N", "type": "text"},
+        {"name": "Ghost", "type": "create_record",
+         "config": {"table_id": users_id, "fields": {"Email": "ghost@example.com"}}},
+    ])
+    kill = ws.create_table("Kill", [
+        {"name": "Target", "type": "number"},
+        {"name": "Gone", "type": "delete_record", "config": {"table_id": users_id, "record_id": "{{ Target }}"}},
+    ])
+    grants = [{"table_id": t["id"], "read": True, "create": True} for t in (steps, mail, spawn, kill)]
+    r = admin.put(f"/workspaces/{ws.id}/profiles/{app['profile']['id']}/grants", json=[
+        {"table_id": app["notes"]["id"], "read": True, "create": True}, *grants,
+        {"table_id": users_id, "read": True, "create": True, "update": True, "delete": True}])
+    assert r.status_code == 200, r.text
+    time.sleep(0.3)
+    user = _as_user(ws, ada["access_token"])
+
+    def step(table: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+        r = user.post(f"/tables/{table['id']}/records", json={"fields": fields})
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    refused = {
+        ("Bio", "FORBIDDEN: an app user may change only its own row"): step(steps, {"Target": other}),
+        ("Mail", "FORBIDDEN: Email is the e-mail the account signs in with"): step(mail, {"Target": me}),
+        ("Ghost", "an app user never creates a row"): step(spawn, {"N": "x"}),
+        ("Gone", "an app user never deletes a row"): step(kill, {"Target": me}),  # even its own
+    }
+    for (column, error), rec in refused.items():
+        assert rec["pipeline"]["status"] == "error" and rec["fields"][column] is None, rec
+        assert rec["pipeline"]["errors"][column].startswith(error), rec["pipeline"]
+    rows = {r["id"]: r["fields"] for r in ws.api.get(f"/tables/{users_id}/records").json()["records"]}
+    assert rows == {me: {"Email": "ada@example.com", "Name": None, "Bio": None},
+                    other: {"Email": "bob@example.com", "Name": None, "Bio": None}}
+    # its own row, through a step, as through a direct write
+    ok = step(steps, {"Target": me})
+    assert ok["pipeline"]["status"] == "ok" and ok["fields"]["Bio"] == me, ok
+    assert ws.api.get(f"/tables/{users_id}/records/{me}").json()["fields"]["Bio"] == "set by a step"
+    # a builder's write runs the same step with a builder's rights
+    built = ws.api.post(f"/tables/{steps['id']}/records", json={"fields": {"Target": other}}).json()
+    assert built["pipeline"]["status"] == "ok", built
+    assert ws.api.get(f"/tables/{users_id}/records/{other}").json()["fields"]["Bio"] == "set by a step"

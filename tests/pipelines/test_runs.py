@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import secrets
 import time
 
+import httpx
 import pytest
 
 from tests.pipelines.test_backfill import wait_run as wait_final
@@ -340,3 +342,42 @@ def test_fetch_records_group_values_render_as_values(ws):
     # the injection: a value that closes its quote and adds "Name.eq.bob" matches nobody
     hostile = 'x",Name.eq."bob'
     assert fetched(hostile) == {"Eq": ["cy"], "In": ["ann"], "Fields": []}
+
+
+def test_record_steps_resolve_file_references_as_a_rest_write_does(ws, base_url):
+    """A file reference a step writes must name an object of this workspace that the
+    writer may read, and reads back as the signed URL a REST write of it gives. Before,
+    steps stored the reference unresolved: a missing object was accepted, and a good one
+    read back as the token URL."""
+    storage = ws.client(ws.builder_token)
+    storage.base_url = f"{base_url}/storage/v1"
+    assert storage.post("/bucket", json={"name": "vault", "public": False}).status_code in (200, 201)
+    assert storage.post("/object/vault/q.pdf", content=b"%PDF-1.4 q",
+                        headers={"Content-Type": "application/pdf"}).status_code in (200, 201)
+    tok = ws.token("rest_api")
+    c = ws.client(tok["token"])  # its tables are its own; the builder's bucket is not granted to it
+    for client in (ws.api, c):
+        papers = ws.create_table(f"Papers-{secrets.token_hex(2)}", [{"name": "Doc", "type": "file"}], client=client)
+        maker = ws.create_table(f"Maker-{secrets.token_hex(2)}", [
+            {"name": "Path", "type": "text"},
+            {"name": "Made", "type": "create_record",
+             "config": {"table_id": papers["id"], "fields": {"Doc": [{"bucket": "vault", "path": "{{ Path }}"}]}}},
+        ], client=client)
+        missing = client.post(f"/tables/{maker['id']}/records", json={"fields": {"Path": "nope.pdf"}}).json()
+        good = client.post(f"/tables/{maker['id']}/records", json={"fields": {"Path": "q.pdf"}}).json()
+        if client is c:  # no read grant on the bucket: refused as a REST write by this token is
+            assert good["pipeline"]["errors"]["Made"].startswith("FORBIDDEN"), good["pipeline"]
+            direct = c.post(f"/tables/{papers['id']}/records", json={"fields": {"Doc": [{"bucket": "vault", "path": "q.pdf"}]}})
+            assert direct.status_code == 403 and direct.json()["code"] == "FORBIDDEN", direct.text
+            assert ws.api.get(f"/tables/{papers['id']}/records").json()["records"] == []
+            continue
+        assert missing["pipeline"]["errors"]["Made"].startswith("INVALID_VALUE"), missing["pipeline"]
+        assert good["pipeline"]["status"] == "ok", good["pipeline"]
+        made = ws.api.get(f"/tables/{papers['id']}/records/{good['fields']['Made']}").json()
+        rest = ws.api.post(f"/tables/{papers['id']}/records", json={"fields": {"Doc": [{"bucket": "vault", "path": "q.pdf"}]}})
+        assert [r["id"] for r in ws.api.get(f"/tables/{papers['id']}/records").json()["records"]] == \
+            [good["fields"]["Made"], rest.json()["id"]]  # the missing object made no record
+        for url in (made["fields"]["Doc"][0], rest.json()["fields"]["Doc"][0]):
+            assert "/storage/v1/object/sign/" in url, url  # resolved to the bucket's id and signed
+            got = httpx.get(url)  # a signed URL needs no token
+            assert got.status_code == 200 and got.content == b"%PDF-1.4 q"
