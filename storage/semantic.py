@@ -91,30 +91,45 @@ async def rows_after(conn: Conn, *, table: TableMeta, after_id: int, limit: int)
 
 async def workspaces_behind(conn: Conn, *, embedder: str) -> list[int]:
     """Workspaces with a table embedded by ``embedder`` (``provider/model``) whose change
-    log has events past their mark for it, or that have no mark yet: one statement, an
-    index probe per workspace (``wds.events`` is keyed by workspace and seq)."""
+    log has events past their mark for it, or deleted past it by retention, or that have
+    no mark yet: one statement, an index probe per workspace (``wds.events`` is keyed by
+    workspace and seq, ``wds.event_horizon`` by workspace)."""
     cur = await conn.execute(
         "SELECT w.workspace_id AS w FROM (SELECT DISTINCT workspace_id FROM wds.tables"
         " WHERE (semantic->>'provider') || '/' || (semantic->>'model') = %s) AS w"
         " LEFT JOIN wds.embedding_marks AS m ON m.workspace_id = w.workspace_id AND m.embedder = %s"
-        " WHERE m.seq IS NULL OR EXISTS (SELECT 1 FROM wds.events AS e"
+        " LEFT JOIN wds.event_horizon AS h ON h.workspace_id = w.workspace_id"
+        " WHERE m.seq IS NULL OR h.purged_through > m.seq OR EXISTS (SELECT 1 FROM wds.events AS e"
         " WHERE e.workspace_id = w.workspace_id AND e.seq > m.seq) ORDER BY 1",
         (embedder, embedder))
     return [int(r["w"]) for r in await cur.fetchall()]
 
 
-async def start_mark(conn: Conn, *, workspace_id: int, embedder: str) -> int:
+async def start_mark(conn: Conn, *, workspace_id: int, embedder: str) -> tuple[int, bool]:
     """The workspace's seq in the change log up to which the embeddings of its tables made
-    by ``embedder`` (``provider/model``) are current; a workspace met for the first time
-    starts at the log's end."""
-    await conn.execute(
+    by ``embedder`` (``provider/model``) are current, and whether the workspace was met for
+    the first time now (its mark then starts at the log's end: what was written before is
+    not in the events the keeper reads)."""
+    cur = await conn.execute(
         "INSERT INTO wds.embedding_marks (workspace_id, embedder, seq)"
-        " SELECT %s, %s, coalesce(max(seq), 0) FROM wds.events WHERE workspace_id = %s ON CONFLICT DO NOTHING",
+        " SELECT %s, %s, coalesce(max(seq), 0) FROM wds.events WHERE workspace_id = %s ON CONFLICT DO NOTHING"
+        " RETURNING seq",
         (workspace_id, embedder, workspace_id))
+    row = await cur.fetchone()
+    if row is not None:
+        return int(row["seq"]), True
     cur = await conn.execute("SELECT seq FROM wds.embedding_marks WHERE workspace_id = %s AND embedder = %s",
                              (workspace_id, embedder))
     row = await cur.fetchone()
-    return int(row["seq"]) if row else 0
+    return (int(row["seq"]) if row else 0), False
+
+
+async def purged_through(conn: Conn, *, workspace_id: int) -> int:
+    """The highest seq of the workspace's change log that retention deleted (0: none)."""
+    cur = await conn.execute("SELECT purged_through FROM wds.event_horizon WHERE workspace_id = %s",
+                             (workspace_id,))
+    row = await cur.fetchone()
+    return int(row["purged_through"]) if row else 0
 
 
 async def set_mark(conn: Conn, *, workspace_id: int, embedder: str, seq: int) -> None:

@@ -16,7 +16,9 @@ embeddings of written records, and the backfill of a table's existing records.
   :func:`run_keeper` follows each workspace's change log (``wds.events``, which every
   writer's statements feed) and refreshes the records written there, from
   ``wds.embedding_marks`` on. Records already current cost a hash comparison, no
-  provider call.
+  provider call. Writes the log no longer shows (a workspace met for the first time,
+  or events retention deleted before the keeper read them) get a backfill of each
+  embedded table (:func:`_unread_writes`).
 
 Decision (documented): the embedding calls of writes and the backfill run in the API
 process (the backfill as a tracked task), not in a Temporal activity: a write waits for
@@ -228,7 +230,10 @@ async def keep_workspace(state: AppState, workspace_id: int, emb: Embedder) -> i
             read = 0
             began = time.monotonic()
             async with state.db.connection() as conn:
-                mark = await sem.start_mark(conn, workspace_id=workspace_id, embedder=model)
+                mark, first = await sem.start_mark(conn, workspace_id=workspace_id, embedder=model)
+                horizon = await sem.purged_through(conn, workspace_id=workspace_id)
+            if first or horizon > mark:
+                mark = await _unread_writes(state, workspace_id, model, tables, mark, horizon, first=first)
             for _ in range(KEEP_ROUNDS):  # a busy log is read on in the same pass, for a while
                 async with state.db.connection() as conn:
                     events = await sem.written_after(conn, workspace_id=workspace_id, after=mark,
@@ -255,6 +260,26 @@ async def keep_workspace(state: AppState, workspace_id: int, emb: Embedder) -> i
             except BaseException:
                 await lock.close()  # its session ends, and the lock with it: never back in the pool held
                 raise
+
+
+async def _unread_writes(state: AppState, workspace_id: int, model: str, tables: dict[int, TableMeta],
+                         mark: int, horizon: int, *, first: bool) -> int:
+    """Writes the keeper can no longer read: the workspace's tables were embedded before
+    the keeper first met it (records other writers wrote then were never refreshed), or
+    retention deleted events past its mark (it was behind longer than
+    ``WDS_REALTIME_RETENTION_S``, e.g. through a long provider outage). Which records they
+    wrote is unknown, so each embedded table gets a backfill run (``GET /runs/{id}``;
+    records whose text is unchanged cost a hash, no provider call) and the mark moves past
+    the deleted events; the new mark."""
+    why = "first met" if first else f"events {mark + 1}..{horizon} deleted by retention before they were read"
+    log.warning("embeddings of workspace %s: %s; backfilling %d table(s)", workspace_id, why, len(tables))
+    for table in tables.values():
+        await start_backfill(state, table)
+    if horizon > mark:
+        async with state.db.connection() as conn:
+            await sem.set_mark(conn, workspace_id=workspace_id, embedder=model, seq=horizon)
+        return horizon
+    return mark
 
 
 async def _keep_table(state: AppState, emb: Embedder, table: TableMeta, ids: list[int]) -> None:

@@ -4,8 +4,8 @@ embeddings model (``provider/model``: API processes configured for another model
 their own tables), the last ``wds.events`` seq whose records' embeddings were brought up
 to date. A workspace gets its row when semantic search is turned on for one of its
 tables, or when the keeper first meets it (at the log's end then: the records written
-before are the backfill's, which sending ``semantic_search`` again runs). Running it
-again changes nothing."""
+before are the backfill's, which the keeper starts then). Running it again changes
+nothing."""
 
 from __future__ import annotations
 

@@ -176,6 +176,62 @@ def test_a_provider_outage_delays_the_keeper_but_loses_nothing(cws: Workspace, f
     assert _found(cws, notes["id"], "sand dunes in the desert", "desert sand dunes", timeout=30)
 
 
+def _unseen_write(db: psycopg.Connection[Any], ws: Workspace, table: dict[str, Any], record_id: int,
+                  title: str, *, forget: str) -> None:
+    """Change ``Title`` of a record in SQL so that the keeper cannot read the write in the
+    change log: in the same transaction either the workspace's mark is deleted (``"mark"``:
+    as for a workspace whose tables were embedded before the keeper existed, met for the
+    first time at the log's end) or the write's events are deleted as retention deletes
+    them (``"events"``: a keeper behind the retention window)."""
+    col = next(c["id"] for c in table["columns"] if c["name"] == "Title")
+    with db.transaction():
+        db.execute(f"UPDATE ws_{ws.id}.t_{table['id']} SET c_{col} = %s WHERE id = %s", (title, record_id))
+        if forget == "mark":
+            db.execute("DELETE FROM wds.embedding_marks WHERE workspace_id = %s", (ws.id,))
+        else:
+            db.execute(
+                "WITH gone AS (DELETE FROM wds.events WHERE workspace_id = %s AND seq > (SELECT max(seq) FROM"
+                " wds.embedding_marks WHERE workspace_id = %s) RETURNING seq)"
+                " INSERT INTO wds.event_horizon AS h (workspace_id, purged_through)"
+                " SELECT %s, max(seq) FROM gone HAVING max(seq) IS NOT NULL ON CONFLICT (workspace_id)"
+                " DO UPDATE SET purged_through = greatest(h.purged_through, excluded.purged_through)",
+                (ws.id, ws.id, ws.id))
+
+
+@pytest.mark.parametrize("forget", ["mark", "events"])
+def test_writes_the_keeper_cannot_read_are_backfilled(cws: Workspace, db: psycopg.Connection[Any],
+                                                      forget: str) -> None:
+    """Writes the change log no longer shows the keeper (before its first pass over the
+    workspace, or deleted by retention while it was behind) are not lost: the keeper backfills
+    the workspace's embedded tables (a run, as enabling search starts) and moves on. Before,
+    such a record kept its old embedding, found by what it no longer says."""
+    notes = cws.create_table("Kept", [{"name": "Title", "type": "text"}], semantic_search={"columns": ["Title"]})
+    ids = []
+    for title in ("tomato soup basil", "volcano ash cloud", "walking dogs leash"):
+        r = cws.api.post(f"/tables/{notes['id']}/records", json={"fields": {"Title": title}})
+        assert r.status_code == 201, r.text
+        ids.append(r.json()["id"])
+    # a stale embedding ranks the other volcano first: found only once the record is embedded again
+    assert _titles(_search(cws, notes["id"], "volcano lava eruption", limit=1)) == ["volcano ash cloud"]
+    _unseen_write(db, cws, notes, ids[0], "lava eruption of a volcano", forget=forget)
+    assert _found(cws, notes["id"], "volcano lava eruption", "lava eruption of a volcano")
+    deadline = time.monotonic() + 10  # the run is marked completed just after its last page
+    while True:
+        runs = db.execute("SELECT status, kind FROM wds.runs WHERE workspace_id = %s AND table_id = %s",
+                          (cws.id, notes["id"])).fetchall()
+        if ("completed", "embeddings") in runs or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert runs == [("completed", "embeddings")], runs
+    # the keeper follows the log again from there: a later write by another writer is kept
+    src = cws.create_table("After", [
+        {"name": "Name", "type": "text"},
+        {"name": "Logged", "type": "create_record", "config": {"table_id": notes["id"], "fields": {"Title": "{{ Name }}"}}},
+    ])
+    assert cws.api.post(f"/tables/{src['id']}/records", json={"fields": {"Name": "glacier ice frozen"}}).status_code == 201
+    assert _found(cws, notes["id"], "frozen glacier", "glacier ice frozen")
+
+
 def test_an_embedded_formula_recomputed_by_its_backfill_is_embedded_again(cws: Workspace) -> None:
     """The embedded column is a formula; editing it recomputes every record in a backfill
     run (a workflow, not a write of the API): the records are found by the new values."""
