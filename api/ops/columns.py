@@ -10,6 +10,7 @@ from api.ops.access import require_manage, table_for
 from api.ops.schema_tx import check_column_hosts, schema_change
 from api.schemas import ColumnIn, ColumnPatch
 from api.serialize import column_out
+from api.services import embeddings as semantic_search
 from api.services.backfill import PURE_KINDS, backfill_after_change, start_backfill
 from api.state import AppState
 from storage import appusers, dependents, meta
@@ -94,6 +95,9 @@ async def update_column(
                                        allow_loss=allow_loss, report=report)
     backfill = await backfill_after_change(state, principal, table.id, col.id, before=current,
                                            requested=body.backfill)
+    changed = (await state.schema(principal.workspace_id)).tables.get(table.id)
+    if changed is not None:  # values converted in place are embedded again (a run of kind embeddings)
+        await semantic_search.after_column_change(state, changed, current, col)
     return {**column_out(col), **({"conversion": report} if report else {}), "backfill": backfill}
 
 

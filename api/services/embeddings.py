@@ -51,7 +51,7 @@ from storage.embeddings import (
     embedded_columns,
 )
 from storage.errors import ServiceError, Unavailable
-from storage.schema import TableMeta
+from storage.schema import ColumnMeta, TableMeta
 
 log = logging.getLogger("wds.search")
 
@@ -290,6 +290,26 @@ async def _keep_table(state: AppState, emb: Embedder, table: TableMeta, ids: lis
             await refresh_rows(state.db, emb, table, rows)
         except psycopg.errors.UndefinedTable:
             return  # search was turned off meanwhile
+
+
+async def after_column_change(state: AppState, table: TableMeta, before: ColumnMeta, after: ColumnMeta) -> None:
+    """Bring the embeddings of ``table`` (as it is after the change) current when a column
+    it embeds changed how its values read: its type (converted in place by ``ALTER ...
+    USING``, which fires no row trigger, so the keeper sees no write), its options (a
+    relabelled option) or its name (the label of each line when several columns are
+    embedded). A backfill run (records whose text did not change cost a hash); nothing
+    when this process cannot embed with the table's model (the process configured for it
+    does, when something next writes the records)."""
+    if not table.semantic or after.id not in {c.id for c in embedded_columns(table)}:
+        return
+    if (before.type, before.options, before.name) == (after.type, after.options, after.name):
+        return
+    try:
+        if not same_model(table, embedder(state)):
+            return
+    except ServiceError:
+        return
+    await start_backfill(state, table)
 
 
 async def start_backfill(state: AppState, table: TableMeta) -> dict[str, Any] | None:

@@ -119,6 +119,21 @@ def test_an_update_by_filter_refreshes_embeddings_as_a_single_update_does(cws: W
     assert _titles(_search(cws, table["id"], "lava from a volcano", limit=1)) == ["Filing taxes"]
 
 
+def _titles_of(r: httpx.Response, column: str) -> list[Any]:
+    assert r.status_code == 200, r.text
+    return [hit["record"]["fields"][column] for hit in r.json()["results"]]
+
+
+def _found_by(ws: Workspace, table_id: int, query: str, column: str, value: Any, timeout: float = 20.0) -> bool:
+    """Whether the best hit for ``query`` has ``column`` = ``value`` within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _titles_of(_search(ws, table_id, query, limit=1), column) == [value]:
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def _found(ws: Workspace, table_id: int, query: str, title: str, timeout: float = 20.0) -> bool:
     """Whether ``title`` becomes the best hit for ``query`` within ``timeout`` (the keeper
     reads the change log once a second)."""
@@ -230,6 +245,51 @@ def test_writes_the_keeper_cannot_read_are_backfilled(cws: Workspace, db: psycop
     ])
     assert cws.api.post(f"/tables/{src['id']}/records", json={"fields": {"Name": "glacier ice frozen"}}).status_code == 201
     assert _found(cws, notes["id"], "frozen glacier", "glacier ice frozen")
+
+
+def _keeper_caught_up(db: psycopg.Connection[Any], ws: Workspace, timeout: float = 20.0) -> None:
+    """Wait until the keeper has read the workspace's change log to its end (else it may
+    refresh records written just before a change, after the change, by chance)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = db.execute("SELECT (SELECT max(seq) FROM wds.events WHERE workspace_id = %s) <="
+                         " (SELECT max(seq) FROM wds.embedding_marks WHERE workspace_id = %s)", (ws.id, ws.id)).fetchone()
+        if row[0]:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the embeddings keeper did not read the change log to its end")
+
+
+def test_a_column_change_that_rewrites_embedded_text_embeds_again(cws: Workspace, db: psycopg.Connection[Any]) -> None:
+    """A relabelled option and a type change rewrite what records say without writing a row
+    (no event for the keeper): the column's PATCH starts an embeddings backfill. Before, the
+    records stayed embedded as they read before the change."""
+    t = cws.create_table("Topics", [
+        {"name": "Kind", "type": "single_select", "options": ["alpha", "beta"]},
+        {"name": "Code", "type": "text"},
+    ], semantic_search={"columns": ["Kind", "Code"]})
+    for kind, code in (("alpha", "A1"), ("beta", "volcano ash cloud")):
+        assert cws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Kind": kind, "Code": code}}).status_code == 201
+    kind = next(c for c in t["columns"] if c["name"] == "Kind")
+    ids = {o["label"]: o["id"] for o in kind["options"]}
+    assert _titles_of(_search(cws, t["id"], "volcano lava eruption", limit=1), "Code") == ["volcano ash cloud"]
+    _keeper_caught_up(db, cws)
+    r = cws.api.patch(f"/tables/{t['id']}/columns/{kind['id']}", json={"options": [
+        {"id": ids["alpha"], "label": "volcano lava eruption"}, {"id": ids["beta"], "label": "beta"}]})
+    assert r.status_code == 200, r.text
+    assert _found_by(cws, t["id"], "volcano lava eruption", "Code", "A1")
+    # a type change converts the stored values in place (ALTER ... USING): here it clears
+    # the text that is no number, and the record no longer says "volcano lava eruption"
+    retype = cws.create_table("Retype", [{"name": "Code", "type": "text"}, {"name": "Note", "type": "text"}],
+                              semantic_search={"columns": ["Code", "Note"]})
+    for code, note in (("volcano lava eruption", "first"), ("12", "volcano")):
+        assert cws.api.post(f"/tables/{retype['id']}/records", json={"fields": {"Code": code, "Note": note}}).status_code == 201
+    assert _titles_of(_search(cws, retype["id"], "volcano lava eruption", limit=1), "Note") == ["first"]
+    _keeper_caught_up(db, cws)
+    col = next(c for c in retype["columns"] if c["name"] == "Code")
+    r = cws.api.patch(f"/tables/{retype['id']}/columns/{col['id']}", json={"type": "number", "allow_loss": True})
+    assert r.status_code == 200 and r.json()["conversion"], r.text
+    assert _found_by(cws, retype["id"], "volcano lava eruption", "Note", "volcano")
 
 
 def test_an_embedded_formula_recomputed_by_its_backfill_is_embedded_again(cws: Workspace) -> None:
