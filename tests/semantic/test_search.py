@@ -150,7 +150,9 @@ def test_records_written_by_a_pipeline_step_are_embedded(cws: Workspace) -> None
     by what it says (the write of the step refreshes nothing itself; the keeper follows
     the change log), and so is an update_record step's change."""
     notes = cws.create_table("Notes", [{"name": "Title", "type": "text"}], semantic_search={"columns": ["Title"]})
-    assert cws.api.post(f"/tables/{notes['id']}/records", json={"fields": {"Title": "tomato soup basil"}}).status_code == 201
+    for title in ("tomato soup basil", "glacier hiking trail"):  # the second is the best "frozen glacier" before
+        assert cws.api.post(f"/tables/{notes['id']}/records", json={"fields": {"Title": title}}).status_code == 201
+    assert _titles(_search(cws, notes["id"], "frozen glacier", limit=1)) == ["glacier hiking trail"]
     src = cws.create_table("Src", [
         {"name": "Name", "type": "text"},
         {"name": "Logged", "type": "create_record", "config": {"table_id": notes["id"], "fields": {"Title": "{{ Name }}"}}},
