@@ -122,3 +122,15 @@ def test_converts_what_the_default_converts() -> None:
     assert new[0].record_ids == [1, 2, 1] and all(type(i) is int for i in new[0].record_ids)
     assert new[0].levels == [[3]] and type(new[0].levels[0][0]) is int
     assert type(new[0].time_budget_s) is float and math.isclose(new[0].time_budget_s, 2.0)
+
+
+def test_a_caller_recorded_before_its_later_fields_decodes_with_their_defaults() -> None:
+    """Workflow inputs recorded before ``Caller`` had bucket grants and app-user fields
+    (session 24) still decode, with the defaults, which grant less: no bucket, no app
+    user (activities/records.py then checks the table grants alone, as before)."""
+    recorded = {"token_id": 5, "token_type": "rest_api", "plan": "pro", "grants": {"7": [True, True, False, False]}}
+    payload = OLD.to_payloads([recorded])
+    decoded = NEW.from_payloads(payload, [wire.Caller])
+    assert decoded == OLD.from_payloads(payload, [wire.Caller])
+    assert decoded == [wire.Caller(5, "rest_api", "pro", {"7": [True, True, False, False]},
+                                   buckets={}, app_user_id=None, users_table_id=None)]
