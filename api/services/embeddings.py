@@ -156,6 +156,7 @@ KEEP_ROUNDS = 50  # reads of one workspace's log per pass at most (then the next
 KEEP_SLICE_S = 1.0  # no further read of one workspace's log in a pass after this long on it
 KEEP_ROWS = BACKFILL_PAGE  # records loaded and refreshed at a time
 KEEP_BACKOFF_MAX_S = 60.0  # a workspace whose provider failed is retried after at most this
+KEEP_BACKFILLS = 2  # backfills the keeper starts run this many at a time per process (the rest wait)
 _LOCK_CLASS = 0x57454D42  # "WEMB": pg_try_advisory_lock(class, workspace and model), one process each
 
 
@@ -274,7 +275,7 @@ async def _unread_writes(state: AppState, workspace_id: int, model: str, tables:
     why = "first met" if first else f"events {mark + 1}..{horizon} deleted by retention before they were read"
     log.warning("embeddings of workspace %s: %s; backfilling %d table(s)", workspace_id, why, len(tables))
     for table in tables.values():
-        await start_backfill(state, table)
+        await start_backfill(state, table, queued=True)
     if horizon > mark:
         async with state.db.connection() as conn:
             await sem.set_mark(conn, workspace_id=workspace_id, embedder=model, seq=horizon)
@@ -312,8 +313,11 @@ async def after_column_change(state: AppState, table: TableMeta, before: ColumnM
     await start_backfill(state, table)
 
 
-async def start_backfill(state: AppState, table: TableMeta) -> dict[str, Any] | None:
-    """Start embedding every record of ``table`` (nothing to do: ``None``)."""
+async def start_backfill(state: AppState, table: TableMeta, *, queued: bool = False) -> dict[str, Any] | None:
+    """Start embedding every record of ``table`` (nothing to do: ``None``). ``queued``
+    (the keeper's): wait for one of :data:`KEEP_BACKFILLS` turns, so a first pass over
+    many workspaces after an upgrade does not scan every table at once (the run shows
+    ``running`` with nothing done meanwhile)."""
     async with state.db.connection() as conn:
         total = await sem.count_rows(conn, workspace_id=table.workspace_id, table_id=table.id)
     if total == 0:
@@ -329,9 +333,16 @@ async def start_backfill(state: AppState, table: TableMeta) -> dict[str, Any] | 
     if previous is not None and not previous.done():
         previous.cancel()  # the new configuration supersedes it
 
+    gate: asyncio.Semaphore | None = (
+        state.extras.setdefault("keeper_backfills", asyncio.Semaphore(KEEP_BACKFILLS)) if queued else None)
+
     async def run() -> None:
         try:
-            await backfill(state.db, emb, table, run_id=run_id)
+            if gate is None:
+                await backfill(state.db, emb, table, run_id=run_id)
+            else:
+                async with gate:
+                    await backfill(state.db, emb, table, run_id=run_id)
         except asyncio.CancelledError:
             async with state.db.connection() as conn:
                 await runs.set_progress(conn, run_id=run_id, done=0, failed=0, status="cancelled")

@@ -249,6 +249,34 @@ def test_writes_the_keeper_cannot_read_are_backfilled(cws: Workspace, db: psycop
     assert _found(cws, notes["id"], "frozen glacier", "glacier ice frozen")
 
 
+def test_the_keepers_backfills_take_turns_and_all_complete(cws: Workspace, db: psycopg.Connection[Any]) -> None:
+    """A workspace met for the first time with more embedded tables than the keeper's
+    backfills run at once (2): each table gets its run, the ones past the first two wait
+    their turn, and every one completes with its changed record found."""
+    tables = []
+    for i in range(4):
+        t = cws.create_table(f"Many{i}", [{"name": "Title", "type": "text"}], semantic_search={"columns": ["Title"]})
+        ids = [cws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Title": title}}).json()["id"]
+               for title in ("tomato soup basil", "volcano ash cloud")]
+        tables.append((t, ids))
+    with db.transaction():
+        for t, ids in tables:
+            col = t["columns"][0]["id"]
+            db.execute(f"UPDATE ws_{cws.id}.t_{t['id']} SET c_{col} = 'lava eruption of a volcano' WHERE id = %s",
+                       (ids[0],))
+        db.execute("DELETE FROM wds.embedding_marks WHERE workspace_id = %s", (cws.id,))
+    for t, _ in tables:
+        assert _found(cws, t["id"], "volcano lava eruption", "lava eruption of a volcano")
+    deadline = time.monotonic() + 10
+    while True:
+        runs = db.execute("SELECT table_id, status FROM wds.runs WHERE workspace_id = %s AND kind = 'embeddings'",
+                          (cws.id,)).fetchall()
+        if all(status == "completed" for _, status in runs) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert sorted(runs) == sorted((t["id"], "completed") for t, _ in tables), runs
+
+
 def _keeper_caught_up(db: psycopg.Connection[Any], ws: Workspace, timeout: float = 20.0) -> None:
     """Wait until the keeper has read the workspace's change log to its end (else it may
     refresh records written just before a change, after the change, by chance)."""
