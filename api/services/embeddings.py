@@ -301,9 +301,11 @@ async def after_column_change(state: AppState, table: TableMeta, before: ColumnM
     embedded). A backfill run (records whose text did not change cost a hash); nothing
     when this process cannot embed with the table's model (the process configured for it
     does, when something next writes the records)."""
-    if not table.semantic or after.id not in {c.id for c in embedded_columns(table)}:
+    columns = embedded_columns(table)
+    if not table.semantic or after.id not in {c.id for c in columns}:
         return
-    if (before.type, before.options, before.name) == (after.type, after.options, after.name):
+    renamed = before.name != after.name and len(columns) > 1  # one column's text has no label
+    if (before.type, before.options) == (after.type, after.options) and not renamed:
         return
     try:
         if not same_model(table, embedder(state)):
