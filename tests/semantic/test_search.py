@@ -113,6 +113,10 @@ def test_an_update_by_filter_refreshes_embeddings_as_a_single_update_does(cws: W
             return await client.call_tool("batch_update_records", {
                 "table_id": "Docs", "filters": {"Category": "eq.money"}, "fields": {"Body": "volcano lava eruption"}})
 
+    # before, the best "lava from a volcano" is none of them in particular: make it one
+    assert cws.api.post(f"/tables/{table['id']}/records", json={"fields": {"Title": "Ash", "Body": "volcano"}}).status_code == 201
+    assert _titles(_search(cws, table["id"], "lava from a volcano", limit=1)) == ["Ash"]
+    calls = len(fake.embeddings)
     out = asyncio.run(go())
     assert not out.is_error and out.structured_content["updated"] == 1
     assert len(fake.embeddings) > calls
@@ -328,9 +332,11 @@ def test_an_embedded_formula_recomputed_by_its_backfill_is_embedded_again(cws: W
     table = cws.create_table("Labels", [{"name": "Title", "type": "text"},
                                         {"name": "Label", "type": "formula", "formula": "{Title}"}],
                              semantic_search={"columns": ["Label"]})
-    rows = [{"fields": {"Title": t}} for t in ("cats kittens", "dogs puppies", "bread yeast")]
+    rows = [{"fields": {"Title": t}} for t in ("cats kittens", "dogs puppies", "bread yeast", "volcano ash")]
     assert cws.api.post(f"/tables/{table['id']}/records/batch", json={"rows": rows}).status_code == 200
     assert _found(cws, table["id"], "kittens", "cats kittens")
+    # before the edit the best "lava volcano" is the ash (a tie could not pass the test)
+    assert _titles(_search(cws, table["id"], "lava volcano", limit=1)) == ["volcano ash"]
     label = next(c for c in cws.api.get(f"/tables/{table['id']}").json()["columns"] if c["name"] == "Label")
     r = cws.api.patch(f"/tables/{table['id']}/columns/{label['id']}",
                       json={"formula": 'IF({Title} = "bread yeast", "volcano lava", {Title})'})
