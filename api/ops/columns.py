@@ -131,6 +131,10 @@ async def delete_column(
             await dependents.detach_column(conn, table=table, column=col, dependents=users)
         await meta.delete_column(conn, workspace_id=principal.workspace_id, col=col)
     out: dict[str, Any] = {"id": col.id, "deleted": True}
+    if any(d["kind"] == "semantic_search" for d in users):  # the records' embedded text lost a column
+        changed = (await state.schema(principal.workspace_id)).tables.get(table.id)
+        if changed is not None:
+            await semantic_search.embed_again(state, changed)
     if users:
         out["detached"] = users
         broken = [d["id"] for d in users if d["kind"] == "column" and d.get("table_id") == table.id]

@@ -307,6 +307,16 @@ async def after_column_change(state: AppState, table: TableMeta, before: ColumnM
     renamed = before.name != after.name and len(columns) > 1  # one column's text has no label
     if (before.type, before.options) == (after.type, after.options) and not renamed:
         return
+    await embed_again(state, table)
+
+
+async def embed_again(state: AppState, table: TableMeta) -> None:
+    """A backfill run of ``table``'s embeddings after a schema change rewrote what its
+    records say (:func:`after_column_change`; an embedded column deleted with ``force``);
+    nothing when search is off or this process cannot embed with the table's model (the
+    process configured for it does, when something next writes the records)."""
+    if not table.semantic or not embedded_columns(table):
+        return
     try:
         if not same_model(table, embedder(state)):
             return

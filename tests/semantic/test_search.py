@@ -326,6 +326,23 @@ def test_a_column_change_that_rewrites_embedded_text_embeds_again(cws: Workspace
     assert _found_by(cws, retype["id"], "volcano lava eruption", "Note", "volcano")
 
 
+def test_an_embedded_column_deleted_with_force_embeds_the_rest_again(cws: Workspace, db: psycopg.Connection[Any]) -> None:
+    """Deleting one of the embedded columns (``force``: semantic search depends on it)
+    leaves the records saying less, with no row written: the delete starts an embeddings
+    backfill, and a record is no longer found by what only the deleted column said."""
+    t = cws.create_table("Two", [{"name": "Title", "type": "text"}, {"name": "Note", "type": "text"}],
+                         semantic_search={"columns": ["Title", "Note"]})
+    for title, note in (("alpha", "volcano lava eruption"), ("volcano", "x")):
+        assert cws.api.post(f"/tables/{t['id']}/records", json={"fields": {"Title": title, "Note": note}}).status_code == 201
+    assert _titles(_search(cws, t["id"], "volcano lava eruption", limit=1)) == ["alpha"]
+    _keeper_caught_up(db, cws)
+    note = next(c for c in t["columns"] if c["name"] == "Note")
+    assert cws.api.delete(f"/tables/{t['id']}/columns/{note['id']}").json()["code"] == "COLUMN_IN_USE"
+    r = cws.api.delete(f"/tables/{t['id']}/columns/{note['id']}?force=true")
+    assert r.status_code == 200 and r.json()["detached"][0]["kind"] == "semantic_search", r.text
+    assert _found(cws, t["id"], "volcano lava eruption", "volcano")
+
+
 def test_an_embedded_formula_recomputed_by_its_backfill_is_embedded_again(cws: Workspace) -> None:
     """The embedded column is a formula; editing it recomputes every record in a backfill
     run (a workflow, not a write of the API): the records are found by the new values."""
