@@ -119,6 +119,8 @@ async def detach_column(
                 "UPDATE wds.tables SET semantic = %s, updated_at = now() WHERE id = %s",
                 (Jsonb(semantic) if semantic is not None else None, table.id),
             )
+            if semantic is None:  # its last embedded column: search is off, as semantic_search: null turns it
+                await ddl.drop_embedding_table(conn, table.workspace_id, table.id)
 
 
 def _relations_to(schema: WorkspaceSchema, table: TableMeta) -> list[tuple[TableMeta, ColumnMeta]]:

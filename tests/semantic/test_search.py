@@ -341,6 +341,13 @@ def test_an_embedded_column_deleted_with_force_embeds_the_rest_again(cws: Worksp
     r = cws.api.delete(f"/tables/{t['id']}/columns/{note['id']}?force=true")
     assert r.status_code == 200 and r.json()["detached"][0]["kind"] == "semantic_search", r.text
     assert _found(cws, t["id"], "volcano lava eruption", "volcano")
+    # the last embedded column deleted: search is off and its index is dropped, as with null
+    title = next(c for c in t["columns"] if c["name"] == "Title")
+    assert cws.api.delete(f"/tables/{t['id']}/columns/{title['id']}?force=true").status_code == 200
+    assert cws.api.get(f"/tables/{t['id']}").json()["semantic_search"] is None
+    assert db.execute("SELECT to_regclass(%s) IS NULL", (f"ws_{cws.id}.e_{t['id']}",)).fetchone()[0] is True
+    r = _search(cws, t["id"], "volcano")
+    assert (r.status_code, r.json()["code"]) == (400, "NOT_CONFIGURED")
 
 
 def test_an_embedded_formula_recomputed_by_its_backfill_is_embedded_again(cws: Workspace) -> None:
