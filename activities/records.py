@@ -162,9 +162,8 @@ class RecordSteps:
                        creating: bool) -> rec.PreparedRow:
         """``values`` checked and encoded as a REST write's, file references resolved."""
         prepared = rec.prepare_fields(table, values, creating=creating)
-        if objects.has_object_refs(table, prepared.values, self.base_url):
-            await objects.resolve_file_refs(conn, table=table, values=prepared.values, base_url=self.base_url,
-                                            may_read=who.may_read_object)
+        await objects.resolve_file_refs(conn, table=table, values=prepared.values, base_url=self.base_url,
+                                        may_read=who.may_read_object)  # no query without a reference
         return prepared
 
     def _record_id(self, config: dict[str, Any]) -> int:

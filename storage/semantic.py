@@ -9,7 +9,7 @@ until ``limit`` rows pass the filters (so a selective filter does not starve the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import AsyncConnection, sql
@@ -105,31 +105,29 @@ async def workspaces_behind(conn: Conn, *, embedder: str) -> list[int]:
     return [int(r["w"]) for r in await cur.fetchall()]
 
 
-async def start_mark(conn: Conn, *, workspace_id: int, embedder: str) -> tuple[int, bool]:
-    """The workspace's seq in the change log up to which the embeddings of its tables made
-    by ``embedder`` (``provider/model``) are current, and whether the workspace was met for
-    the first time now (its mark then starts at the log's end: what was written before is
-    not in the events the keeper reads)."""
+class Mark(NamedTuple):
+    """Where the keeper stands in a workspace's change log for one model."""
+
+    seq: int  # the events up to here have their records' embeddings current
+    first: bool  # the mark was made now: at the log's end, what was written before is unread
+    purged: int  # the highest seq retention deleted (``wds.event_horizon``; 0: none)
+
+
+async def start_mark(conn: Conn, *, workspace_id: int, embedder: str) -> Mark:
+    """The workspace's :class:`Mark` for ``embedder`` (``provider/model``), made at the
+    log's end when it has none yet: one statement (the CTE's insert is not visible to the
+    statement's own reads, so the new row's seq comes from its ``RETURNING``)."""
     cur = await conn.execute(
-        "INSERT INTO wds.embedding_marks (workspace_id, embedder, seq)"
-        " SELECT %s, %s, coalesce(max(seq), 0) FROM wds.events WHERE workspace_id = %s ON CONFLICT DO NOTHING"
-        " RETURNING seq",
-        (workspace_id, embedder, workspace_id))
+        "WITH made AS (INSERT INTO wds.embedding_marks (workspace_id, embedder, seq)"
+        " SELECT %(w)s, %(e)s, coalesce(max(seq), 0) FROM wds.events WHERE workspace_id = %(w)s"
+        " ON CONFLICT DO NOTHING RETURNING seq)"
+        " SELECT coalesce((SELECT seq FROM made), (SELECT seq FROM wds.embedding_marks"
+        " WHERE workspace_id = %(w)s AND embedder = %(e)s), 0) AS seq, EXISTS (SELECT 1 FROM made) AS first,"
+        " coalesce((SELECT purged_through FROM wds.event_horizon WHERE workspace_id = %(w)s), 0) AS purged",
+        {"w": workspace_id, "e": embedder})
     row = await cur.fetchone()
-    if row is not None:
-        return int(row["seq"]), True
-    cur = await conn.execute("SELECT seq FROM wds.embedding_marks WHERE workspace_id = %s AND embedder = %s",
-                             (workspace_id, embedder))
-    row = await cur.fetchone()
-    return (int(row["seq"]) if row else 0), False
-
-
-async def purged_through(conn: Conn, *, workspace_id: int) -> int:
-    """The highest seq of the workspace's change log that retention deleted (0: none)."""
-    cur = await conn.execute("SELECT purged_through FROM wds.event_horizon WHERE workspace_id = %s",
-                             (workspace_id,))
-    row = await cur.fetchone()
-    return int(row["purged_through"]) if row else 0
+    assert row is not None
+    return Mark(int(row["seq"]), bool(row["first"]), int(row["purged"]))
 
 
 async def set_mark(conn: Conn, *, workspace_id: int, embedder: str, seq: int) -> None:

@@ -95,9 +95,8 @@ async def update_column(
                                        allow_loss=allow_loss, report=report)
     backfill = await backfill_after_change(state, principal, table.id, col.id, before=current,
                                            requested=body.backfill)
-    changed = (await state.schema(principal.workspace_id)).tables.get(table.id)
-    if changed is not None:  # values converted in place are embedded again (a run of kind embeddings)
-        await semantic_search.after_column_change(state, changed, current, col)
+    # values converted in place are embedded again (a run of kind embeddings)
+    await semantic_search.after_column_change(state, table, current, col)
     return {**column_out(col), **({"conversion": report} if report else {}), "backfill": backfill}
 
 
@@ -132,9 +131,7 @@ async def delete_column(
         await meta.delete_column(conn, workspace_id=principal.workspace_id, col=col)
     out: dict[str, Any] = {"id": col.id, "deleted": True}
     if any(d["kind"] == "semantic_search" for d in users):  # the records' embedded text lost a column
-        changed = (await state.schema(principal.workspace_id)).tables.get(table.id)
-        if changed is not None:
-            await semantic_search.embed_again(state, changed)
+        await semantic_search.embed_again(state, principal.workspace_id, table.id)
     if users:
         out["detached"] = users
         broken = [d["id"] for d in users if d["kind"] == "column" and d.get("table_id") == table.id]

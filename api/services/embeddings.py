@@ -29,6 +29,7 @@ is resumed, idempotently, by sending the PATCH again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -231,10 +232,10 @@ async def keep_workspace(state: AppState, workspace_id: int, emb: Embedder) -> i
             read = 0
             began = time.monotonic()
             async with state.db.connection() as conn:
-                mark, first = await sem.start_mark(conn, workspace_id=workspace_id, embedder=model)
-                horizon = await sem.purged_through(conn, workspace_id=workspace_id)
-            if first or horizon > mark:
-                mark = await _unread_writes(state, workspace_id, model, tables, mark, horizon, first=first)
+                start = await sem.start_mark(conn, workspace_id=workspace_id, embedder=model)
+            mark = start.seq
+            if start.first or start.purged > mark:
+                mark = await _unread_writes(state, workspace_id, model, tables, start)
             for _ in range(KEEP_ROUNDS):  # a busy log is read on in the same pass, for a while
                 async with state.db.connection() as conn:
                     events = await sem.written_after(conn, workspace_id=workspace_id, after=mark,
@@ -264,7 +265,7 @@ async def keep_workspace(state: AppState, workspace_id: int, emb: Embedder) -> i
 
 
 async def _unread_writes(state: AppState, workspace_id: int, model: str, tables: dict[int, TableMeta],
-                         mark: int, horizon: int, *, first: bool) -> int:
+                         start: sem.Mark) -> int:
     """Writes the keeper can no longer read: the workspace's tables were embedded before
     the keeper first met it (records other writers wrote then were never refreshed), or
     retention deleted events past its mark (it was behind longer than
@@ -272,15 +273,16 @@ async def _unread_writes(state: AppState, workspace_id: int, model: str, tables:
     wrote is unknown, so each embedded table gets a backfill run (``GET /runs/{id}``;
     records whose text is unchanged cost a hash, no provider call) and the mark moves past
     the deleted events; the new mark."""
-    why = "first met" if first else f"events {mark + 1}..{horizon} deleted by retention before they were read"
+    why = ("first met" if start.first
+           else f"events {start.seq + 1}..{start.purged} deleted by retention before they were read")
     log.warning("embeddings of workspace %s: %s; backfilling %d table(s)", workspace_id, why, len(tables))
     for table in tables.values():
         await start_backfill(state, table, queued=True)
-    if horizon > mark:
-        async with state.db.connection() as conn:
-            await sem.set_mark(conn, workspace_id=workspace_id, embedder=model, seq=horizon)
-        return horizon
-    return mark
+    if start.purged <= start.seq:
+        return start.seq
+    async with state.db.connection() as conn:
+        await sem.set_mark(conn, workspace_id=workspace_id, embedder=model, seq=start.purged)
+    return start.purged
 
 
 async def _keep_table(state: AppState, emb: Embedder, table: TableMeta, ids: list[int]) -> None:
@@ -294,28 +296,27 @@ async def _keep_table(state: AppState, emb: Embedder, table: TableMeta, ids: lis
 
 
 async def after_column_change(state: AppState, table: TableMeta, before: ColumnMeta, after: ColumnMeta) -> None:
-    """Bring the embeddings of ``table`` (as it is after the change) current when a column
-    it embeds changed how its values read: its type (converted in place by ``ALTER ...
-    USING``, which fires no row trigger, so the keeper sees no write), its options (a
-    relabelled option) or its name (the label of each line when several columns are
-    embedded). A backfill run (records whose text did not change cost a hash); nothing
-    when this process cannot embed with the table's model (the process configured for it
-    does, when something next writes the records)."""
-    columns = embedded_columns(table)
-    if not table.semantic or after.id not in {c.id for c in columns}:
+    """Bring the embeddings of ``table`` (as it was before the change: its embedded
+    columns are kept by id) current when a column it embeds changed how its values read:
+    its type (converted in place by ``ALTER ... USING``, which fires no row trigger, so
+    the keeper sees no write), its options (a relabelled option) or its name (the label of
+    each line when several columns are embedded)."""
+    columns = embedded_columns(table) if table.semantic else []
+    if after.id not in {c.id for c in columns}:
         return
     renamed = before.name != after.name and len(columns) > 1  # one column's text has no label
-    if (before.type, before.options) == (after.type, after.options) and not renamed:
-        return
-    await embed_again(state, table)
+    if (before.type, before.options) != (after.type, after.options) or renamed:
+        await embed_again(state, table.workspace_id, table.id)
 
 
-async def embed_again(state: AppState, table: TableMeta) -> None:
-    """A backfill run of ``table``'s embeddings after a schema change rewrote what its
-    records say (:func:`after_column_change`; an embedded column deleted with ``force``);
-    nothing when search is off or this process cannot embed with the table's model (the
-    process configured for it does, when something next writes the records)."""
-    if not table.semantic or not embedded_columns(table):
+async def embed_again(state: AppState, workspace_id: int, table_id: int) -> None:
+    """A backfill run of the table's embeddings, as the table now is, after a schema
+    change rewrote what its records say (:func:`after_column_change`; an embedded column
+    deleted with ``force``); nothing when search is off or this process cannot embed with
+    the table's model (the process configured for it does, when something next writes
+    the records)."""
+    table = (await state.schema(workspace_id)).tables.get(table_id)
+    if table is None or not table.semantic or not embedded_columns(table):
         return
     try:
         if not same_model(table, embedder(state)):
@@ -350,11 +351,8 @@ async def start_backfill(state: AppState, table: TableMeta, *, queued: bool = Fa
 
     async def run() -> None:
         try:
-            if gate is None:
+            async with gate or contextlib.nullcontext():
                 await backfill(state.db, emb, table, run_id=run_id)
-            else:
-                async with gate:
-                    await backfill(state.db, emb, table, run_id=run_id)
         except asyncio.CancelledError:
             async with state.db.connection() as conn:
                 await runs.set_progress(conn, run_id=run_id, done=0, failed=0, status="cancelled")

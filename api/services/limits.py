@@ -280,9 +280,7 @@ class RateLimiter:
         window's remaining and reset for the headers)."""
         key = self._key(item, kind, ident)
         st = self._leases.get(key)
-        hit = self._hit(st) if st is not None else None  # most requests: no coroutine, no store call
-        if hit is not None:
-            assert st is not None
+        if st is not None and (hit := self._hit(st)) is not None:  # most requests: no coroutine, no store call
             st.demand += 1
         else:
             hit = await self._take(item, key)

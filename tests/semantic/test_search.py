@@ -48,8 +48,7 @@ def _search(ws: Workspace, table_id: int, query: str, **kw: Any) -> httpx.Respon
 
 
 def _titles(r: httpx.Response) -> list[str]:
-    assert r.status_code == 200, r.text
-    return [hit["record"]["fields"]["Title"] for hit in r.json()["results"]]
+    return _titles_of(r, "Title")
 
 
 def test_enabling_records_provider_and_dimension(cws: Workspace) -> None:
@@ -141,12 +140,7 @@ def _found_by(ws: Workspace, table_id: int, query: str, column: str, value: Any,
 def _found(ws: Workspace, table_id: int, query: str, title: str, timeout: float = 20.0) -> bool:
     """Whether ``title`` becomes the best hit for ``query`` within ``timeout`` (the keeper
     reads the change log once a second)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if _titles(_search(ws, table_id, query, limit=1)) == [title]:
-            return True
-        time.sleep(0.2)
-    return False
+    return _found_by(ws, table_id, query, "Title", title, timeout)
 
 
 def test_records_written_by_a_pipeline_step_are_embedded(cws: Workspace) -> None:
