@@ -177,7 +177,8 @@ class Settings(BaseSettings):
     # rate limiting on/off (bench compares both); quotas are always on
     rate_limits: bool = True
     # quota leasing (memory or Redis store): a process takes up to 32 hits of a window in one
-    # call to the store when it has headroom and serves them for at most 1 s;
+    # call to the store when it has headroom and serves them for at most 1 s (with Redis,
+    # busy windows' next leases are prefetched, many windows a round trip);
     # off = exact mode, one call per request and window (docs/operations.md)
     rate_limit_leases: bool = True
     log_level: str = "info"

@@ -17,7 +17,9 @@ It runs after the caller's token is resolved, and in this order:
    store a busy key is served by *quota leasing* (``WDS_RATE_LIMIT_LEASES``, on by
    default): one call to the store takes up to 32 hits of the window, which this process
    then hands out for at most a second; near the limit every request is one exact hit
-   (:class:`RateLimiter`). ``WDS_RATE_LIMITS=false`` turns rate limits off (quotas stay
+   (:class:`RateLimiter`). With Redis, busy keys' leases are prefetched: four times a
+   second one pipeline refills every lease about to run out, so a busy key's requests do
+   not wait for a round trip of their own. ``WDS_RATE_LIMITS=false`` turns rate limits off (quotas stay
    on). If Redis fails, requests are let through (logged): the data stays available.
 2. **The monthly API-request quota** (:mod:`storage.quotas`) → 402
    ``PLAN_LIMIT_API_REQUESTS`` with ``upgrade: true``; counted in memory, written once a
@@ -187,6 +189,11 @@ LEASE_HEADROOM = 64  # a lease takes at most 1/64 of the window's remaining head
 LEASE_TARGET_S = 1.0  # a lease is sized for this many seconds of the key's recent rate
 RATE_HALF_LIFE_S = 1.0  # a key's rate estimate halves every second it is idle
 RATE_MIN_S = 0.25  # the shortest interval a rate is measured over
+# Prefetch (Redis only): every PREFETCH_S one pipeline refills the leases of all busy keys
+# that would run out before the next pass, so a busy key makes no round trip of its own
+PREFETCH_S = 0.25
+PREFETCH_AHEAD_S = 1.5 * PREFETCH_S  # a lease due to run out within this is refilled
+PREFETCH_CHUNK = 32  # keys per pipeline: a pipeline's packing and parsing run on the event loop
 
 Answer = tuple[int, float]  # (remaining, reset as epoch seconds) from the window's store or the lease
 Window = tuple[int, int, int]  # the X-RateLimit-Limit, -Remaining and -Reset of a request
@@ -197,12 +204,19 @@ class _Lease:
     (Redis: they count against the limit for every process), served to this process's
     requests until they run out or ``until`` passes (then the rest is wasted)."""
 
-    __slots__ = ("demand", "fetched", "fetching", "left", "rate", "remaining", "reset", "rkey", "until", "waiting")
+    __slots__ = ("demand", "fetched", "fetching", "item", "last", "left", "rate", "remaining", "reset", "rkey",
+                 "spare", "spare_until", "until", "waiting")
 
-    def __init__(self, rkey: str) -> None:
+    def __init__(self, rkey: str, item: RateLimitItem) -> None:
         self.rkey = rkey  # the key in the store (in Redis, limits' key with the storage's prefix)
+        self.item = item  # the window's limit and length
         self.left = 0  # leased hits not yet served
         self.until = 0.0  # monotonic time the lease expires
+        # a prefetched lease (Redis): served once ``left`` runs out or ``until`` passes;
+        # it expires later than the current one (it was taken after it)
+        self.spare = 0
+        self.spare_until = 0.0
+        self.last = 0.0  # monotonic time of the key's last request served from a lease
         self.remaining = 0  # the window's remaining in the store after the last round trip
         self.reset = 0.0  # the window's reset (epoch) from the last round trip
         self.fetched: float | None = None  # monotonic time of the last lease fetch
@@ -225,7 +239,8 @@ class RateLimiter:
     trip. Leased hits are real entries of the window, so the sum never exceeds the limit
     (across processes too); near the limit every request is one exact hit. In process
     memory a round trip is a few µs and the lease saves that per request; in Redis it is
-    a network call.
+    a network call, so a task refills busy keys' leases ahead of need, many keys a round
+    trip (:meth:`_prefetch`).
     """
 
     def __init__(self, *, redis_url: str | None, enabled: bool = True, leases: bool = True) -> None:
@@ -256,7 +271,18 @@ class RateLimiter:
         self._items: dict[int, RateLimitItem] = {}
         self._keys: dict[tuple[int, str, int], str] = {}  # (amount, kind, id) → the library's key
         self._leases: dict[str, _Lease] = {}  # the library's key → this process's lease
+        # Redis: the keys whose leases the prefetcher keeps filled, and its task
+        self._busy: dict[str, _Lease] = {}
+        self._prefetcher: asyncio.Task[None] | None = None
         self._warned = 0.0
+
+    async def close(self) -> None:
+        """Stop the prefetcher (its leases' unused hits are wasted, never over-admitted)."""
+        task, self._prefetcher = self._prefetcher, None
+        if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
 
     def _item(self, amount: int) -> RateLimitItem:
         item = self._items.get(amount)
@@ -292,13 +318,17 @@ class RateLimiter:
     @staticmethod
     def _hit(st: _Lease) -> tuple[bool, int, float] | None:
         """The lease's next hit, while it has one and has not expired (``None`` otherwise;
-        an expired lease's rest is wasted)."""
-        if st.left > 0:
-            if time.monotonic() < st.until:
-                st.left -= 1
-                return True, st.remaining + st.left, st.reset
-            st.left = 0
-        return None
+        an expired lease's rest is wasted). The current lease is served first (it expires
+        first), then the prefetched one."""
+        now = time.monotonic()
+        if st.left <= 0 or now >= st.until:
+            if st.spare <= 0 or now >= st.spare_until:
+                st.left = st.spare = 0
+                return None
+            st.left, st.until, st.spare = st.spare, st.spare_until, 0
+        st.left -= 1
+        st.last = now
+        return True, st.remaining + st.left + st.spare, st.reset
 
     async def _take(self, item: RateLimitItem, key: str) -> tuple[bool, int, float]:
         """One request from the key's lease, or from the store when it has none left.
@@ -313,7 +343,8 @@ class RateLimiter:
         if st is None:
             if len(self._leases) > 100_000:
                 self._leases.clear()  # unused leased hits are wasted, never over-admitted
-            st = self._leases[key] = _Lease(self._rkey(key))
+                self._busy.clear()
+            st = self._leases[key] = _Lease(self._rkey(key), item)
         if not self.leasing:
             return await self._acquire(item, st.rkey, 1)
         st.demand += 1
@@ -363,6 +394,10 @@ class RateLimiter:
         started = time.monotonic()
         size = self._lease_size(item, st, started)
         st.demand, st.fetched = 0, started
+        if size > 1 and self._bridge is not None:  # a busy key: the prefetcher refills it from now on
+            st.last = started
+            self._busy[st.rkey] = st
+            self._start_prefetcher()
         fetch = st.fetching = asyncio.get_running_loop().create_future()
         try:
             ok, remaining, reset = await self._acquire(item, st.rkey, size)
@@ -405,11 +440,9 @@ class RateLimiter:
             acquired = await storage.acquire_entry(rkey, limit, expiry, amount)
             start, count = await storage.get_moving_window(rkey, limit, expiry)
             return bool(acquired), limit - count, start + expiry
-        acquire, window_script = bridge.lua_acquire_moving_window, bridge.lua_moving_window
         now = time.time()
         pipe = bridge.get_connection().pipeline(transaction=False)
-        pipe.evalsha(acquire.sha, 1, rkey, now, limit, expiry, amount)
-        pipe.evalsha(window_script.sha, 1, rkey, now - expiry, limit)
+        self._queue(pipe, item, rkey, now, amount)
         acquired, window = await pipe.execute(raise_on_error=False)
         if isinstance(acquired, NoScriptError) and retry:  # a fresh or flushed Redis: load, once
             await self._load_scripts()
@@ -419,10 +452,129 @@ class RateLimiter:
         if isinstance(window, Exception):  # the hit is recorded; read the window on its own
             if not isinstance(window, NoScriptError):
                 raise window
-            window = await window_script([rkey], [time.time() - expiry, limit])  # loads it
+            window = await bridge.lua_moving_window([rkey], [time.time() - expiry, limit])  # loads it
+        return self._answer(item, acquired, window, now)
+
+    def _queue(self, pipe: Any, item: RateLimitItem, rkey: str, now: float, amount: int) -> None:
+        """Add one round trip's commands to ``pipe``: limits' moving-window acquire script
+        for ``amount`` hits and its window-stats script, with the library's arguments."""
+        bridge: Any = self._bridge
+        limit, expiry = item.amount, item.get_expiry()
+        pipe.evalsha(bridge.lua_acquire_moving_window.sha, 1, rkey, now, limit, expiry, amount)
+        pipe.evalsha(bridge.lua_moving_window.sha, 1, rkey, now - expiry, limit)
+
+    @staticmethod
+    def _answer(item: RateLimitItem, acquired: Any, window: Any, now: float) -> tuple[bool, int, float]:
+        """(acquired, remaining, reset) from the two scripts' replies (:meth:`_queue`)."""
+        limit, expiry = item.amount, item.get_expiry()
         if window:
             return bool(acquired), limit - int(window[1]), float(window[0]) + expiry
         return bool(acquired), limit, now + expiry
+
+    # ----------------------------------------------------------------- prefetch (Redis)
+
+    def _start_prefetcher(self) -> None:
+        loop = asyncio.get_running_loop()
+        task = self._prefetcher
+        if task is None or task.done() or task.get_loop() is not loop:
+            self._prefetcher = loop.create_task(self._prefetch_loop(), name="wds-limits-prefetch")
+
+    async def _prefetch_loop(self) -> None:
+        """Every :data:`PREFETCH_S`, refill the busy keys' leases in one pipeline; ends when
+        no key is busy (the next busy key's round trip starts it again)."""
+        while self._busy:
+            await asyncio.sleep(PREFETCH_S)
+            try:
+                await self._prefetch(time.monotonic())
+            except Exception as exc:  # Redis down: the keys' own round trips fail open and log
+                self._warn(exc)
+
+    def _due(self, now: float) -> list[tuple[_Lease, int]]:
+        """The busy keys whose lease runs out (by count at the key's rate, or by time)
+        within :data:`PREFETCH_AHEAD_S`, each with the size of its next lease: the key's
+        demand over the part of :data:`LEASE_S` it will serve (from at most
+        ``PREFETCH_AHEAD_S`` after the round trip), within the bounds of
+        :meth:`_lease_size`. A key with no request since the last pass leaves the busy
+        set (its lease lapses; its next round trip is its own); one with a round trip under
+        way, a prefetched lease still unserved, or a lease of fewer than 2 hits due (near
+        its limit, or slow) is skipped."""
+        due: list[tuple[_Lease, int]] = []
+        for rkey, st in list(self._busy.items()):
+            if now - st.last > PREFETCH_S:
+                del self._busy[rkey]
+                continue
+            if st.fetching is not None or st.spare > 0 or st.fetched is None:
+                continue
+            elapsed = now - st.fetched
+            rate = max(st.demand / max(elapsed, RATE_MIN_S), st.rate * 0.5 ** (elapsed / RATE_HALF_LIFE_S))
+            left = st.left if now < st.until else 0
+            if left > rate * PREFETCH_AHEAD_S and st.until - now > PREFETCH_AHEAD_S:
+                continue
+            size = min(LEASE_MAX, st.remaining // LEASE_HEADROOM, math.ceil(rate * (LEASE_S - PREFETCH_AHEAD_S)))
+            if size >= 2:
+                st.rate = rate
+                due.append((st, size))
+        return due
+
+    async def _prefetch(self, now: float) -> None:
+        """Refill every due key (:meth:`_due`), :data:`PREFETCH_CHUNK` keys a round trip."""
+        due = self._due(now)
+        for start in range(0, len(due), PREFETCH_CHUNK):
+            await self._refill(due[start:start + PREFETCH_CHUNK])
+
+    async def _refill(self, due: list[tuple[_Lease, int]]) -> None:
+        """One round trip for ``due``: each key takes its next lease with limits' two
+        scripts, as :meth:`_acquire` does, all in one pipeline. The new lease is kept beside
+        the current one (``spare``) and served when that runs out; it expires
+        :data:`LEASE_S` after the round trip started. Requests that find the key's lease
+        empty meanwhile wait for this round trip as for a key's own. A lease that no longer
+        fits the window is not taken: its waiters make their own (exact) round trip. A key
+        that started its own round trip since it was found due is left out."""
+        due = [(st, size) for st, size in due if st.fetching is None]
+        if not due:
+            return
+        loop = asyncio.get_running_loop()
+        now, clock = time.monotonic(), time.time()
+        pipe: Any = self._bridge.get_connection().pipeline(transaction=False)
+        for st, size in due:
+            self._queue(pipe, st.item, st.rkey, clock, size)
+            st.demand, st.fetched = 0, now
+            st.fetching = loop.create_future()
+        try:
+            replies = await pipe.execute(raise_on_error=False)
+        except BaseException as exc:
+            for st, _ in due:
+                fetch, st.fetching = st.fetching, None
+                if fetch is not None:  # waiters fail open with the error, after a cancellation try themselves
+                    fetch.set_result(exc if isinstance(exc, Exception) else None)
+            raise
+        reload = False
+        for i, (st, size) in enumerate(due):
+            fetch, st.fetching = st.fetching, None
+            acquired, window = replies[2 * i], replies[2 * i + 1]
+            outcome: tuple[bool, int, float] | Exception | None = None
+            if isinstance(acquired, NoScriptError):
+                reload = True  # a fresh or flushed Redis: nothing taken, the waiters try themselves
+            elif isinstance(acquired, Exception):
+                outcome = acquired
+            else:
+                if isinstance(window, Exception):  # the hits are recorded, the stats are not
+                    ok, remaining, reset = bool(acquired), max(0, st.remaining - size), st.reset
+                else:
+                    ok, remaining, reset = self._answer(st.item, acquired, window, clock)
+                st.remaining, st.reset = remaining, reset
+                if ok:
+                    st.spare, st.spare_until = size, now + LEASE_S
+                    outcome = (True, remaining, reset)
+            if fetch is not None:
+                fetch.set_result(outcome)
+        if reload:
+            await self._load_scripts()
+
+    def _warn(self, exc: Exception) -> None:
+        if time.monotonic() - self._warned > 30:
+            self._warned = time.monotonic()
+            log.warning("rate limiter unavailable, requests pass unlimited: %s", exc)
 
     async def _load_scripts(self) -> None:
         bridge: Any = self._bridge
@@ -493,9 +645,7 @@ class RateLimiter:
         except RateLimited:
             raise
         except Exception as exc:  # the shared store is down: keep serving, say so in the log
-            if time.monotonic() - self._warned > 30:
-                self._warned = time.monotonic()
-                log.warning("rate limiter unavailable, requests pass unlimited: %s", exc)
+            self._warn(exc)
             return None
 
 
@@ -641,6 +791,7 @@ async def stop(state: AppState) -> None:
             await rt.task
         rt.task = None
     await rt.fairness.close()
+    await rt.limiter.close()
     with suppress(Exception):
         await asyncio.wait_for(flush(state, rt), timeout=5)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import random
 import shutil
 import subprocess
@@ -133,11 +134,22 @@ async def _redis_server() -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def _limits_off(ctx: BenchContext) -> AsyncIterator[str]:
+async def _limits_off(ctx: BenchContext) -> AsyncIterator[Any]:
     # a fresh process like the limits-on side, so the two differ only in the flag (the
     # main API has been warm for the whole run, which skews a comparison with a new one)
     async with ctx.extra_api("limits-off", workers=1, WDS_RATE_LIMITS="false") as proc:
-        yield proc.base_url
+        yield proc
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user + system, with reaped children's) of process ``pid`` so far, from
+    ``/proc`` (``None`` where there is none)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 @scenario("limits.rate_limiter", title="single-record GET req/s, rate limits on vs off (same run), memory and Redis stores",
@@ -167,14 +179,16 @@ async def limiter_cost(ctx: BenchContext) -> list[Figure]:
                 # one worker per side: two multi-worker processes on this 2-core machine measure
                 # the OS scheduler (67–122 % seen), not the limiter (~10 µs a request in isolation)
                 on = await stack.enter_async_context(ctx.extra_api(f"limits-on-{store.lower()}", workers=1, **env))
-                off_url = await stack.enter_async_context(_limits_off(ctx))
+                off = await stack.enter_async_context(_limits_off(ctx))
                 lowest = _Lowest()
                 on_op = _get_op(ctx, on.base_url, int(table["id"]), ids, shares, lowest)
-                off_op = _get_op(ctx, off_url, int(table["id"]), ids, shares)
+                off_op = _get_op(ctx, off.base_url, int(table["id"]), ids, shares)
                 # a fresh process: fill its token cache, pools and code paths before measuring
                 for op in (on_op, off_op):
                     await run_phase(op, concurrency=conc, duration_s=WARMUP_S, max_ops=ctx.config.max_ops)
+                cpu0 = [cpu_seconds(p.proc.pid) for p in (on, off)]
                 limited, free = await ctx.interleave([on_op, off_op], conc, longer=LONGER)
+                cpu1 = [cpu_seconds(p.proc.pid) for p in (on, off)]
         except NotMeasurable as exc:
             figures.append(not_measured("limits.rate_limiter", name, str(exc), target=TARGET))
             continue
@@ -183,6 +197,9 @@ async def limiter_cost(ctx: BenchContext) -> list[Figure]:
                                         "X-RateLimit-* headers: the limiter did not run", target=TARGET))
             continue
         seen = (f"lowest X-RateLimit-Remaining seen {lowest.remaining:,} of {lowest.limit:,}")
+        if None not in cpu0 and None not in cpu1 and limited.ops and free.ops:
+            per = [(b - a) / n * 1e6 for a, b, n in zip(cpu0, cpu1, (limited.ops, free.ops))]  # type: ignore[operator]
+            seen += f"; API CPU per request {per[0]:.0f} µs on, {per[1]:.0f} µs off"
         if lowest.remaining < lowest.limit * HEADROOM_FLOOR:
             limited.errors += 1  # fails the figure
             limited.first_error = limited.first_error or (

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
-from api.services.limits import LEASE_MAX, LEASE_S, RateLimiter
+from api.services.limits import LEASE_MAX, LEASE_S, PREFETCH_S, RateLimiter
 from storage.access import Principal, TokenType
 from storage.errors import RateLimited
 from tests.limits.conftest import rest_client
@@ -56,6 +56,7 @@ def test_leasing_serves_most_requests_without_a_redis_round_trip(make_workspace,
     other = make_workspace(plan="enterprise")
     with rest_client(exact.base_url, other.builder_token) as c:
         c.get("/tables")
+        time.sleep(3 * PREFETCH_S)  # the leasing process's prefetcher has let its idle key go
         r.config_resetstat()
         remaining = [int(c.get("/tables").headers["X-RateLimit-Remaining"]) for _ in range(50)]
     # exact mode: one round trip a request (limits' acquire and window scripts, pipelined)
@@ -112,6 +113,7 @@ async def test_concurrent_requests_share_one_round_trip_and_never_double_spend(r
     # the workspace window: 600 hits, at most one lease (≤ 9) a round trip while remaining
     # >= 128, then one hit each; refusals each wait for (and share) a round trip
     assert _scripts_run(r) < 2 * 2 * 700
+    await limiter.close()
 
 
 async def test_a_lease_expires_and_near_the_limit_every_request_is_exact(redis_url):
@@ -123,9 +125,13 @@ async def test_a_lease_expires_and_near_the_limit_every_request_is_exact(redis_u
     r.config_resetstat()
     await limiter.check(p)
     assert _scripts_run(r) == 0  # served from the lease
-    await asyncio.sleep(LEASE_S + 0.1)
+    await asyncio.sleep(LEASE_S + 3 * PREFETCH_S)
+    # idle: the prefetcher took at most one more lease for the key, then let it go
+    assert _scripts_run(r) <= 2
+    assert limiter._prefetcher is not None and limiter._prefetcher.done()
+    r.config_resetstat()
     await limiter.check(p)
-    assert _scripts_run(r) == 2  # the lease expired: a round trip (unused hits wasted)
+    assert _scripts_run(r) == 2  # every lease expired: a round trip of its own (unused hits wasted)
 
     free = _principal("free")  # 60 a minute: 60 // 64 = 0, every request one exact hit
     r.config_resetstat()
@@ -143,3 +149,88 @@ async def test_a_lease_expires_and_near_the_limit_every_request_is_exact(redis_u
     except RateLimited as exc:
         assert exc.code == "PLAN_RATE_LIMIT_API"
     assert time.monotonic() - start < 1
+    await limiter.close()
+
+
+def _reads(r: redis.Redis) -> int:
+    """Requests Redis read from its clients since the last CONFIG RESETSTAT (a pipeline of
+    a few keys is one read), less the INFO call asking."""
+    return int(r.info("stats")["total_reads_processed"]) - 1
+
+
+async def test_busy_keys_leases_are_refilled_ahead_a_round_trip_for_many(redis_url):
+    """16 tokens at ~40 requests a second each in one process. The prefetcher refills the
+    leases of keys about to run out, many keys a round trip, so a busy key makes no round
+    trip of its own: Redis reads far fewer requests than one a key a second (what each key
+    made before). Every admitted request is a hit in the shared window, the headers never
+    count up, and when the demand stops the prefetcher takes at most one more lease a key
+    and stops."""
+    r = redis.Redis.from_url(redis_url)
+    limiter = RateLimiter(redis_url=redis_url)
+    keys = [_principal("enterprise") for _ in range(16)]
+    served = {p.token_id: 0 for p in keys}
+    seen: dict[int, list[int]] = {p.token_id: [] for p in keys}
+
+    async def drive(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for p in keys:
+                headers = await limiter.check(p)
+                served[p.token_id] += 1
+                seen[p.token_id].append(int(headers["X-RateLimit-Remaining"]))
+            await asyncio.sleep(0.025)
+
+    await drive(1.0)  # the keys' leases grow with their demand
+    r.config_resetstat()
+    await drive(2.0)
+    reads = _reads(r)
+    # before the prefetcher each busy key made its own round trip about once a second
+    # (~32 here); now ~4 passes a second, each one pipeline for the keys due
+    assert reads <= 14, reads
+    assert _scripts_run(r) >= 2 * len(keys)  # the leases were refilled all the same
+    for p in keys:
+        remaining = seen[p.token_id]
+        assert remaining == sorted(remaining, reverse=True), p.token_id
+        # leased hits are taken before they are served: at most the current lease's and
+        # the prefetched lease's unused hits more
+        assert 0 <= _window_entries(r, "tok", p.token_id) - served[p.token_id] <= 2 * LEASE_MAX
+
+    await asyncio.sleep(4 * PREFETCH_S)
+    assert limiter._prefetcher is not None and limiter._prefetcher.done()  # idle keys let go
+    for p in keys:
+        assert _window_entries(r, "tok", p.token_id) - served[p.token_id] <= 2 * LEASE_MAX
+    await limiter.close()
+
+
+async def test_a_prefetch_that_fails_fails_open_and_the_limiter_recovers(redis_url):
+    """Redis goes away under busy keys: requests are let through (fail open, as a key's
+    own round trip does), the prefetcher keeps running and the limiter counts again once
+    Redis answers."""
+    r = redis.Redis.from_url(redis_url)
+    limiter = RateLimiter(redis_url=redis_url)
+    keys = [_principal("enterprise") for _ in range(4)]
+    for _ in range(30):
+        for p in keys:
+            await limiter.check(p)
+        await asyncio.sleep(0.01)
+    r.client_pause(int(3000 * PREFETCH_S))  # no reply for three passes: every call times out (0.5 s)
+    try:
+        answers = []
+        end = time.monotonic() + 2 * PREFETCH_S
+        while time.monotonic() < end:
+            answers += [await limiter.check(p) for p in keys]
+            await asyncio.sleep(0.01)
+    finally:
+        r.client_unpause()
+    assert {} in answers  # failed open: no rate-limit headers, the request passed
+    # Redis back: every request is counted again and the busy keys are prefetched again
+    r.config_resetstat()
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        last = [await limiter.check(p) for p in keys]
+        await asyncio.sleep(0.01)
+    assert all(h and int(h["X-RateLimit-Remaining"]) < 3000 for h in last)
+    assert limiter._prefetcher is not None and not limiter._prefetcher.done()
+    assert _scripts_run(r) > 0
+    await limiter.close()
+    assert limiter._prefetcher is None
