@@ -18,9 +18,10 @@ It runs after the caller's token is resolved, and in this order:
    default): one call to the store takes up to 32 hits of the window, which this process
    then hands out for at most a second; near the limit every request is one exact hit
    (:class:`RateLimiter`). With Redis, busy keys' leases are prefetched: four times a
-   second one pipeline refills every lease about to run out, so a busy key's requests do
-   not wait for a round trip of their own. ``WDS_RATE_LIMITS=false`` turns rate limits off (quotas stay
-   on). If Redis fails, requests are let through (logged): the data stays available.
+   second a task refills every lease about to run out, 32 keys a round trip, so a busy
+   key's requests do not wait for a round trip of their own. ``WDS_RATE_LIMITS=false``
+   turns rate limits off (quotas stay on). If Redis fails, requests are let through
+   (logged): the data stays available.
 2. **The monthly API-request quota** (:mod:`storage.quotas`) → 402
    ``PLAN_LIMIT_API_REQUESTS`` with ``upgrade: true``; counted in memory, written once a
    second, no database round trip per request.
@@ -189,8 +190,8 @@ LEASE_HEADROOM = 64  # a lease takes at most 1/64 of the window's remaining head
 LEASE_TARGET_S = 1.0  # a lease is sized for this many seconds of the key's recent rate
 RATE_HALF_LIFE_S = 1.0  # a key's rate estimate halves every second it is idle
 RATE_MIN_S = 0.25  # the shortest interval a rate is measured over
-# Prefetch (Redis only): every PREFETCH_S one pipeline refills the leases of all busy keys
-# that would run out before the next pass, so a busy key makes no round trip of its own
+# Prefetch (Redis only): every PREFETCH_S the leases of all busy keys that would run out
+# before the next pass are refilled, many keys a round trip, so a busy key makes none of its own
 PREFETCH_S = 0.25
 PREFETCH_AHEAD_S = 1.5 * PREFETCH_S  # a lease due to run out within this is refilled
 PREFETCH_CHUNK = 32  # keys per pipeline: a pipeline's packing and parsing run on the event loop
@@ -480,8 +481,9 @@ class RateLimiter:
             self._prefetcher = loop.create_task(self._prefetch_loop(), name="wds-limits-prefetch")
 
     async def _prefetch_loop(self) -> None:
-        """Every :data:`PREFETCH_S`, refill the busy keys' leases in one pipeline; ends when
-        no key is busy (the next busy key's round trip starts it again)."""
+        """Every :data:`PREFETCH_S`, refill the busy keys' leases that are due
+        (:meth:`_prefetch`); ends when no key is busy (the next busy key's round trip starts
+        it again)."""
         while self._busy:
             await asyncio.sleep(PREFETCH_S)
             try:
