@@ -21,7 +21,17 @@ from activities.types import FusedInput, LoadInput, PipelineInput, PipelineResul
 from storage import guards, meta
 from storage import records as rec
 from storage.db import Database
+from storage.errors import is_schema_race
 from storage.schema import TableMeta
+
+
+def _stale_read(exc: psycopg.Error) -> bool:
+    """Whether a read of rows by a run's table snapshot failed because the table changed
+    since the snapshot was taken: a column it names deleted, or converted to a type the
+    read's casts and functions no longer apply to (a function or cast of the old type, or
+    a stored value that is no longer text of the old type: class 22)."""
+    return is_schema_race(exc) or isinstance(exc, psycopg.DataError)
+
 
 GUARDS_KEY = "_guards"  # load_records' result: the write-back guard beside the records
 _PAYLOADS = PayloadConverter.default  # the bytes the worker's converter writes (service/converter.py: the same)
@@ -48,16 +58,38 @@ class RecordIO:
         if given is not None and all(rid in by_id for rid in inp.record_ids):
             rows = [by_id[rid] for rid in inp.record_ids]
         else:
-            try:
-                rows = await self._read(table, inp.record_ids)
-            except psycopg.errors.UndefinedColumn:  # a column was deleted since the run began
-                table = table_meta(await self._still_there(inp.table))
-                rows = await self._read(table, inp.record_ids)
+            table, rows = await self._read(inp.table, inp.record_ids)
         return decode_rows(table, rows), {row["id"]: row for row in rows}
 
-    async def _read(self, table: TableMeta, record_ids: list[int]) -> list[dict[str, Any]]:
+    async def _read(self, snap: TableSnap, record_ids: list[int]) -> tuple[TableMeta, list[dict[str, Any]]]:
+        """The rows of ``record_ids`` read as stored now (:meth:`_reading`), and the table
+        they were read by."""
+        async def read(table: TableMeta) -> list[dict[str, Any]]:
+            async with self.db.connection() as conn:
+                return await rec.get_record_rows(conn, table=table, record_ids=record_ids)
+        return await self._reading(snap, read)
+
+    async def _reading(self, snap: TableSnap, read: Any) -> tuple[TableMeta, Any]:
+        """``read(table)`` by ``snap``'s table as its rows are stored now: by
+        :meth:`_as_stored` when a column it names was deleted or converted since the
+        snapshot was taken. A read composed from a stale type would fail (a function or
+        cast of the old type), or worse, succeed: a converted boolean read as the text
+        ``'true'``, a number converted to text read back as a number. The column types are
+        checked first (one small statement); a conversion committing between the check and
+        the read fails the read, which is then made again as stored."""
         async with self.db.connection() as conn:
-            return await rec.get_record_rows(conn, table=table, record_ids=record_ids)
+            cur = await conn.execute("SELECT id, type FROM wds.columns WHERE table_id = %s", (snap.id,))
+            types = {row["id"]: row["type"] for row in await cur.fetchall()}
+        if any(types.get(c.id) != c.type for c in snap.columns):
+            snap = await self._as_stored(snap)
+        table = table_meta(snap)
+        try:
+            return table, await read(table)
+        except psycopg.Error as exc:
+            if not _stale_read(exc):
+                raise
+            table = table_meta(await self._as_stored(snap))
+            return table, await read(table)
 
     async def _now(self, snap: TableSnap) -> TableMeta:
         """The table of ``snap`` as the schema has it now.
@@ -75,6 +107,18 @@ class RecordIO:
     async def _current(self, snap: TableSnap) -> TableSnap:
         """The table's snapshot as it is now (its definitions after a schema change)."""
         return table_snap(await self._now(snap))
+
+    async def _as_stored(self, snap: TableSnap) -> TableSnap:
+        """``snap`` as its rows are stored now, to read them: without the columns deleted
+        since it was taken, and each column converted meanwhile (``PATCH`` of its type) with
+        its type and options now. Names, definitions and everything the run computes with
+        stay the snapshot's (a run's table snapshot is taken when the run starts; a schema
+        change may commit while it runs; the write-back's guard then decides what lands)."""
+        now = {c.id: c for c in (await self._now(snap)).columns}
+        return dataclasses.replace(snap, columns=[
+            dataclasses.replace(c, type=now[c.id].type.value, options=[o.as_dict() for o in now[c.id].options])
+            if now[c.id].type.value != c.type else c
+            for c in snap.columns if c.id in now])
 
     async def _still_there(self, snap: TableSnap) -> TableSnap:
         """``snap`` without the columns deleted since it was taken (a run's table snapshot
@@ -132,17 +176,11 @@ class RecordIO:
         write handed them over, and the waiter takes the rows of one write-back."""
         if run_id and (written.given_rows(run_id) is not None or written.waiting(run_id)):
             return await self._load(LoadInput(table=snap, record_ids=record_ids), run_id), []
-        table = table_meta(snap)
-
-        async def read() -> tuple[list[dict[str, Any]], list[int]]:
+        async def read(table: TableMeta) -> tuple[list[dict[str, Any]], list[int]]:
             async with self.db.connection() as conn:
                 return await rec.get_record_rows_within(conn, table=table, record_ids=record_ids,
                                                         max_bytes=PURE_LOAD_BYTES)
-        try:
-            rows, rest = await read()
-        except psycopg.errors.UndefinedColumn:  # a column was deleted since the run began
-            table = table_meta(await self._still_there(snap))
-            rows, rest = await read()
+        table, (rows, rest) = await self._reading(snap, read)
         return (decode_rows(table, rows), {row["id"]: row for row in rows}), rest
 
     async def _pure_part(self, inp: FusedInput, p: PipelineInput,

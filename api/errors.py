@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from storage.errors import InvalidValue, SchemaChanged, ServiceError
+from storage.errors import SCHEMA_RACES, InvalidValue, SchemaChanged, ServiceError, is_schema_race
 
 log = logging.getLogger("wds.api")
 
@@ -58,28 +58,6 @@ def service_error_response(exc: ServiceError) -> Response:
     return error_response(exc.status, exc.message, exc.code, exc.headers or None, **exc.extra)
 
 
-# what a request's statement raises when a schema change committed between the request
-# reading the table's shape and running it: a column or table it names is gone, or a
-# column it reads or writes was converted to another type (a function or cast of the old
-# type no longer applies). Our statements are composed from that shape, so these mean it
-# was stale. A statement psycopg had prepared names its table by OID: when the table was
-# dropped while the statement waited for its lock, PostgreSQL answers XX000 "could not
-# open relation with OID …" (an InternalError, otherwise a 500): only that message counts
-SCHEMA_RACES = (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable, psycopg.errors.DatatypeMismatch,
-                psycopg.errors.UndefinedFunction, psycopg.errors.CannotCoerce, psycopg.errors.InternalError_)
-# PostgreSQL's internal errors when the relation a statement planned for is dropped under
-# it (relation_open, the syscache): a race with a schema change, not a fault of ours
-_DROPPED_RELATION = ("could not open relation with OID", "cache lookup failed for relation",
-                     "cache lookup failed for type")
-
-
-def _schema_race(exc: psycopg.Error) -> bool:
-    if isinstance(exc, psycopg.errors.InternalError_):
-        message = (exc.diag.message_primary if exc.diag else None) or str(exc)
-        return message.startswith(_DROPPED_RELATION)
-    return isinstance(exc, SCHEMA_RACES)
-
-
 def database_error(exc: psycopg.Error) -> ServiceError | None:
     """The error every door answers for a database error of a request's own statement
     (REST's routes and fast path, MCP's tools alike), or ``None``: unexpected (a 500)."""
@@ -88,7 +66,7 @@ def database_error(exc: psycopg.Error) -> ServiceError | None:
         # client sent cannot be stored as sent, e.g. "\u0000" in text or JSON
         reason = (exc.diag.message_primary if exc.diag else None) or str(exc).splitlines()[0]
         return InvalidValue(f"a value cannot be stored: {reason}")
-    if _schema_race(exc):
+    if is_schema_race(exc):
         # logged: were it a bug of ours rather than a race, this is where it would show
         log.warning("statement refused after a schema change (%s): %s", exc.sqlstate,
                     exc.diag.message_primary if exc.diag else type(exc).__name__)

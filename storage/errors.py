@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+
 
 class ServiceError(Exception):
     """A failure the client caused or must be told about, rendered as ``{error, code}``."""
@@ -178,3 +180,27 @@ class QueryTimeout(ServiceError):
 
     status = 503
     code = "QUERY_TIMEOUT"
+
+
+# what a request's statement raises when a schema change committed between the request
+# reading the table's shape and running it: a column or table it names is gone, or a
+# column it reads or writes was converted to another type (a function or cast of the old
+# type no longer applies). Our statements are composed from that shape, so these mean it
+# was stale. A statement psycopg had prepared names its table by OID: when the table was
+# dropped while the statement waited for its lock, PostgreSQL answers XX000 "could not
+# open relation with OID …" (an InternalError, otherwise a 500): only that message counts
+SCHEMA_RACES = (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable, psycopg.errors.DatatypeMismatch,
+                psycopg.errors.UndefinedFunction, psycopg.errors.CannotCoerce, psycopg.errors.InternalError_)
+# PostgreSQL's internal errors when the relation a statement planned for is dropped under
+# it (relation_open, the syscache): a race with a schema change, not a fault of ours
+_DROPPED_RELATION = ("could not open relation with OID", "cache lookup failed for relation",
+                     "cache lookup failed for type")
+
+
+def is_schema_race(exc: BaseException) -> bool:
+    """Whether ``exc`` is what a statement composed from a table's shape raises when a schema
+    change committed after the shape was read (:data:`SCHEMA_RACES`)."""
+    if isinstance(exc, psycopg.errors.InternalError_):
+        message = (exc.diag.message_primary if exc.diag else None) or str(exc)
+        return message.startswith(_DROPPED_RELATION)
+    return isinstance(exc, SCHEMA_RACES)

@@ -211,3 +211,55 @@ def test_a_bulk_run_over_large_records_computes_every_one_in_parts(ws, services,
     for rid, n in zip(ids, sizes, strict=True):
         got = ws.api.get(f"/tables/{t['id']}/records/{rid}").json()
         assert got["fields"]["Len"] == n and got["pipeline"]["run_id"] == "run-parts", got["pipeline"]
+
+
+@pytest.mark.parametrize("change", [
+    # text → checkbox: reading it as text named octet_length(boolean), which does not exist
+    ("Note", {"type": "checkbox", "allow_loss": True}),
+    # number → text: reading a text of words as a double failed the cast
+    ("N", {"type": "text"}),
+])
+def test_a_run_whose_table_snapshot_predates_a_column_conversion_reads_the_rows_as_stored(ws, services, change) -> None:
+    """A run's table snapshot is taken when the run starts; a column converted before it
+    reads the rows (``PATCH …/columns/{id}`` with another type) is read as it is stored now,
+    keeping the run's own definitions. Before, the read composed from the snapshot failed
+    (``UndefinedFunction`` or a cast's ``InvalidTextRepresentation``) on every attempt: the
+    run's records failed for a schema change that had nothing to do with what they
+    compute. Both the fused read (``pure_pipeline``, in parts) and ``load_records``."""
+    from activities.records_io import RecordIO
+    from activities.snap import table_snap
+    from activities.types import FusedInput, LoadInput
+
+    t = ws.create_table("Converted", [{"name": "N", "type": "number"}, {"name": "Note", "type": "text"},
+                                      {"name": "Twice", "type": "formula", "formula": "{N} * 2"}])
+    ids = [ws.api.post(f"/tables/{t['id']}/records?run_pipeline=false",
+                       json={"fields": {"N": i, "Note": "yes" if i % 2 else "no"}}).json()["id"] for i in range(1, 4)]
+    twice = next(c["id"] for c in t["columns"] if c["name"] == "Twice")
+    name, body = change
+    col = next(c for c in t["columns"] if c["name"] == name)
+
+    async def go():
+        db, table = await _db_and_snap(services, ws, t["id"])()
+        try:
+            snap = table_snap(table)  # the run's snapshot, before the conversion
+            assert ws.api.patch(f"/tables/{t['id']}/columns/{col['id']}", json=body).status_code == 200
+            io = RecordIO(db)
+            loaded = await io.load_records(LoadInput(table=snap, record_ids=ids))
+            inp = PipelineInput(table=snap, record_ids=ids, mode="edit", levels=[[twice]],
+                                caller=Caller(token_id=1, token_type="vibe_mcp", plan="enterprise"),
+                                time_budget_s=30.0, step_budget=10)
+            result = await io.pure_pipeline(FusedInput(pipeline=inp, run_id="run-converted", now=NOW.isoformat()))
+            return loaded, result
+        finally:
+            await db.close()
+
+    loaded, result = asyncio.run(go())
+    # read as stored now: the converted column's values in their new type
+    now = {r["id"]: r["fields"] for r in ws.api.get(f"/tables/{t['id']}/records").json()["records"]}
+    assert sorted(int(k) for k in loaded) == ids
+    for rid in ids:
+        assert loaded[str(rid)][name] == now[rid].get(name), (loaded[str(rid)], now[rid])
+    # every record computed: from N untouched, or from N's text as stored now ("1" * 2 is
+    # 2, as a formula reads a number's text)
+    assert result.status == "ok" and sorted(result.ok) == sorted(str(i) for i in ids), result
+    assert [now[rid]["Twice"] for rid in ids] == [2, 4, 6]
