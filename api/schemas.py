@@ -117,8 +117,15 @@ class LossyChangeOut(ErrorOut):
     record_ids: list[int] | None = None
 
 
+EMBEDDINGS_RUN = ("the embeddings backfill this change started: the records' embedded text changed without a"
+                  " write (a converted or relabelled column, a rename when several columns are embedded, a"
+                  " forced delete of one of several): {run_id, status, total, done, failed, workflow_id}, progress"
+                  " at GET /runs/{run_id}; absent when none was started")
+
+
 class ColumnPatchOut(ColumnOut):
     conversion: ConversionOut | None = None
+    embeddings: dict[str, Any] | None = Field(default=None, description=EMBEDDINGS_RUN)
 
 
 class SemanticIn(BaseModel):
@@ -173,6 +180,7 @@ class Deleted(BaseModel):
     backfills: list[dict[str, Any]] | None = Field(
         default=None, description="forced table deletes: the same, one per table whose columns were marked broken",
     )
+    embeddings: dict[str, Any] | None = Field(default=None, description="forced column deletes: " + EMBEDDINGS_RUN)
 
 
 class PipelineOut(BaseModel):

@@ -96,8 +96,9 @@ async def update_column(
     backfill = await backfill_after_change(state, principal, table.id, col.id, before=current,
                                            requested=body.backfill)
     # values converted in place are embedded again (a run of kind embeddings)
-    await semantic_search.after_column_change(state, table, current, col)
-    return {**column_out(col), **({"conversion": report} if report else {}), "backfill": backfill}
+    embeddings = await semantic_search.after_column_change(state, table, current, col)
+    return {**column_out(col), **({"conversion": report} if report else {}), "backfill": backfill,
+            **({"embeddings": embeddings} if embeddings else {})}
 
 
 async def delete_column(
@@ -131,7 +132,9 @@ async def delete_column(
         await meta.delete_column(conn, workspace_id=principal.workspace_id, col=col)
     out: dict[str, Any] = {"id": col.id, "deleted": True}
     if any(d["kind"] == "semantic_search" for d in users):  # the records' embedded text lost a column
-        await semantic_search.embed_again(state, principal.workspace_id, table.id)
+        embeddings = await semantic_search.embed_again(state, principal.workspace_id, table.id)
+        if embeddings:
+            out["embeddings"] = embeddings
     if users:
         out["detached"] = users
         broken = [d["id"] for d in users if d["kind"] == "column" and d.get("table_id") == table.id]

@@ -275,9 +275,10 @@ async def _unread_writes(state: AppState, workspace_id: int, model: str, tables:
     the deleted events; the new mark."""
     why = ("first met" if start.first
            else f"events {start.seq + 1}..{start.purged} deleted by retention before they were read")
-    log.warning("embeddings of workspace %s: %s; backfilling %d table(s)", workspace_id, why, len(tables))
-    for table in tables.values():
-        await start_backfill(state, table, queued=True)
+    started = {table.id: await start_backfill(state, table, queued=True) for table in tables.values()}
+    log.warning("embeddings of workspace %s: %s; backfilling %d table(s): %s", workspace_id, why, len(tables),
+                ", ".join(f"table {tid} run {run['run_id'] if run else '- (no records)'}"
+                          for tid, run in started.items()))
     if start.purged <= start.seq:
         return start.seq
     async with state.db.connection() as conn:
@@ -295,35 +296,38 @@ async def _keep_table(state: AppState, emb: Embedder, table: TableMeta, ids: lis
             return  # search was turned off meanwhile
 
 
-async def after_column_change(state: AppState, table: TableMeta, before: ColumnMeta, after: ColumnMeta) -> None:
+async def after_column_change(state: AppState, table: TableMeta, before: ColumnMeta,
+                              after: ColumnMeta) -> dict[str, Any] | None:
     """Bring the embeddings of ``table`` (as it was before the change: its embedded
     columns are kept by id) current when a column it embeds changed how its values read:
     its type (converted in place by ``ALTER ... USING``, which fires no row trigger, so
     the keeper sees no write), its options (a relabelled option) or its name (the label of
-    each line when several columns are embedded)."""
+    each line when several columns are embedded). Returns the backfill run started, or
+    ``None``."""
     columns = embedded_columns(table) if table.semantic else []
     if after.id not in {c.id for c in columns}:
-        return
+        return None
     renamed = before.name != after.name and len(columns) > 1  # one column's text has no label
     if (before.type, before.options) != (after.type, after.options) or renamed:
-        await embed_again(state, table.workspace_id, table.id)
+        return await embed_again(state, table.workspace_id, table.id)
+    return None
 
 
-async def embed_again(state: AppState, workspace_id: int, table_id: int) -> None:
+async def embed_again(state: AppState, workspace_id: int, table_id: int) -> dict[str, Any] | None:
     """A backfill run of the table's embeddings, as the table now is, after a schema
     change rewrote what its records say (:func:`after_column_change`; an embedded column
     deleted with ``force``); nothing when search is off or this process cannot embed with
     the table's model (the process configured for it does, when something next writes
-    the records)."""
+    the records). Returns the run started (:func:`start_backfill`), or ``None``."""
     table = (await state.schema(workspace_id)).tables.get(table_id)
     if table is None or not table.semantic or not embedded_columns(table):
-        return
+        return None
     try:
         if not same_model(table, embedder(state)):
-            return
+            return None
     except ServiceError:
-        return
-    await start_backfill(state, table)
+        return None
+    return await start_backfill(state, table)
 
 
 async def start_backfill(state: AppState, table: TableMeta, *, queued: bool = False) -> dict[str, Any] | None:

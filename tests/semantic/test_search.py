@@ -288,6 +288,19 @@ def _keeper_caught_up(db: psycopg.Connection[Any], ws: Workspace, timeout: float
     raise AssertionError("the embeddings keeper did not read the change log to its end")
 
 
+def _run_completes(ws: Workspace, run: dict[str, Any], timeout: float = 30) -> None:
+    """``run`` (a column change's ``embeddings``) is listed at ``GET /runs/{run_id}`` and
+    completes there, every record done."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = ws.api.get(f"/runs/{run['run_id']}").json()
+        if got["status"] != "running":
+            assert got["status"] == "completed" and got["done"] == got["total"] == run["total"], got
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"run {run['run_id']} still running")
+
+
 def test_a_column_change_that_rewrites_embedded_text_embeds_again(cws: Workspace, db: psycopg.Connection[Any]) -> None:
     """A relabelled option and a type change rewrite what records say without writing a row
     (no event for the keeper): the column's PATCH starts an embeddings backfill. Before, the
@@ -305,7 +318,11 @@ def test_a_column_change_that_rewrites_embedded_text_embeds_again(cws: Workspace
     r = cws.api.patch(f"/tables/{t['id']}/columns/{kind['id']}", json={"options": [
         {"id": ids["alpha"], "label": "volcano lava eruption"}, {"id": ids["beta"], "label": "beta"}]})
     assert r.status_code == 200, r.text
+    _run_completes(cws, r.json()["embeddings"])  # the run the PATCH answers, and where to watch it
     assert _found_by(cws, t["id"], "volcano lava eruption", "Code", "A1")
+    # a change that rewrites nothing the records say starts none
+    r = cws.api.patch(f"/tables/{t['id']}/columns/{kind['id']}", json={"required": False})
+    assert r.status_code == 200 and "embeddings" not in r.json(), r.text
     # a type change converts the stored values in place (ALTER ... USING): here it clears
     # the text that is no number, and the record no longer says "volcano lava eruption"
     retype = cws.create_table("Retype", [{"name": "Code", "type": "text"}, {"name": "Note", "type": "text"}],
@@ -334,6 +351,7 @@ def test_an_embedded_column_deleted_with_force_embeds_the_rest_again(cws: Worksp
     assert cws.api.delete(f"/tables/{t['id']}/columns/{note['id']}").json()["code"] == "COLUMN_IN_USE"
     r = cws.api.delete(f"/tables/{t['id']}/columns/{note['id']}?force=true")
     assert r.status_code == 200 and r.json()["detached"][0]["kind"] == "semantic_search", r.text
+    _run_completes(cws, r.json()["embeddings"])
     assert _found(cws, t["id"], "volcano lava eruption", "volcano")
     # the last embedded column deleted: search is off and its index is dropped, as with null
     title = next(c for c in t["columns"] if c["name"] == "Title")
