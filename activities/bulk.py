@@ -5,14 +5,26 @@ from __future__ import annotations
 
 import psycopg
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.ledger import row_cost, run_columns, run_reads
 from activities.snap import table_meta
 from activities.types import CostInput, PageInput, ProgressInput
-from storage import runs
+from storage import meta, runs
 from storage.db import Database
+from storage.errors import ServiceError, is_schema_race
 from storage.query import parse_filter_list, plan_filters
+from storage.query.parse import Filter, Group
 from storage.records import json_sizes, page_ids
+from storage.schema import TableMeta
+
+
+def _columns_named(filters: tuple[Filter | Group, ...]) -> set[str]:
+    """The column names the parsed ``filters`` name, in groups too."""
+    out: set[str] = set()
+    for f in filters:
+        out |= _columns_named(f.items) if isinstance(f, Group) else {f.column}
+    return out
 
 
 class BulkSteps:
@@ -21,7 +33,38 @@ class BulkSteps:
 
     @activity.defn(name="page_ids")
     async def page_ids(self, inp: PageInput) -> list[int]:
-        table = table_meta(inp.table)
+        """The next page of the run's record ids. Its filters are planned against the run's
+        table snapshot while the columns they name are stored as it says; when one was
+        converted or deleted since (seen by its type, or by the statement failing as
+        stale), against the table as it is now: a text converted to a select holds option
+        ids, and the snapshot's plan compared them with the label, finding nothing. When
+        the filters no longer apply to the table as it is, the run ends with that reason
+        (non-retryable: every attempt would fail alike)."""
+        if inp.filters:
+            named = _columns_named(parse_filter_list(inp.filters))
+            async with self.db.connection() as conn:
+                types = await meta.column_types(conn, table_id=inp.table.id)
+            stale = any(types.get(c.id) != c.type for c in inp.table.columns if c.name in named)
+        else:
+            stale = False
+        if not stale:
+            try:
+                return await self._page(inp, table_meta(inp.table))
+            except psycopg.Error as exc:
+                if not (inp.filters and is_schema_race(exc)):
+                    raise
+        async with self.db.connection() as conn:
+            now = (await meta.load_schema(conn, workspace_id=inp.table.workspace_id)).tables.get(inp.table.id)
+        if now is None:
+            raise ApplicationError("the table was deleted while the run went on", type="TABLE_GONE",
+                                   non_retryable=True)
+        try:
+            return await self._page(inp, now)
+        except ServiceError as exc:
+            raise ApplicationError(f"the run's filter no longer applies to the table as changed while it ran:"
+                                   f" {exc.message}", type="FILTER_STALE", non_retryable=True) from None
+
+    async def _page(self, inp: PageInput, table: TableMeta) -> list[int]:
         filters = plan_filters(parse_filter_list(inp.filters), table) if inp.filters else ()
         async with self.db.connection() as conn:
             return await page_ids(conn, table=table, filters=filters, after_id=inp.after_id, limit=inp.limit)

@@ -78,8 +78,7 @@ class RecordIO:
         checked first (one small statement); a conversion committing between the check and
         the read fails the read, which is then made again as stored."""
         async with self.db.connection() as conn:
-            cur = await conn.execute("SELECT id, type FROM wds.columns WHERE table_id = %s", (snap.id,))
-            types = {row["id"]: row["type"] for row in await cur.fetchall()}
+            types = await meta.column_types(conn, table_id=snap.id)
         if any(types.get(c.id) != c.type for c in snap.columns):
             snap = await self._as_stored(snap)
         table = table_meta(snap)

@@ -180,6 +180,13 @@ async def create_table(
     return row
 
 
+async def column_types(conn: Conn, *, table_id: int) -> dict[int, str]:
+    """Column id → type of the table's columns as the schema has them now (one small
+    statement): whether a table snapshot a run took is still how its rows are stored."""
+    cur = await conn.execute("SELECT id, type FROM wds.columns WHERE table_id = %s", (table_id,))
+    return {row["id"]: row["type"] for row in await cur.fetchall()}
+
+
 async def update_table(conn: Conn, *, table_id: int, changes: dict[str, Any]) -> dict[str, Any] | None:
     allowed = {"name", "icon", "semantic"}
     sets = [k for k in changes if k in allowed]

@@ -263,3 +263,47 @@ def test_a_run_whose_table_snapshot_predates_a_column_conversion_reads_the_rows_
     # 2, as a formula reads a number's text)
     assert result.status == "ok" and sorted(result.ok) == sorted(str(i) for i in ids), result
     assert [now[rid]["Twice"] for rid in ids] == [2, 4, 6]
+
+
+def test_a_bulk_runs_filter_on_a_column_converted_while_it_runs_is_planned_again(ws, services) -> None:
+    """``page_ids`` pages a bulk run's records through its filters, planned against the
+    run's table snapshot. A column they name converted since then made every page fail
+    (``text >= double precision`` does not exist) until the run died of retries. Now the
+    filters are planned again against the table as it is; a filter that no longer applies
+    ends the run at once with that reason."""
+    from temporalio.exceptions import ApplicationError
+
+    from activities.bulk import BulkSteps
+    from activities.snap import table_snap
+    from activities.types import PageInput
+
+    t = ws.create_table("Paged", [{"name": "N", "type": "number"}, {"name": "Note", "type": "text"}])
+    ids = [ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"N": i, "Note": "yes" if i % 2 else "no"}}).json()["id"]
+           for i in range(1, 7)]
+    cols = {c["name"]: c["id"] for c in t["columns"]}
+
+    async def go(filters, change):
+        db, table = await _db_and_snap(services, ws, t["id"])()
+        try:
+            snap = table_snap(table)
+            for cid, body in change:
+                assert ws.api.patch(f"/tables/{t['id']}/columns/{cid}", json=body).status_code == 200
+            try:
+                return await BulkSteps(db).page_ids(PageInput(table=snap, filters=filters, after_id=0, limit=100))
+            except ApplicationError as exc:
+                return exc
+        finally:
+            await db.close()
+
+    # a text converted to a select holds option ids: the snapshot's plan compared them with
+    # "yes" and found nothing, silently; planned again, "yes" is the option's label
+    yes = [{"column": "Note", "op": "eq", "value": "yes"}]
+    assert asyncio.run(go(yes, [(cols["Note"], {"type": "single_select"})])) == ids[0::2]
+    # a number converted to text: the snapshot's plan (>= 3 as a number) fails on text;
+    # planned again, the comparison is the text's
+    assert asyncio.run(go([{"column": "N", "op": "gte", "value": "3"}], [(cols["N"], {"type": "text"})])) == ids[2:]
+    # a filter the converted column no longer takes ends the run, saying why
+    got = asyncio.run(go([{"column": "N", "op": "gte", "value": "3"}],
+                         [(cols["N"], {"type": "checkbox", "allow_loss": True})]))
+    assert isinstance(got, ApplicationError) and got.type == "FILTER_STALE" and got.non_retryable, got
+    assert "no longer applies" in str(got)
