@@ -37,6 +37,7 @@ between the two is seen, or its backfill's writes wait for this transaction to e
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,10 +46,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from storage import ddl
+from storage import ddl, meta
 from storage.pipelines import graph
 from storage.records import row_list
-from storage.schema import TableMeta, column_name, definition_of
+from storage.schema import ColumnType, TableMeta, column_name, definition_of
 
 Update = tuple[int, dict[int, Any], dict[str, Any] | None]
 
@@ -99,6 +100,21 @@ def stamp(guard: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) -> dict[s
     return {**guard, "rows": {str(r["id"]): [digest(r, s) for s in guard["sets"]] for r in rows}}
 
 
+async def as_stored(conn: psycopg.AsyncConnection[Any], table: TableMeta) -> TableMeta:
+    """``table`` (a run's snapshot) as its rows are stored now, to read them: without the
+    columns deleted since, and each column converted since (``PATCH`` of its type) with its
+    type now. A read composed from the snapshot's types would fail on a converted column
+    (a function or cast of the old type) or, worse, read it as the old type. The check
+    itself still compares the snapshot's types: a value computed from a converted input
+    does not land."""
+    now = await meta.column_types(conn, table_id=table.id)
+    if all(now.get(c.id) == c.type.value for c in table.columns):
+        return table
+    return dataclasses.replace(table, memo={}, columns=tuple(
+        c if now[c.id] == c.type.value else dataclasses.replace(c, type=ColumnType(now[c.id]))
+        for c in table.columns if c.id in now))
+
+
 @dataclass
 class Checked:
     """What :func:`check` keeps of a write-back and why it left the rest out."""
@@ -119,7 +135,7 @@ async def check(
     ids = sorted({rid for rid, _, _ in updates})
     cur = await conn.execute(
         sql.SQL("SELECT {} FROM {} WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE").format(
-            row_list(table), ddl.qualified(table.workspace_id, table.id)), (ids,))
+            row_list(await as_stored(conn, table)), ddl.qualified(table.workspace_id, table.id)), (ids,))
     out = Checked([], {row["id"]: row for row in await cur.fetchall()})
     written = {cid for _, values, _ in updates for cid in values}
     snap = {c.id: c for c in table.columns}
