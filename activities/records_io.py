@@ -22,7 +22,7 @@ from storage import guards, meta
 from storage import records as rec
 from storage.db import Database
 from storage.errors import is_schema_race
-from storage.schema import TableMeta
+from storage.schema import ColumnType, TableMeta
 
 
 def _stale_read(exc: psycopg.Error) -> bool:
@@ -106,6 +106,14 @@ class RecordIO:
     async def _current(self, snap: TableSnap) -> TableSnap:
         """The table's snapshot as it is now (its definitions after a schema change)."""
         return table_snap(await self._now(snap))
+
+    async def _redefined(self, p: PipelineInput) -> PipelineInput:
+        """``p`` with the table's definitions now, its levels without the columns no longer
+        computed (deleted, or converted to a data type: nothing of the run is theirs now)."""
+        now = await self._current(p.table)
+        computed = {c.id for c in now.columns if ColumnType(c.type).computed}
+        levels = [kept for level in p.levels if (kept := [cid for cid in level if cid in computed])]
+        return dataclasses.replace(p, table=now, levels=levels)
 
     async def _as_stored(self, snap: TableSnap) -> TableSnap:
         """``snap`` as its rows are stored now, to read them: without the columns deleted
@@ -207,7 +215,7 @@ class RecordIO:
             if not redo:
                 break
             if checked.redefined:  # evaluate again with the definitions the table has now
-                p = dataclasses.replace(p, table=await self._current(p.table))
+                p = await self._redefined(p)
             record_ids = sorted(redo)
         assert result is not None
         return p, result

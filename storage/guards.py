@@ -155,8 +155,10 @@ async def check(
         return True
 
     types_hold = [input_types_hold(s) for s in range(len(sets))]
+    # a value lands only in a column computed now, by the definition the run computed it with
     defined = {cid for cid in written
-               if cid in defs and cid in snap and (not snap[cid].definition or definition_of(defs[cid]) == snap[cid].definition)}
+               if cid in defs and cid in snap and ColumnType(defs[cid]["type"]).computed
+               and (not snap[cid].definition or definition_of(defs[cid]) == snap[cid].definition)}
     rows: dict[str, list[str]] = stamped.get("rows", {})
     for rid, values, outcome in updates:
         row = out.current.get(rid)

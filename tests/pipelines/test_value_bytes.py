@@ -316,3 +316,38 @@ def test_a_bulk_runs_filter_on_a_column_converted_while_it_runs_is_planned_again
                          [(cols["N"], {"type": "checkbox", "allow_loss": True})]))
     assert isinstance(got, ApplicationError) and got.type == "FILTER_STALE" and got.non_retryable, got
     assert "no longer applies" in str(got)
+
+
+def test_a_run_whose_computed_column_became_a_data_column_writes_nothing_into_it(ws, services) -> None:
+    """A formula column converted to text while a run of it runs (its values kept as
+    text): the run's values are refused by the write-back's check (the definition
+    changed), and evaluated again with the table as it is, where the column is no longer
+    computed: nothing of the run is written into it. Before, the second evaluation still
+    computed it, the check took a data column's empty definition as unchanged, and the
+    write failed on every attempt (``CASE types text and jsonb cannot be matched``)."""
+    from activities.records_io import RecordIO
+    from activities.snap import table_snap
+    from activities.types import FusedInput
+
+    t = ws.create_table("Frozen", [{"name": "N", "type": "number"},
+                                   {"name": "Twice", "type": "formula", "formula": "{N} * 2"}])
+    ids = [ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"N": i}}).json()["id"] for i in range(1, 4)]
+    twice = next(c["id"] for c in t["columns"] if c["name"] == "Twice")
+
+    async def go():
+        db, table = await _db_and_snap(services, ws, t["id"])()
+        try:
+            snap = table_snap(table)
+            r = ws.api.patch(f"/tables/{t['id']}/columns/{twice}", json={"type": "text", "allow_loss": True})
+            assert r.status_code == 200, r.text
+            inp = PipelineInput(table=snap, record_ids=ids, mode="edit", levels=[[twice]],
+                                caller=Caller(token_id=1, token_type="vibe_mcp", plan="enterprise"),
+                                time_budget_s=30.0, step_budget=10)
+            return await RecordIO(db).pure_pipeline(FusedInput(pipeline=inp, run_id="run-frozen", now=NOW.isoformat()))
+        finally:
+            await db.close()
+
+    asyncio.run(go())
+    rows = ws.api.get(f"/tables/{t['id']}/records").json()["records"]
+    assert [r["fields"]["Twice"] for r in rows] == ["2", "4", "6"]  # the converted values, as text
+    assert all((r.get("pipeline") or {}).get("run_id") != "run-frozen" for r in rows)
