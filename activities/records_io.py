@@ -246,6 +246,12 @@ class RecordIO:
             ids = {c.id for c in snap.columns}
             updates = [(rid, {k: v for k, v in values.items() if k in ids}, out) for rid, values, out in updates]
             rows, checked = await self._store(table_meta(snap), updates, waited, None, bulk_run_id, guard)
+        except psycopg.Error as exc:
+            if guard is None or not is_schema_race(exc):
+                raise
+            # a column converted between the check reading the types and locking the rows
+            # (storage.guards.as_stored): once more, now that the conversion has committed
+            rows, checked = await self._store(table, updates, waited, loaded, bulk_run_id, guard)
         if waited:  # committed
             written.notify(run_id, rows)
         return checked
