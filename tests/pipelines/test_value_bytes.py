@@ -127,7 +127,6 @@ def test_a_batch_past_the_budget_stores_every_record_and_says_which_values_were_
 # ---------------------------------------------------------------- stored bytes read at once
 
 def _db_and_snap(services, ws, table_id: int):
-    from activities.snap import table_snap
     from storage import meta
     from storage.db import Database
 
@@ -137,6 +136,16 @@ def _db_and_snap(services, ws, table_id: int):
         async with db.connection() as conn:
             return db, (await meta.load_schema(conn, workspace_id=ws.id)).tables[table_id]
     return go
+
+
+async def _pure_run(db, snap, ids: list[int], levels: list[list[int]], run_id: str):
+    """``pure_pipeline`` (an edit's run, a builder's rights) of ``levels`` over ``ids`` by ``snap``."""
+    from activities.records_io import RecordIO
+
+    inp = PipelineInput(table=snap, record_ids=ids, mode="edit", levels=levels,
+                        caller=Caller(token_id=1, token_type="vibe_mcp", plan="enterprise"),
+                        time_budget_s=30.0, step_budget=10)
+    return await RecordIO(db).pure_pipeline(FusedInput(pipeline=inp, run_id=run_id, now=NOW.isoformat()))
 
 
 def test_rows_are_read_while_their_stored_bytes_fit(ws, services) -> None:
@@ -174,9 +183,7 @@ def test_a_bulk_run_over_large_records_computes_every_one_in_parts(ws, services,
     """``pure_pipeline`` over records that do not fit in ``PURE_LOAD_BYTES`` together:
     loaded, evaluated and written part by part, every record computed, one result."""
     from activities import records_io
-    from activities.records_io import RecordIO
     from activities.snap import table_snap
-    from activities.types import FusedInput
 
     t = ws.create_table("Large", [{"name": "Body", "type": "text"},
                                   {"name": "Len", "type": "formula", "formula": "LEN({Body})"}])
@@ -197,11 +204,7 @@ def test_a_bulk_run_over_large_records_computes_every_one_in_parts(ws, services,
     async def go():
         db, table = await _db_and_snap(services, ws, t["id"])()
         try:
-            snap = table_snap(table)
-            inp = PipelineInput(table=snap, record_ids=ids, mode="edit", levels=[[len_id]],
-                                caller=Caller(token_id=1, token_type="vibe_mcp", plan="enterprise"),
-                                time_budget_s=30.0, step_budget=10)
-            return await RecordIO(db).pure_pipeline(FusedInput(pipeline=inp, run_id="run-parts", now=NOW.isoformat()))
+            return await _pure_run(db, table_snap(table), ids, [[len_id]], "run-parts")
         finally:
             await db.close()
 
@@ -231,7 +234,7 @@ def test_a_run_whose_table_snapshot_predates_a_column_conversion_reads_the_rows_
     compute. Both the fused read (``pure_pipeline``, in parts) and ``load_records``."""
     from activities.records_io import RecordIO
     from activities.snap import table_snap
-    from activities.types import FusedInput, LoadInput
+    from activities.types import LoadInput
 
     t = ws.create_table("Converted", [{"name": "N", "type": "number"}, {"name": "Note", "type": "text"},
                                       {"name": "Twice", "type": "formula", "formula": "{N} * 2"}])
@@ -248,11 +251,7 @@ def test_a_run_whose_table_snapshot_predates_a_column_conversion_reads_the_rows_
             assert ws.api.patch(f"/tables/{t['id']}/columns/{col['id']}", json=body).status_code == 200
             io = RecordIO(db)
             loaded = await io.load_records(LoadInput(table=snap, record_ids=ids))
-            inp = PipelineInput(table=snap, record_ids=ids, mode="edit", levels=[[twice]],
-                                caller=Caller(token_id=1, token_type="vibe_mcp", plan="enterprise"),
-                                time_budget_s=30.0, step_budget=10)
-            result = await io.pure_pipeline(FusedInput(pipeline=inp, run_id="run-converted", now=NOW.isoformat()))
-            return loaded, result
+            return loaded, await _pure_run(db, snap, ids, [[twice]], "run-converted")
         finally:
             await db.close()
 
@@ -325,9 +324,7 @@ def test_a_run_whose_computed_column_became_a_data_column_writes_nothing_into_it
     computed: nothing of the run is written into it. Before, the second evaluation still
     computed it, the check took a data column's empty definition as unchanged, and the
     write failed on every attempt (``CASE types text and jsonb cannot be matched``)."""
-    from activities.records_io import RecordIO
     from activities.snap import table_snap
-    from activities.types import FusedInput
 
     t = ws.create_table("Frozen", [{"name": "N", "type": "number"},
                                    {"name": "Twice", "type": "formula", "formula": "{N} * 2"}])
@@ -340,10 +337,7 @@ def test_a_run_whose_computed_column_became_a_data_column_writes_nothing_into_it
             snap = table_snap(table)
             r = ws.api.patch(f"/tables/{t['id']}/columns/{twice}", json={"type": "text", "allow_loss": True})
             assert r.status_code == 200, r.text
-            inp = PipelineInput(table=snap, record_ids=ids, mode="edit", levels=[[twice]],
-                                caller=Caller(token_id=1, token_type="vibe_mcp", plan="enterprise"),
-                                time_budget_s=30.0, step_budget=10)
-            return await RecordIO(db).pure_pipeline(FusedInput(pipeline=inp, run_id="run-frozen", now=NOW.isoformat()))
+            return await _pure_run(db, snap, ids, [[twice]], "run-frozen")
         finally:
             await db.close()
 
