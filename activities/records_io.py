@@ -33,6 +33,12 @@ def _stale_read(exc: psycopg.Error) -> bool:
     return is_schema_race(exc) or isinstance(exc, psycopg.DataError)
 
 
+class _StaleCheck(Exception):
+    """The write-back's check could not read a row by the run's snapshot: a column was
+    converted since, and a value it now stores is no text of the old type (class 22, which
+    would otherwise read as values the database refuses)."""
+
+
 GUARDS_KEY = "_guards"  # load_records' result: the write-back guard beside the records
 _PAYLOADS = PayloadConverter.default  # the bytes the worker's converter writes (service/converter.py: the same)
 RETRIES = 2  # records a write-back left values of out, evaluated again (see pure_pipeline)
@@ -246,19 +252,21 @@ class RecordIO:
             ids = {c.id for c in snap.columns}
             updates = [(rid, {k: v for k, v in values.items() if k in ids}, out) for rid, values, out in updates]
             rows, checked = await self._store(table_meta(snap), updates, waited, None, bulk_run_id, guard)
-        except psycopg.Error as exc:
-            if guard is None or not is_schema_race(exc):
+        except (psycopg.Error, _StaleCheck) as exc:
+            if guard is None or not (isinstance(exc, _StaleCheck) or is_schema_race(exc)):
                 raise
-            # a column converted between the check reading the types and locking the rows
-            # (storage.guards.as_stored): once more, now that the conversion has committed
-            rows, checked = await self._store(table, updates, waited, loaded, bulk_run_id, guard)
+            # a column converted since the run's snapshot: the check locks the rows by the
+            # types they are stored with now (storage.guards.as_stored), and still refuses
+            # values computed from a converted input
+            rows, checked = await self._store(table, updates, waited, loaded, bulk_run_id, guard, stored=True)
         if waited:  # committed
             written.notify(run_id, rows)
         return checked
 
     async def _store(self, table: TableMeta, updates: list[tuple[int, dict[int, Any], dict[str, Any]]],
                      waited: bool, loaded: dict[int, dict[str, Any]] | None,
-                     bulk_run_id: str | None, guard: dict[str, Any] | None) -> tuple[list[dict[str, Any]], guards.Checked]:
+                     bulk_run_id: str | None, guard: dict[str, Any] | None,
+                     stored: bool = False) -> tuple[list[dict[str, Any]], guards.Checked]:
         """Write ``updates`` in one statement; with ``guard``, in a transaction that first
         locks the rows and keeps only the values still derived from what they hold
         (:func:`storage.guards.check`). Returns the written rows (when ``waited``) and what
@@ -276,7 +284,12 @@ class RecordIO:
                                                        loaded=loaded, unless_superseded=bulk_run_id)
                 return rows, guards.Checked(updates, {})
             async with self.db.transaction() as conn:
-                checked = await guards.check(conn, table, updates, guard)
+                try:
+                    checked = await guards.check(conn, table, updates, guard, stored=stored)
+                except psycopg.DataError as exc:  # a stored value the snapshot's type cannot read
+                    if stored:
+                        raise
+                    raise _StaleCheck() from exc
                 STALE_VALUES.inc(sum(len(v) for _, v, _ in updates) - sum(len(v) for _, v, _ in checked.kept)
                                  - sum(len(v) for rid, v, _ in updates if rid not in checked.current))
                 # the rows as they are now (locked): what the answer is built from

@@ -127,15 +127,21 @@ class Checked:
 
 async def check(
     conn: psycopg.AsyncConnection[Any], table: TableMeta, updates: list[Update], stamped: Mapping[str, Any],
+    *, stored: bool = False,
 ) -> Checked:
     """Lock the rows of ``updates`` and keep of each only the values whose inputs and
     definition are unchanged (see the module docstring); run inside the transaction that
     then writes them. A record gone is left out whole (and not reported). A record's
-    outcome is kept only with all its values."""
+    outcome is kept only with all its values.
+
+    The rows are locked and read by ``table``'s types, or with ``stored`` by the types they
+    are stored with now (:func:`as_stored`, one statement more): for a write-back whose
+    first try failed because a column was converted since the run's snapshot."""
     ids = sorted({rid for rid, _, _ in updates})
     cur = await conn.execute(
         sql.SQL("SELECT {} FROM {} WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE").format(
-            row_list(await as_stored(conn, table)), ddl.qualified(table.workspace_id, table.id)), (ids,))
+            row_list(await as_stored(conn, table) if stored else table), ddl.qualified(table.workspace_id, table.id)),
+        (ids,))
     out = Checked([], {row["id"]: row for row in await cur.fetchall()})
     written = {cid for _, values, _ in updates for cid in values}
     snap = {c.id: c for c in table.columns}

@@ -265,7 +265,7 @@ def test_a_run_whose_table_snapshot_predates_a_column_conversion_reads_the_rows_
         # the formula's input converted: the run's values were computed from what it read,
         # the check refused them (an input's type changed), and the run evaluated those
         # records again with the table as it is; each record says how it went
-        assert sorted(result.ok) + sorted(result.records) == sorted(str(i) for i in ids), result
+        assert sorted([*result.ok, *result.records]) == sorted(str(i) for i in ids), result
         return
     # every record computed: from N untouched, or from N's text as stored now ("1" * 2 is
     # 2, as a formula reads a number's text)
@@ -345,3 +345,37 @@ def test_a_run_whose_computed_column_became_a_data_column_writes_nothing_into_it
     rows = ws.api.get(f"/tables/{t['id']}/records").json()["records"]
     assert [r["fields"]["Twice"] for r in rows] == ["2", "4", "6"]  # the converted values, as text
     assert all((r.get("pipeline") or {}).get("run_id") != "run-frozen" for r in rows)
+
+
+def test_a_write_back_whose_input_now_stores_words_is_refused_not_unstorable(ws, services) -> None:
+    """The run's snapshot has ``N`` a number; since, ``N`` was converted to text and a
+    record's ``N`` set to a word. The write-back's check locked the rows reading ``N`` as a
+    number: ``invalid input syntax for type double precision``, which ended the run as
+    values the database refuses (``UNSTORABLE``, non-retryable). Now the check reads the
+    rows as stored, refuses the values computed from the converted input, and the run
+    evaluates them again with the table as it is: each record says how it went."""
+    from activities.snap import table_snap
+
+    t = ws.create_table("Worded", [{"name": "N", "type": "number"},
+                                   {"name": "Twice", "type": "formula", "formula": "{N} * 2"}])
+    ids = [ws.api.post(f"/tables/{t['id']}/records", json={"fields": {"N": i}}).json()["id"] for i in range(1, 4)]
+    n = next(c["id"] for c in t["columns"] if c["name"] == "N")
+    twice = next(c["id"] for c in t["columns"] if c["name"] == "Twice")
+
+    async def go():
+        db, table = await _db_and_snap(services, ws, t["id"])()
+        try:
+            snap = table_snap(table)
+            assert ws.api.patch(f"/tables/{t['id']}/columns/{n}", json={"type": "text"}).status_code == 200
+            r = ws.api.patch(f"/tables/{t['id']}/records/{ids[0]}?run_pipeline=false", json={"fields": {"N": "many"}})
+            assert r.status_code == 200, r.text
+            return await _pure_run(db, snap, ids, [[twice]], "run-worded")
+        finally:
+            await db.close()
+
+    result = asyncio.run(go())
+    # computed again from what N stores now: "many" is no number, "2" and "3" are
+    assert result.ok == [str(i) for i in ids[1:]], result
+    assert result.records[str(ids[0])].errors == {"Twice": "#VALUE! not a number: 'many'"}, result
+    rows = {r["id"]: r["fields"] for r in ws.api.get(f"/tables/{t['id']}/records").json()["records"]}
+    assert [rows[i]["Twice"] for i in ids[1:]] == [4, 6]
