@@ -8,6 +8,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.ledger import row_cost, run_columns, run_reads
+from activities.records_io import table_now
 from activities.snap import table_meta
 from activities.types import CostInput, PageInput, ProgressInput
 from storage import meta, runs
@@ -40,24 +41,19 @@ class BulkSteps:
         ids, and the snapshot's plan compared them with the label, finding nothing. When
         the filters no longer apply to the table as it is, the run ends with that reason
         (non-retryable: every attempt would fail alike)."""
+        stale = False
         if inp.filters:
             named = _columns_named(parse_filter_list(inp.filters))
             async with self.db.connection() as conn:
-                types = await meta.column_types(conn, table_id=inp.table.id)
-            stale = any(types.get(c.id) != c.type for c in inp.table.columns if c.name in named)
-        else:
-            stale = False
+                stale = bool(await meta.changed_columns(conn, table_id=inp.table.id, types={
+                    c.id: c.type for c in inp.table.columns if c.name in named}))
         if not stale:
             try:
                 return await self._page(inp, table_meta(inp.table))
             except psycopg.Error as exc:
                 if not (inp.filters and is_schema_race(exc)):
                     raise
-        async with self.db.connection() as conn:
-            now = (await meta.load_schema(conn, workspace_id=inp.table.workspace_id)).tables.get(inp.table.id)
-        if now is None:
-            raise ApplicationError("the table was deleted while the run went on", type="TABLE_GONE",
-                                   non_retryable=True)
+        now = await table_now(self.db, inp.table)
         try:
             return await self._page(inp, now)
         except ServiceError as exc:

@@ -47,6 +47,20 @@ RETRIES = 2  # records a write-back left values of out, evaluated again (see pur
 PURE_LOAD_BYTES = 32 * 1024 * 1024
 
 
+async def table_now(db: Database, snap: TableSnap) -> TableMeta:
+    """The table of ``snap`` as the schema has it now.
+
+    Raises:
+        ApplicationError: the table itself is gone (non-retryable).
+    """
+    async with db.connection() as conn:
+        now = (await meta.load_schema(conn, workspace_id=snap.workspace_id)).tables.get(snap.id)
+    if now is None:
+        raise ApplicationError("the table was deleted while the run went on", type="TABLE_GONE",
+                               non_retryable=True)
+    return now
+
+
 class RecordIO:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -84,8 +98,8 @@ class RecordIO:
         checked first (one small statement); a conversion committing between the check and
         the read fails the read, which is then made again as stored."""
         async with self.db.connection() as conn:
-            types = await meta.column_types(conn, table_id=snap.id)
-        if any(types.get(c.id) != c.type for c in snap.columns):
+            changed = await meta.changed_columns(conn, table_id=snap.id, types={c.id: c.type for c in snap.columns})
+        if changed:
             snap = await self._as_stored(snap)
         table = table_meta(snap)
         try:
@@ -97,17 +111,7 @@ class RecordIO:
             return table, await read(table)
 
     async def _now(self, snap: TableSnap) -> TableMeta:
-        """The table of ``snap`` as the schema has it now.
-
-        Raises:
-            ApplicationError: the table itself is gone (non-retryable).
-        """
-        async with self.db.connection() as conn:
-            now = (await meta.load_schema(conn, workspace_id=snap.workspace_id)).tables.get(snap.id)
-        if now is None:
-            raise ApplicationError("the table was deleted while the run went on", type="TABLE_GONE",
-                                   non_retryable=True)
-        return now
+        return await table_now(self.db, snap)
 
     async def _current(self, snap: TableSnap) -> TableSnap:
         """The table's snapshot as it is now (its definitions after a schema change)."""

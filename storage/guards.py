@@ -107,12 +107,12 @@ async def as_stored(conn: psycopg.AsyncConnection[Any], table: TableMeta) -> Tab
     (a function or cast of the old type) or, worse, read it as the old type. The check
     itself still compares the snapshot's types: a value computed from a converted input
     does not land."""
-    now = await meta.column_types(conn, table_id=table.id)
-    if all(now.get(c.id) == c.type.value for c in table.columns):
+    changed = await meta.changed_columns(conn, table_id=table.id, types={c.id: c.type.value for c in table.columns})
+    if not changed:
         return table
     return dataclasses.replace(table, memo={}, columns=tuple(
-        c if now[c.id] == c.type.value else dataclasses.replace(c, type=ColumnType(now[c.id]))
-        for c in table.columns if c.id in now))
+        dataclasses.replace(c, type=ColumnType(now)) if (now := changed.get(c.id, c.type.value)) != c.type.value else c
+        for c in table.columns if c.id not in changed or changed[c.id] is not None))
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -185,6 +186,13 @@ async def column_types(conn: Conn, *, table_id: int) -> dict[int, str]:
     statement): whether a table snapshot a run took is still how its rows are stored."""
     cur = await conn.execute("SELECT id, type FROM wds.columns WHERE table_id = %s", (table_id,))
     return {row["id"]: row["type"] for row in await cur.fetchall()}
+
+
+async def changed_columns(conn: Conn, *, table_id: int, types: Mapping[int, str]) -> dict[int, str | None]:
+    """Of a snapshot's columns (``types``: column id → its type then), those deleted or
+    converted since: column id → its type now (``None``: deleted). One small statement."""
+    now = await column_types(conn, table_id=table_id)
+    return {cid: now.get(cid) for cid, then in types.items() if now.get(cid) != then}
 
 
 async def update_table(conn: Conn, *, table_id: int, changes: dict[str, Any]) -> dict[str, Any] | None:

@@ -385,10 +385,17 @@ class RateLimiter:
         """
         if not self.leasing or st.fetched is None:
             return 1
-        elapsed = now - st.fetched
-        st.rate = max(st.demand / max(elapsed, RATE_MIN_S), st.rate * 0.5 ** (elapsed / RATE_HALF_LIFE_S))
+        st.rate = self._rate(st, now)
         want = max(st.waiting + 1, math.ceil(st.rate * LEASE_TARGET_S))
         return max(1, min(LEASE_MAX, st.remaining // LEASE_HEADROOM, want))
+
+    @staticmethod
+    def _rate(st: _Lease, now: float) -> float:
+        """The key's request rate (:meth:`_lease_size`): the requests since the last fetch
+        over the time since (at least :data:`RATE_MIN_S`), or the previous estimate halved
+        for every idle :data:`RATE_HALF_LIFE_S` if higher."""
+        elapsed = now - (st.fetched or now)
+        return max(st.demand / max(elapsed, RATE_MIN_S), st.rate * 0.5 ** (elapsed / RATE_HALF_LIFE_S))
 
     async def _fetch(self, item: RateLimitItem, st: _Lease) -> tuple[bool, int, float]:
         """Take a lease for ``st`` (the caller's request uses its first hit)."""
@@ -507,8 +514,7 @@ class RateLimiter:
                 continue
             if st.fetching is not None or st.spare > 0 or st.fetched is None:
                 continue
-            elapsed = now - st.fetched
-            rate = max(st.demand / max(elapsed, RATE_MIN_S), st.rate * 0.5 ** (elapsed / RATE_HALF_LIFE_S))
+            rate = self._rate(st, now)
             left = st.left if now < st.until else 0
             if left > rate * PREFETCH_AHEAD_S and st.until - now > PREFETCH_AHEAD_S:
                 continue
