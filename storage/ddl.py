@@ -254,6 +254,8 @@ def value_index_sql(workspace_id: int, col: ColumnMeta, method: str) -> sql.Comp
     value_type = col.scalar_value_type
     if value_type is not None:
         columns = sql.SQL("({}), id").format(computed_key_expr(sql.Identifier(column_name(col.id)), value_type))
+    elif never_blank(col):
+        columns = sql.SQL("({}), id").format(checkbox_key_expr(sql.Identifier(column_name(col.id))))
     elif method == "btree" and prefix_keyed(col):
         columns = sql.SQL("({}), id").format(text_key_expr(sql.Identifier(column_name(col.id))))
     else:
@@ -415,6 +417,18 @@ def text_key_expr(value: sql.Composable) -> sql.Composable:
     return sql.SQL("left({}, {})").format(value, sql.Literal(COMPUTED_TEXT_PREFIX))
 
 
+def never_blank(col: ColumnMeta) -> bool:
+    """Whether the column reads a never-set cell as a value: a data checkbox, whose NULL
+    is false in every door (the record shows ``false``, filters and orders treat it so)."""
+    return not col.computed and col.type is ColumnType.CHECKBOX
+
+
+def checkbox_key_expr(value: sql.Composable) -> sql.Composable:
+    """``coalesce(value, false)``: a data checkbox's btree key, and what the query
+    compiler filters and sorts it on, so a never-set box sorts with the false ones."""
+    return sql.SQL("coalesce({}, false)").format(value)
+
+
 def prefix_keyed(col: ColumnMeta) -> bool:
     """Whether the column's btree holds only the first characters of its text (data text
     columns; typed computed text keeps its own form, :func:`computed_key_expr`)."""
@@ -423,10 +437,13 @@ def prefix_keyed(col: ColumnMeta) -> bool:
 
 def value_index_is_current(definition: str, col: ColumnMeta) -> bool:
     """Whether an existing value index (``pg_indexes.indexdef``) has the form
-    :func:`value_index_sql` makes now (migrations m0017 and m0022 rebuild the others)."""
+    :func:`value_index_sql` makes now (migrations m0017, m0022 and m0024 rebuild the others)."""
     if prefix_keyed(col):
         # PostgreSQL writes the function as "left" (a keyword)
         return re.search(rf'"?left"?\({column_name(col.id)}, {COMPUTED_TEXT_PREFIX}\)', definition) is not None
+    if never_blank(col):
+        # m0024 keyed them on the column itself, which sorted a never-set box apart
+        return "COALESCE(" in definition
     if col.computed and col.scalar_value_type == "number":
         # m0016 keyed them as numeric; since m0022 as float8 (PostgreSQL writes "double precision")
         return "double precision" in definition

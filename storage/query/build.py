@@ -30,6 +30,7 @@ from psycopg.types.json import Jsonb
 
 from storage.ddl import (
     COMPUTED_TEXT_PREFIX,
+    checkbox_key_expr,
     computed_key_expr,
     computed_value_expr,
     search_expr,
@@ -442,11 +443,14 @@ def value_expr(target: Target, alias: str = TABLE_ALIAS) -> sql.Composable:
 
 
 def key_expr(target: Target, alias: str = TABLE_ALIAS) -> sql.Composable:
-    """The SQL a list sorts on (and a cursor carries): the column, or a typed computed
-    column's btree key (text: its first characters, storage/ddl.py ``computed_key_expr``)."""
+    """The SQL a list sorts on (and a cursor carries): the column, a typed computed
+    column's btree key (text: its first characters, storage/ddl.py ``computed_key_expr``),
+    or a data checkbox's ``coalesce(c, false)`` (a box never set is false, in order too)."""
     column = sql.Identifier(alias, target.physical)
     if target.value_type is not None:
         return computed_key_expr(column, target.value_type)
+    if target.kind is Kind.BOOL:
+        return checkbox_key_expr(column)
     return column
 
 
@@ -480,8 +484,8 @@ def _condition(f: PlannedFilter, c: sql.Composable) -> Fragment:
         template = "{} && %s::text[]" if op is Op.IN else "{} @> %s::text[]"
         return sql.SQL(template).format(c), [list(value)]
     if kind is Kind.BOOL:
-        # a checkbox never set reads as false
-        c = sql.SQL("coalesce({}, false)").format(c)
+        # a checkbox never set reads as false (a data checkbox's btree key)
+        c = checkbox_key_expr(c)
     if op in (Op.LIKE, Op.ILIKE):
         return _like(op, c, value)
     target = f.target

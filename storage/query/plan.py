@@ -8,11 +8,13 @@ views, run-actions, semantic search and realtime subscriptions. Semantics per ty
 * **text**: every operator but ``cs``; ``gt``/``lt`` compare by collation.
 * **number, date, relation**: ``eq neq gt gte lt lte in is.null``; values must parse as a
   finite number, an ISO date (date-only = midnight UTC, naive = UTC) or an integer id.
-* **checkbox**: ``eq neq in is``; a checkbox never set counts as false, so ``eq.false``
-  and ``is.false`` match NULL too, while ``is.null`` matches NULL only.
+* **checkbox**: ``eq neq in is``; a checkbox never set counts as false, in filters
+  (``eq.false`` and ``is.false`` match it, ``is.null`` matches nothing) and in order (it
+  sorts with the false ones: storage/query/build.py ``key_expr``).
 * **single_select**: ``eq neq in`` take option ids or labels (unknown → ``INVALID_OPTION``);
-  ``like``/``ilike`` match option labels and ids here, against metadata, and become an
-  ``in`` over the matching option ids; ordering follows the options' order.
+  ``like``/``ilike`` match option labels here, against metadata (an option id only whole,
+  without wildcards, as ``eq`` takes it), and become an ``in`` over the matching option
+  ids; ordering follows the options' order.
 * **multi_select**: ``eq`` = contains this option, ``cs`` = contains all, ``in`` = overlaps
   any; ``is.null`` matches NULL and the empty list.
 * **file**: only ``is.null`` (NULL or empty list); any other operator → ``UNKNOWN_OPERATOR``.
@@ -246,11 +248,15 @@ def _plan_like(target: Target, op: Op, raw: str, negate: bool) -> PlannedFilter:
     # Select cells store option ids; labels live in metadata, so the pattern is matched
     # here and the database filters on the resulting set of ids.
     # (not a regex: ``.*a.*a.*a…`` backtracks for exponential time on a label that fails)
+    # A pattern matches labels; an option's id only as a whole, with no wildcard (as
+    # ``eq`` takes an id): ids are random text, so ``*a*`` must not find the options
+    # whose id happens to hold an "a".
     fold = op is Op.ILIKE
     pieces = like_pieces(raw.lower() if fold else raw)
     assert target.column is not None
     ids = tuple(o.id for o in target.column.options
-                if like_matches(pieces, o.label.lower() if fold else o.label) or like_matches(pieces, o.id))
+                if like_matches(pieces, o.label.lower() if fold else o.label)
+                or (len(pieces) == 1 and pieces[0] == (o.id.lower() if fold else o.id)))
     return PlannedFilter(target, Op.IN, ids, negate)
 
 
@@ -285,8 +291,11 @@ def _order_identity(order: tuple[PlannedOrder, ...]) -> tuple[tuple[Any, ...], .
     """What a cursor's order is: each planned term's column, direction, NULL placement
     as PostgreSQL applies it (last ascending, first descending, unless written) and, for a
     single_select, its options' order. ``Score.asc``, ``Score.asc.nullslast`` and
-    ``Score.asc,id.asc`` are one order, and a cursor of one continues the others."""
+    ``Score.asc,id.asc`` are one order, and a cursor of one continues the others. A data
+    checkbox's term is marked: it has sorted a never-set box as false since m0024, so a
+    cursor made before (NULL apart) is refused, not resumed in another order."""
     return tuple((t.target.physical, t.desc, t.nulls or ("first" if t.desc else "last"), t.option_ids)
+                 + (("false-if-never-set",) if t.target.kind is Kind.BOOL and t.target.value_type is None else ())
                  for t in order)
 
 

@@ -196,6 +196,11 @@ def test_values_that_do_not_fit_the_column(column: str, expr: str, code: str) ->
         ("Status", "like.D*", Op.IN, ("o2",), False),
         ("Status", "ilike.d*", Op.IN, ("o2",), False),
         ("Status", "not.like.x*", Op.IN, (), True),
+        # a pattern matches labels; an id only whole ("o2"), never by a wildcard ("o*"
+        # is the label "o1" of o3, not the ids o1 and o2 it would spell)
+        ("Status", "like.o*", Op.IN, ("o3",), False),
+        ("Status", "ilike.O2", Op.IN, ("o2",), False),
+        ("Status", "like.*2*", Op.IN, (), False),
         ("Tags", "eq.Red", Op.EQ, ("t1",), False),
         ("Tags", "neq.Red", Op.EQ, ("t1",), True),
         ("Tags", "cs.{Red,t2}", Op.CS, ("t1", "t2"), False),
