@@ -113,6 +113,10 @@ _ARITHMETIC: dict[type[exp.Expression], str] = {
 _CONCAT = sql.Identifier(*CONCAT_FUNCTION.split("."))
 _NUMERIC_TEXT_RE = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 _UNIT_RE = re.compile(r"[a-z]+")
+# ILIKE's operands, lowered by Unicode's simple case mapping (the builtin C.UTF-8 collation,
+# PostgreSQL 17+), as REST's ilike (storage/query/build.py ``_like``); under the database's
+# C collation ILIKE would fold ASCII letters only
+_FOLD = sql.SQL('lower({} COLLATE "pg_c_utf8")')
 # how a result column's bytes are counted before its row is rendered (build.row_size)
 _SIZES = {TEXT: SIZE_TEXT, UNKNOWN: SIZE_TEXT, JSON: SIZE_RENDER, LIST: SIZE_RENDER}
 
@@ -811,12 +815,15 @@ class _Translator:
             left, right = self.expr(node.this, ctx), self.expr(node.expression, ctx)
             self.refuse_list(left, node.key.upper())
             ilike = isinstance(node, exp.ILike)
-            word = ("NOT " if node.args.get("negate") else "") + ("ILIKE" if ilike else "LIKE")
+            word = ("NOT " if node.args.get("negate") else "") + "LIKE"
             # each operand's characters are read (a stored text is copied first); ILIKE
             # lowers both (a copy each) under a multibyte encoding
             cost = _cost(left, right) + sum(budget.DETOAST * o.toasted + budget.BUILD * (ilike and o.long)
                                             for o in (left, right))
-            return _E(sql.SQL("({} " + word + " {})").format(self.text(left), self.text(right)), BOOLEAN,
+            operands = (self.text(left), self.text(right))
+            if ilike:  # both sides lowered by Unicode's simple case mapping, as REST's ilike
+                operands = tuple(_FOLD.format(o) for o in operands)
+            return _E(sql.SQL("({} " + word + " {})").format(*operands), BOOLEAN,
                       _loose(left, right), left.agg or right.agg, cost=cost)
         if isinstance(node, exp.In):
             return self.in_(node, ctx)
@@ -1126,8 +1133,10 @@ class _Translator:
             if fn == "length":
                 return _E(sql.SQL("length({})").format(self.text(a)), NUMBER, a.loose, a.agg,
                           cost=a.cost + budget.DETOAST * a.toasted)
-            return _E(sql.SQL(fn + "({})").format(self.text(a)), TEXT, a.loose, a.agg, long=a.long,
-                      cost=a.cost + budget.DETOAST * a.toasted + budget.BUILD * a.long)
+            # Unicode's simple case mapping (the database's own collation maps ASCII only),
+            # the result back under the default collation for what compares or sorts it
+            return _E(sql.SQL("(" + fn + '({} COLLATE "pg_c_utf8") COLLATE "default")').format(self.text(a)), TEXT,
+                      a.loose, a.agg, long=a.long, cost=a.cost + budget.DETOAST * a.toasted + budget.BUILD * a.long)
         if isinstance(node, exp.Trim):
             _check_args(node, {"this"}, "TRIM")
             a = self.expr(node.this, ctx)

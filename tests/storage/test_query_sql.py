@@ -19,6 +19,7 @@ import pytest_asyncio
 from psycopg import sql
 
 from storage.errors import ServiceError
+from storage.migrations import migrate
 from storage.query import list_records, parse_params, plan_query
 from storage.schema import PG_TYPES, ColumnMeta, ColumnType, Option, TableMeta
 from storage.values import encode_value
@@ -34,8 +35,16 @@ INJECTION_NAME = "Robert'); DROP TABLE students;--"
 WEIRD_NAME = 'My Col.with "quotes", ünï'
 
 
+
+@pytest.fixture(scope="module")
+def _migrated() -> None:
+    """The scratch database at the newest migration: the list's deep offsets read the row
+    counter (m0018), which a run of this file alone would otherwise not find."""
+    assert DSN is not None
+    migrate(DSN)
+
 @pytest_asyncio.fixture
-async def scratch_conn() -> Any:
+async def scratch_conn(_migrated: None) -> Any:
     assert DSN is not None
     conn = await psycopg.AsyncConnection.connect(DSN)
     try:

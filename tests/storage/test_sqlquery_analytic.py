@@ -118,7 +118,8 @@ def _generate(seed: int = 25) -> tuple[list[dict[str, Any]], list[dict[str, Any]
             "Size": rnd.choice([None, float(rnd.randint(1, 500))]),
             "Active": rnd.choice([True, False, None]),
         })
-    words = ["alpha", "Beta", "GAMMA", "delta", " padded", "tail ", "Alpha Co"]
+    # beyond ASCII too: ILIKE, lower and upper fold by Unicode's simple case mapping, as REST's ilike
+    words = ["alpha", "Beta", "GAMMA", "delta", " padded", "tail ", "Alpha Co", "Épée", "ÉCOLE ünï"]
     start = datetime(2024, 1, 1, tzinfo=UTC)
     deals = []
     for i in range(1, N_DEALS + 1):
@@ -309,6 +310,11 @@ def _cases() -> list[tuple[str, Callable[[World], list[dict[str, Any]]], bool]]:
         lambda w: [{"id": r["id"]} for r in D(w) if r["Amount"] is not None and 100 <= r["Amount"] <= 300])
     case("SELECT id FROM Deals WHERE Title ILIKE '%ALPHA%'")(
         lambda w: [{"id": r["id"]} for r in D(w) if "alpha" in r["Title"].lower()])
+    case("SELECT id FROM Deals WHERE Title ILIKE '%épée%' OR Title NOT ILIKE '%Ü%'")(
+        lambda w: [{"id": r["id"]} for r in D(w) if "épée" in r["Title"].lower() or "ü" not in r["Title"].lower()])
+    case("SELECT id FROM Deals WHERE lower(Title) = 'école ünï' OR upper(Title) LIKE 'ÉPÉE%'")(
+        lambda w: [{"id": r["id"]} for r in D(w)
+                   if r["Title"].lower() == "école ünï" or r["Title"].upper().startswith("ÉPÉE")])
     case("SELECT id, Amount * 2 + 1 AS x FROM Deals WHERE Amount IS NOT NULL")(
         lambda w: [{"id": r["id"], "x": r["Amount"] * 2 + 1} for r in D(w) if r["Amount"] is not None])
     # PostgreSQL has no % for double precision: mod over numeric (the sign follows the dividend)
