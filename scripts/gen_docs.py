@@ -132,6 +132,10 @@ CODE_NOTES: dict[str, tuple[str, str]] = {
     # in-band (inside a 200 body or a message)
     "EVENTS_PURGED": ("Realtime: `since` is older than the retained change events; reload the table, then subscribe again.", "purged_through, table_id"),
     "REPLAY_TRUNCATED": ("Realtime: too many events to replay at once; subscribe again with `since=last_seq`.", "last_seq, table_id"),
+    "SUBSCRIPTION_ENDED": ("Realtime: the subscription's filter no longer applies to its table (a column it names"
+                           " was deleted, or converted to a type its operator or value does not fit); the"
+                           " subscription is gone, the socket stays open: subscribe again with a filter that fits.",
+                           "table_id"),
     "TOOL_ROUNDS_EXCEEDED": ("Agent chat: the model kept calling tools past the round limit; the answer stops with an `error` event.", ""),
     # on other branches at the time of writing: rendered once the code uses them
     "LOSSY_CHANGE": ("Changing a column's type, or removing select options, would lose values of some records; `count` and `record_ids` say which; send `allow_loss: true` to change it anyway.", "count, record_ids"),

@@ -1186,12 +1186,13 @@ class Channel {
           ws.send(JSON.stringify({ type: "subscribe", table: this.table, events: this._events(), filter: this._filter || undefined, since: this.lastSeq }));
           return;
         }
-        if (this.status !== "SUBSCRIBED") {
-          // the subscription itself was refused (unknown table, no permission, bad filter)
+        if (this.status !== "SUBSCRIBED" || msg.code === "SUBSCRIPTION_ENDED") {
+          // the subscription itself was refused (unknown table, no permission, bad filter),
+          // or the server ended it (its filter's column was deleted or converted): no retry
           this._closed = true;
           this._setStatus("CHANNEL_ERROR", error);
           try {
-            ws.close(1000, "subscription refused");
+            ws.close(1000, msg.code === "SUBSCRIPTION_ENDED" ? "subscription ended" : "subscription refused");
           } catch {
             // ignore
           }

@@ -42,10 +42,12 @@ from api.state import AppState
 from storage import jsontext
 from storage import records as rec
 from storage.access import Principal, TokenType
-from storage.errors import Forbidden, ServiceError
+from storage.errors import Forbidden, ServiceError, ValidationError
+from storage.query import parse_filter_list, parse_filter_object, plan_filters
 from storage.query.matching import FilterSet, match_events
 from storage.schema import ColumnType, TableMeta
 from storage.values import iso
+from storage.views import decode_filters
 
 log = logging.getLogger("wds.realtime")
 CHANNEL = "wds_changes"
@@ -102,6 +104,10 @@ class Subscription:
     filters: FilterSet
     buffering: bool = False  # while a ``since`` replay is read
     buffer: list[Change] = field(default_factory=list)
+    # the filter as given, its columns by id (storage.views.encode_filters), and the table
+    # it was planned against: planned again when the table changes (:func:`replan`)
+    refs: Any = None
+    planned_for: TableMeta | None = None
 
     def wants(self, change: Change) -> bool:
         if change.table_id != self.table_id or change.event not in self.events:
@@ -111,6 +117,39 @@ class Subscription:
         # UPDATE matches on either side, so a client sees records leave its filter too;
         # the database decided it with the list's own WHERE clause (Hub.judge)
         return change.verdicts.get(id(self.filters), False)
+
+
+def plan_subscription(raw: Any, table: TableMeta) -> FilterSet:
+    """A subscription's filter, either form views, run-actions and MCP take
+    (``{column: "op.value"}`` or ``[{column, op, value}]``), planned against ``table``.
+
+    Raises:
+        ServiceError: the filter does not parse or plan (the planner's code).
+    """
+    if isinstance(raw, dict):
+        return plan_filters(parse_filter_object(raw), table)
+    if isinstance(raw, list) and all(isinstance(item, dict) for item in raw):
+        return plan_filters(parse_filter_list(raw), table)
+    raise ValidationError("filter is an object {column: 'op.value'} or a list of {column, op, value}")
+
+
+def replan(sub: Subscription, table: TableMeta) -> str | None:
+    """Plan ``sub``'s filter again if ``table`` is not the table it was planned against (a
+    column renamed, converted or deleted since): ``None`` when it still applies (its plan
+    replaced), else why it no longer does. A filter planned for a column's old type is
+    what a list would refuse now, and its statement fails on the new one: the
+    subscription must end, said, rather than go silent."""
+    if sub.refs is None or table is sub.planned_for:
+        return None
+    raw, gone = decode_filters(sub.refs, table)
+    if gone:
+        return f"a column its filter names was deleted from table {table.name!r}"
+    try:
+        sub.filters = plan_subscription(raw, table)
+    except ServiceError as exc:
+        return f"its filter no longer applies to table {table.name!r} ({exc.code}: {exc.message})"
+    sub.planned_for = table
+    return None
 
 
 def _ts(value: Any) -> datetime | None:
@@ -516,12 +555,27 @@ class Hub:
         if changes:
             mean = sum(c.size for c in changes) / len(changes)
             self.chunks[ws] = max(DELIVER_FIRST, min(DELIVER_MAX, int(DELIVER_BYTES // max(mean, 1.0))))
+        await self._replan(ws)
         subs = [sub for client in self.clients.get(ws, ()) for sub in client.subs.values()]
         await self.judge(ws, changes, subs)
         for client in list(self.clients.get(ws, ())):
             for change in changes:
                 client.offer(change)
         return rest
+
+    async def _replan(self, ws: int) -> None:
+        """Plan again the filters of the workspace's subscriptions whose table changed; a
+        subscription whose filter no longer applies ends with a ``SUBSCRIPTION_ENDED``
+        error naming why (the client subscribes again)."""
+        schema = await self.state.schema(ws)
+        for client in list(self.clients.get(ws, ())):
+            for table_id, sub in list(client.subs.items()):
+                table = schema.tables.get(table_id)
+                why = replan(sub, table) if table is not None else None
+                if why is not None:
+                    client.detach(table_id)
+                    client.put({"type": "error", "code": "SUBSCRIPTION_ENDED", "table_id": table_id,
+                                "error": f"the subscription to table {table_id} ended: {why}; subscribe again"})
 
     def _chunk(self, ws: int) -> int:
         """How many seqs the workspace's next delivery statement reads (:meth:`_deliver`)."""
@@ -545,16 +599,30 @@ class Hub:
             if table is None or not mine:
                 continue
             filter_sets = list(sets.values())
+            seqs = [c.seq for c in mine]
             try:
-                async with self.state.db.connection() as conn:
-                    verdicts = await match_events(conn, table, filter_sets, [c.seq for c in mine])
-            except (psycopg.Error, ServiceError):  # e.g. the table went away meanwhile
-                log.warning("realtime filters of table %s could not be evaluated", table_id, exc_info=True)
-                continue
+                groups = [(filter_sets, await self._verdicts(table, filter_sets, seqs))]
+            except (psycopg.Error, ServiceError):
+                # e.g. the table went away, or events written just before a column's
+                # conversion no longer read as its type: each set alone, so one that cannot
+                # be judged does not blind the others; the schema is read again for the next
+                self.state.caches.drop_schema(ws)
+                groups = []
+                for filters in filter_sets:
+                    try:
+                        groups.append(([filters], await self._verdicts(table, [filters], seqs)))
+                    except (psycopg.Error, ServiceError):
+                        log.warning("a realtime filter of table %s could not be evaluated", table_id, exc_info=True)
             for change in mine:
-                sides = verdicts.get(change.seq, ())
-                for k, filters in enumerate(filter_sets):
-                    change.verdicts[id(filters)] = any(side[k] for side in sides)
+                for judged, verdicts in groups:
+                    sides = verdicts.get(change.seq, ())
+                    for k, filters in enumerate(judged):
+                        change.verdicts[id(filters)] = any(side[k] for side in sides)
+
+    async def _verdicts(self, table: TableMeta, filter_sets: list[FilterSet],
+                        seqs: list[int]) -> dict[int, list[list[bool]]]:
+        async with self.state.db.connection() as conn:
+            return await match_events(conn, table, filter_sets, seqs)
 
     # ------------------------------------------------------------------ replay and retention
     async def replay(self, ws: int, table_id: int, since: int) -> tuple[list[Change], bool, int]:

@@ -137,6 +137,32 @@ test("a refused subscription or credential ends in CHANNEL_ERROR without reconne
   assert.equal(badToken.status, "CHANNEL_ERROR", "no reconnect with a bad service token");
 });
 
+test("a subscription the server ends (its filter's column deleted) ends in CHANNEL_ERROR", async (t) => {
+  if (!enabled) return t.skip(skipReason);
+  const own = await createTable("RTEnd", [{ name: "N", type: "number" }, { name: "Tag", type: "text" }]);
+  const column = own.columns.find((c) => c.name === "Tag").id;
+  const statuses = [];
+  const ch = client.channel(own.id, { filter: { Tag: "eq.a" } });
+  await new Promise((resolve, reject) => {
+    ch.subscribe((status, error) => {
+      statuses.push([status, error && error.code]);
+      if (status === "SUBSCRIBED") resolve();
+      if (status === "CHANNEL_ERROR" && !statuses.some(([s]) => s === "SUBSCRIBED")) reject(error);
+    });
+  });
+  try {
+    const deleted = await api("DELETE", `/tables/${own.id}/columns/${column}?force=true`);
+    assert.equal(deleted.status, 200);
+    await api("POST", `/tables/${own.id}/records`, { fields: { N: 1 } });
+    await until(() => ch.status === "CHANNEL_ERROR", 10000, "the channel ends");
+    assert.deepEqual(statuses.at(-1), ["CHANNEL_ERROR", "SUBSCRIPTION_ENDED"]);
+    await wait(500);
+    assert.equal(ch.status, "CHANNEL_ERROR", "no resubscribe loop");
+  } finally {
+    await ch.unsubscribe(); // a failing run must not leave its socket open (node would wait on it)
+  }
+});
+
 test("without a WebSocket the channel reports WEBSOCKET_UNAVAILABLE", async () => {
   const c = createClient(URL_, { token: TOKEN, WebSocket: "none" });
   const ch = c.channel(1);

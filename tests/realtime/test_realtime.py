@@ -215,3 +215,54 @@ def test_subscribed_carries_the_current_seq_so_a_quiet_client_can_resume(ws):
     with open_ws(ws.base_url, ws.builder_token, since=ack["seq"]) as conn:
         subscribe(conn, t["id"])
         assert [c["record"]["fields"]["Name"] for c in changes(conn, 1)] == ["while away"]
+
+
+def test_a_filter_follows_its_column_through_a_rename_and_a_conversion_and_ends_said_when_deleted(ws):
+    """A subscription's filter names its column by id: a rename keeps it, a conversion
+    plans it again for the new type (what a list with the same filter returns), and a
+    column deleted or converted to a type the filter does not fit ends the subscription
+    with ``SUBSCRIPTION_ENDED``, never silence. A filtered subscription whose filter still
+    applies, on the same table, and an unfiltered one keep receiving throughout."""
+    t = _table(ws)
+    score = next(c["id"] for c in t["columns"] if c["name"] == "Score")
+    name = next(c["id"] for c in t["columns"] if c["name"] == "Name")
+    with (open_ws(ws.base_url, ws.builder_token) as filtered, open_ws(ws.base_url, ws.builder_token) as other,
+          open_ws(ws.base_url, ws.builder_token) as everything):
+        subscribe(filtered, t["id"], events=["INSERT"], filter={"Score": "gt.5"})
+        subscribe(other, t["id"], events=["INSERT"], filter={"Name": "like.keep*"})
+        subscribe(everything, t["id"], events=["INSERT"])
+
+        def insert(fields):
+            r = ws.api.post(f"/tables/{t['id']}/records", json={"fields": fields})
+            assert r.status_code == 201, r.text
+
+        insert({"Score": 7, "Name": "keep1"})
+        assert ws.api.patch(f"/tables/{t['id']}/columns/{score}", json={"name": "Points"}).status_code == 200
+        insert({"Points": 9, "Name": "keep2"})
+        insert({"Points": 1, "Name": "drop"})
+        # number → text: "gt.5" compares text now, as a list with it does ("7" > "5", "10" < "5")
+        assert ws.api.patch(f"/tables/{t['id']}/columns/{score}", json={"type": "text"}).status_code == 200
+        insert({"Points": "8", "Name": "keep3"})
+        insert({"Points": "10", "Name": "x"})
+        listed = ws.api.get(f"/tables/{t['id']}/records", params={"Points": "gt.5", "order": "id.asc"}).json()
+        assert [r["fields"]["Points"] for r in listed["records"]] == ["7", "9", "8"]
+        # (an event is shown with the names, and types, of its delivery)
+        got = [c["record"]["fields"].get("Points", c["record"]["fields"].get("Score")) for c in changes(filtered, 3)]
+        assert [str(v) for v in got] == ["7", "9", "8"]
+        # deleted: the filter cannot apply any more, and the client is told
+        r = ws.api.delete(f"/tables/{t['id']}/columns/{score}", params={"force": "true"})
+        assert r.status_code == 200, r.text
+        insert({"Name": "keep4"})
+        ended = recv(filtered)
+        assert ended["type"] == "error" and ended["code"] == "SUBSCRIPTION_ENDED" and ended["table_id"] == t["id"]
+        with pytest.raises(TimeoutError):
+            recv(filtered, timeout=0.7)
+        # a filter that no longer fits the column's new type ends too: like on a number
+        assert ws.api.patch(f"/tables/{t['id']}/columns/{name}", json={"type": "number", "allow_loss": True}).status_code == 200
+        insert({"Name": 5})
+        assert recv(other)["record"]["fields"]["Name"] == "keep1"
+        assert [c["record"]["fields"]["Name"] for c in changes(other, 3)] == ["keep2", "keep3", "keep4"]
+        ended = recv(other)
+        assert ended["type"] == "error" and ended["code"] == "SUBSCRIPTION_ENDED", ended
+        seen = [c["record"]["fields"].get("Name") for c in changes(everything, 7)]
+    assert seen == ["keep1", "keep2", "drop", "keep3", "x", "keep4", 5]
