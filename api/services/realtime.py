@@ -45,7 +45,7 @@ from storage.access import Principal, TokenType
 from storage.errors import Forbidden, ServiceError, ValidationError
 from storage.query import parse_filter_list, parse_filter_object, plan_filters
 from storage.query.matching import FilterSet, match_events
-from storage.schema import ColumnType, TableMeta
+from storage.schema import ColumnMeta, ColumnType, TableMeta
 from storage.values import iso
 from storage.views import decode_filters
 
@@ -172,6 +172,45 @@ def typed_row(table: TableMeta, raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# the JSON type ``to_jsonb`` gives each data column type's stored values
+_JSON_TYPES: dict[ColumnType, tuple[type, ...]] = {
+    ColumnType.TEXT: (str,), ColumnType.SINGLE_SELECT: (str,), ColumnType.DATE: (str,),
+    ColumnType.NUMBER: (int, float), ColumnType.CHECKBOX: (bool,), ColumnType.RELATION: (int,),
+    ColumnType.MULTI_SELECT: (list,), ColumnType.FILE: (list,),
+}
+
+
+def _fits(col: ColumnMeta, value: Any) -> bool:
+    """Whether a stored event value is of the JSON type the column stores now (an event
+    written before the column was converted may hold a value of its old type)."""
+    kinds = _JSON_TYPES.get(col.type)
+    if value is None or col.computed or kinds is None:
+        return True
+    if isinstance(value, bool) and col.type is not ColumnType.CHECKBOX:
+        return False
+    return isinstance(value, kinds) and (col.type is not ColumnType.MULTI_SELECT
+                                         or all(isinstance(v, str) for v in value))
+
+
+def event_record(table: TableMeta, raw: dict[str, Any]) -> dict[str, Any]:
+    """A stored event's record in the API's shape, with today's column names. A value
+    stored before its column was converted (``"abc"`` in a column that is a number now) is
+    shown as it was stored: the event is history, and the column's type cannot read it."""
+    stale = {col.physical: col for col in table.columns if not _fits(col, raw.get(col.physical))}
+    for col in table.columns:  # a date column's old text that is not a timestamp
+        value = raw.get(col.physical)
+        if col.type is ColumnType.DATE and not col.computed and isinstance(value, str):
+            try:
+                _ts(value)
+            except ValueError:
+                stale[col.physical] = col
+    record = rec.row_to_record(table, typed_row(table, {**raw, **dict.fromkeys(stale)}))
+    for physical, col in stale.items():
+        if col.name in record["fields"]:
+            record["fields"][col.name] = raw.get(physical)
+    return record
+
+
 def _brief_record(raw: dict[str, Any]) -> dict[str, Any]:
     return {"id": raw.get("id"), "created_at": iso(_ts(raw.get("created_at"))),
             "updated_at": iso(_ts(raw.get("updated_at")))}
@@ -185,8 +224,8 @@ def decode_change(table: TableMeta, row: dict[str, Any]) -> Change:
         new = _brief_record(new_raw) if new_raw is not None else None
         old = _brief_record(old_raw) if old_raw is not None else None
     else:
-        new = rec.row_to_record(table, typed_row(table, new_raw)) if new_raw is not None else None
-        old = rec.row_to_record(table, typed_row(table, old_raw)) if old_raw is not None else None
+        new = event_record(table, new_raw) if new_raw is not None else None
+        old = event_record(table, old_raw) if old_raw is not None else None
     message: dict[str, Any] = {
         "type": "change", "event": row["event"], "table_id": table.id, "table": table.name,
         "record": new, "old_record": old, "seq": row["seq"],

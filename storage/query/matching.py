@@ -52,14 +52,29 @@ def build_verdicts(table: TableMeta, filter_sets: Sequence[FilterSet],
         where, p = build_where(filters)
         conds.append(sql.SQL("({}) IS TRUE").format(where))
         params.extend(p)
+    # only the columns the filters read are turned back into the row type: a value stored
+    # before its column was converted (with allow_loss) that the new type cannot read
+    # fails the cast, and must not keep every other filter from judging the event
+    # (a literal, not a parameter: it sits after the source, whose parameters the caller appends)
+    needed = sql.Literal(sorted(set().union(*(filter_columns(f) for f in filter_sets))))
     query = sql.SQL(
         "SELECT src.k, src.side, ARRAY[{conds}]::boolean[]"
         " FROM ({source}) AS src(k, side, rec)"
-        " CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, src.rec) AS {a}"
+        " CROSS JOIN LATERAL jsonb_populate_record(NULL::{table},"
+        " (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{{}}') FROM jsonb_each(src.rec) AS e"
+        " WHERE e.key = ANY({needed}::text[]))) AS {a}"
         " ORDER BY src.k, src.side"
     ).format(conds=sql.SQL(", ").join(conds), source=source, table=_table(table.workspace_id, table.id),
-             a=sql.Identifier(TABLE_ALIAS))
+             needed=needed, a=sql.Identifier(TABLE_ALIAS))
     return query, params
+
+
+def filter_columns(filters: Sequence[PlannedFilter | PlannedGroup]) -> set[str]:
+    """The physical columns planned filters read (inside groups too)."""
+    out: set[str] = set()
+    for f in filters:
+        out |= filter_columns(f.items) if isinstance(f, PlannedGroup) else {f.target.physical}
+    return out
 
 
 async def match_events(
