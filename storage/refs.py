@@ -38,7 +38,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from storage.errors import InvalidFormula, ServiceError, UnknownColumn, ValidationError
 from storage.formula import compile_formula, js
 from storage.query.parse import GROUP_PARAMS, Group, group_text, parse_group
-from storage.schema import SYSTEM_COLUMNS
+from storage.schema import SYSTEM_COLUMNS, TableMeta
 
 # Config keys whose string values are Jinja2 templates over the record.
 TEMPLATE_KEYS = ("url", "method", "body", "headers", "prompt", "system", "params", "fields",
@@ -741,6 +741,18 @@ def encode_filter_list(filters: list[dict[str, Any]], column_id: Any) -> list[di
         return f"@{cid}" if cid is not None else name
 
     return _mapped_list(filters, swap, swap)
+
+
+def filters_by_id(table: TableMeta, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``[{column, op, value}]`` of ``table`` as stored (schedules, realtime subscriptions):
+    columns by id, so a rename carries (:func:`encode_filter_list`)."""
+    return encode_filter_list(filters, lambda n: c.id if (c := table.column(n)) is not None else None)
+
+
+def filters_by_name(table: TableMeta, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored filters (:func:`filters_by_id`) with today's column names; a deleted column
+    keeps its ``"@<id>"``, which the planner refuses (:func:`decode_filter_list`)."""
+    return decode_filter_list(filters, lambda i: c.name if (c := table.column_by_id(i)) is not None else None)
 
 
 def decode_filter_list(filters: list[dict[str, Any]], name_of: Any) -> list[dict[str, Any]]:

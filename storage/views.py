@@ -354,30 +354,6 @@ def decode_config(view_type: str, config: Mapping[str, Any], table: TableMeta) -
     return _map_columns(view_type, config, swap)
 
 
-def encode_filters(filters: Any, table: TableMeta) -> Any:
-    """A filter (object or list form, as views, run-actions and realtime take it) with
-    column names replaced by ``"@<id>"``, as a view stores its config's."""
-    return encode_config("grid", {"filters": filters}, table)["filters"]
-
-
-def decode_filters(filters: Any, table: TableMeta) -> tuple[Any, list[int]]:
-    """A filter :func:`encode_filters` made, with today's column names, and the ids of the
-    columns it names that the table no longer has (their terms are left out: a caller that
-    must not widen the filter checks the list)."""
-    gone: list[int] = []
-
-    def swap(ref: str) -> str | None:
-        if ref.startswith("@") and ref[1:].isascii() and ref[1:].isdigit():
-            col = table.column_by_id(int(ref[1:]))
-            if col is None:
-                gone.append(int(ref[1:]))
-                return None
-            return col.name
-        return ref
-
-    return _map_columns("grid", {"filters": filters}, swap)["filters"], gone
-
-
 def uses_column(view_type: str, config: Mapping[str, Any], column_id: int) -> bool:
     """Whether a stored view config names the column."""
     found = False

@@ -39,15 +39,14 @@ from starlette.websockets import WebSocket
 
 from api.services.appusers import app_user_principal, is_app_token
 from api.state import AppState
-from storage import jsontext
+from storage import jsontext, refs
 from storage import records as rec
 from storage.access import Principal, TokenType
-from storage.errors import Forbidden, ServiceError, ValidationError
-from storage.query import parse_filter_list, parse_filter_object, plan_filters
+from storage.errors import Forbidden, ServiceError, UnknownColumn
+from storage.query import filter_items, parse_filter_list, parse_filters, plan_filters
 from storage.query.matching import FilterSet, match_events
 from storage.schema import ColumnMeta, ColumnType, TableMeta
 from storage.values import iso
-from storage.views import decode_filters
 
 log = logging.getLogger("wds.realtime")
 CHANNEL = "wds_changes"
@@ -104,8 +103,8 @@ class Subscription:
     filters: FilterSet
     buffering: bool = False  # while a ``since`` replay is read
     buffer: list[Change] = field(default_factory=list)
-    # the filter as given, its columns by id (storage.views.encode_filters), and the table
-    # it was planned against: planned again when the table changes (:func:`replan`)
+    # the filter as stored (columns by id: storage.refs.filters_by_id) and the table it was
+    # planned against: planned again when the table changes (:func:`replan`)
     refs: Any = None
     planned_for: TableMeta | None = None
 
@@ -119,18 +118,17 @@ class Subscription:
         return change.verdicts.get(id(self.filters), False)
 
 
-def plan_subscription(raw: Any, table: TableMeta) -> FilterSet:
-    """A subscription's filter, either form views, run-actions and MCP take
-    (``{column: "op.value"}`` or ``[{column, op, value}]``), planned against ``table``.
+def plan_subscription(raw: Any, table: TableMeta) -> tuple[FilterSet, list[dict[str, Any]] | None]:
+    """A subscription's filter, either form views, run-actions and MCP take, planned
+    against ``table``, and as stored for planning again (list form, columns by id, as a
+    schedule's: ``None`` without a filter).
 
     Raises:
         ServiceError: the filter does not parse or plan (the planner's code).
     """
-    if isinstance(raw, dict):
-        return plan_filters(parse_filter_object(raw), table)
-    if isinstance(raw, list) and all(isinstance(item, dict) for item in raw):
-        return plan_filters(parse_filter_list(raw), table)
-    raise ValidationError("filter is an object {column: 'op.value'} or a list of {column, op, value}")
+    parsed = parse_filters(raw)
+    planned = plan_filters(parsed, table)
+    return planned, (refs.filters_by_id(table, filter_items(parsed)) if planned else None)
 
 
 def replan(sub: Subscription, table: TableMeta) -> str | None:
@@ -141,11 +139,10 @@ def replan(sub: Subscription, table: TableMeta) -> str | None:
     subscription must end, said, rather than go silent."""
     if sub.refs is None or table is sub.planned_for:
         return None
-    raw, gone = decode_filters(sub.refs, table)
-    if gone:
-        return f"a column its filter names was deleted from table {table.name!r}"
     try:
-        sub.filters = plan_subscription(raw, table)
+        sub.filters = plan_filters(parse_filter_list(refs.filters_by_name(table, sub.refs)), table)
+    except UnknownColumn:  # by id, only a deleted column is unknown
+        return f"a column its filter names was deleted from table {table.name!r}"
     except ServiceError as exc:
         return f"its filter no longer applies to table {table.name!r} ({exc.code}: {exc.message})"
     sub.planned_for = table
@@ -158,18 +155,27 @@ def _ts(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value)).astimezone(timezone.utc)
 
 
-def typed_row(table: TableMeta, raw: dict[str, Any]) -> dict[str, Any]:
-    """A ``to_jsonb`` row → the Python values psycopg would return for the physical row."""
+def typed_row(table: TableMeta, raw: dict[str, Any]) -> tuple[dict[str, Any], list[ColumnMeta]]:
+    """A ``to_jsonb`` row → the Python values psycopg would return for the physical row, and
+    the columns whose stored value their type cannot read now (stored before the column was
+    converted: ``"abc"`` in a column that is a number now), read as NULL here."""
     out: dict[str, Any] = {"id": raw.get("id"), "created_at": _ts(raw.get("created_at")), "updated_at": _ts(raw.get("updated_at"))}
+    stale: list[ColumnMeta] = []
     for col in table.columns:
         value = raw.get(col.physical)
         if value is not None and not col.computed:
-            if col.type is ColumnType.DATE:
-                value = _ts(value)
-            elif col.type is ColumnType.NUMBER:
-                value = float(value)
+            try:
+                if not _fits(col, value):
+                    raise ValueError(col.physical)
+                if col.type is ColumnType.DATE:
+                    value = _ts(value)
+                elif col.type is ColumnType.NUMBER:
+                    value = float(value)
+            except ValueError:
+                stale.append(col)
+                value = None
         out[col.physical] = value
-    return out
+    return out, stale
 
 
 # the JSON type ``to_jsonb`` gives each data column type's stored values
@@ -181,10 +187,9 @@ _JSON_TYPES: dict[ColumnType, tuple[type, ...]] = {
 
 
 def _fits(col: ColumnMeta, value: Any) -> bool:
-    """Whether a stored event value is of the JSON type the column stores now (an event
-    written before the column was converted may hold a value of its old type)."""
+    """Whether a stored (non-NULL) data value is of the JSON type the column stores now."""
     kinds = _JSON_TYPES.get(col.type)
-    if value is None or col.computed or kinds is None:
+    if kinds is None:
         return True
     if isinstance(value, bool) and col.type is not ColumnType.CHECKBOX:
         return False
@@ -193,21 +198,14 @@ def _fits(col: ColumnMeta, value: Any) -> bool:
 
 
 def event_record(table: TableMeta, raw: dict[str, Any]) -> dict[str, Any]:
-    """A stored event's record in the API's shape, with today's column names. A value
-    stored before its column was converted (``"abc"`` in a column that is a number now) is
-    shown as it was stored: the event is history, and the column's type cannot read it."""
-    stale = {col.physical: col for col in table.columns if not _fits(col, raw.get(col.physical))}
-    for col in table.columns:  # a date column's old text that is not a timestamp
-        value = raw.get(col.physical)
-        if col.type is ColumnType.DATE and not col.computed and isinstance(value, str):
-            try:
-                _ts(value)
-            except ValueError:
-                stale[col.physical] = col
-    record = rec.row_to_record(table, typed_row(table, {**raw, **dict.fromkeys(stale)}))
-    for physical, col in stale.items():
+    """A stored event's record in the API's shape, with today's column names. A value its
+    column's type cannot read now (:func:`typed_row`) is shown as it was stored: the event
+    is history."""
+    row, stale = typed_row(table, raw)
+    record = rec.row_to_record(table, row)
+    for col in stale:
         if col.name in record["fields"]:
-            record["fields"][col.name] = raw.get(physical)
+            record["fields"][col.name] = raw.get(col.physical)
     return record
 
 

@@ -106,7 +106,7 @@ def _spec(table: TableMeta, data: dict[str, Any]) -> dict[str, Any]:
             if col is None or not col.computed:
                 raise ValidationError(f"column {cid} is not a computed column of this table")
     return {"cron": cron.strip() if isinstance(cron, str) else None, "interval_seconds": every,
-            "filters": _stored_filters(table, normalize_filters(table, data.get("filters"))),
+            "filters": refs.filters_by_id(table, normalize_filters(table, data.get("filters"))),
             "column_ids": column_ids}
 
 
@@ -131,21 +131,11 @@ def _temporal_schedule(state: AppState, row_id: int, table: TableMeta, spec: dic
     )
 
 
-def _stored_filters(table: TableMeta, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Schedule filters as stored and sent to Temporal: columns by id (a rename carries)."""
-    return refs.encode_filter_list(filters, lambda n: c.id if (c := table.column(n)) is not None else None)
-
-
-def shown_filters(table: TableMeta, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Stored schedule filters with today's column names."""
-    return refs.decode_filter_list(filters, lambda i: c.name if (c := table.column_by_id(i)) is not None else None)
-
-
 def schedule_out(row: dict[str, Any], table: TableMeta | None = None) -> dict[str, Any]:
     """The public shape of a schedule (the stored rights are not shown)."""
     spec = dict(row["spec"] or {})
     if table is not None and spec.get("filters"):
-        spec["filters"] = shown_filters(table, spec["filters"])
+        spec["filters"] = refs.filters_by_name(table, spec["filters"])
     return {
         "id": row["id"], "table_id": row["table_id"], "name": row["name"],
         **{k: spec.get(k) for k in SPEC_KEYS}, "paused": row["paused"],
@@ -272,7 +262,7 @@ async def update_schedule(state: AppState, principal: Principal, table_ref: int 
     new_spec = None
     if any(k in changes for k in SPEC_KEYS):
         merged = {k: v for k, v in (row["spec"] or {}).items() if k in SPEC_KEYS}
-        merged["filters"] = shown_filters(table, merged.get("filters") or [])
+        merged["filters"] = refs.filters_by_name(table, merged.get("filters") or [])
         if "cron" in changes or "interval_seconds" in changes:
             merged["cron"], merged["interval_seconds"] = changes.get("cron"), changes.get("interval_seconds")
         for k in ("filters", "column_ids"):

@@ -8,6 +8,7 @@ project's session fixtures, replace ``scratch_conn`` and ``create_physical_table
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 from dataclasses import dataclass
@@ -35,16 +36,12 @@ INJECTION_NAME = "Robert'); DROP TABLE students;--"
 WEIRD_NAME = 'My Col.with "quotes", ünï'
 
 
-_MIGRATED: list[bool] = []
-
-
+@functools.cache
 def _migrate_once() -> None:
     """The scratch database at the newest migration: the list's deep offsets read the row
     counter (m0018), which a run of this file alone would otherwise not find."""
-    if not _MIGRATED:
-        assert DSN is not None
-        migrate(DSN)
-        _MIGRATED.append(True)
+    assert DSN is not None
+    migrate(DSN)
 
 @pytest_asyncio.fixture
 async def scratch_conn() -> Any:

@@ -31,7 +31,6 @@ from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
 from api.services.realtime import EVENTS, POLICY, Client, Hub, Subscription, plan_subscription
 from api.state import AppState
 from storage.errors import NotFound, ServiceError, ValidationError
-from storage.views import encode_filters
 
 MAX_MESSAGE = 64 * 1024
 AUTH_TIMEOUT_S = 10.0
@@ -145,10 +144,10 @@ async def _subscribe(client: Client, msg: dict[str, Any], default_since: int | N
         raise ValidationError("subscribe takes filter or filters (the same thing), not both")
     raw_filter = msg.get("filter") if msg.get("filter") is not None else msg.get("filters") or {}
     # either form views, run-actions and MCP take: {column: "op.value"} or [{column, op, value}]
-    filters = plan_subscription(raw_filter, table)
+    filters, stored = plan_subscription(raw_filter, table)
     since = _since(msg.get("since")) if "since" in msg else default_since
     sub = Subscription(table.id, frozenset(e.upper() for e in events), filters, buffering=since is not None,
-                       refs=encode_filters(raw_filter, table) if filters else None, planned_for=table)
+                       refs=stored, planned_for=table)
     client.attach(sub)
     # the workspace's current seq: a client that has seen no event yet resumes from here
     current = await hub.current_seq(principal.workspace_id)
